@@ -1,0 +1,56 @@
+# isolatord build, test, lint, bench and demo entry points.
+# Everything a target needs is installed by scripts/ in this repository.
+
+GO          ?= go
+BIN         := bin
+TOOLS       := $(CURDIR)/.tools/bin
+STATICCHECK_VERSION := v0.8.2
+FUZZTIME    ?= 30s
+TEST_TIMEOUT ?= 30m
+PKGS        := ./...
+
+.PHONY: all build test lint bench demo proto fuzz deps clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# deps installs the system tools tests use (iproute2, util-linux) when missing.
+deps:
+	@scripts/install-deps.sh
+
+# test runs every package's tests (fuzz seeds included). Integration tests need
+# root; they build their own network-namespace sandboxes and skip when not root.
+# -p 1: kernel tests of different packages would otherwise share 2 cores and time out.
+test: deps build
+	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+lint: $(TOOLS)/staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(TOOLS)/staticcheck $(PKGS)
+
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+bench: deps build
+	@scripts/bench.sh
+
+demo: deps build
+	@scripts/demo.sh
+
+proto:
+	@scripts/proto.sh
+
+# fuzz runs each fuzz target for FUZZTIME.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf $(BIN) .tools
