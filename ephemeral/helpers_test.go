@@ -86,3 +86,5 @@ var windows = []struct{ base, width int }{
 	{65536 - 200, 200},
 	{0, 65536},
 }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed*31+1)) }
