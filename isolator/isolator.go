@@ -1,0 +1,711 @@
+// Package isolator is isolatord's container lifecycle: Prepare reserves ports
+// and an ephemeral block, Isolate plumbs the container's network through the
+// data plane, Update changes its static ports, Usage reports its traffic,
+// Cleanup removes everything. State is persisted (store.go) before and after
+// every kernel mutation, and Start recovers from it (recover.go).
+//
+// Calls for one container are serialized by a per-container lock; calls for
+// different containers run concurrently. Bookkeeping (allocator, ledger,
+// slots, records) sits behind one short-held mutex; kernel work and disk
+// writes happen outside it.
+package isolator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/ephemeral"
+)
+
+// DataPlane is the kernel side as the lifecycle sees it. dataplane.DataPlane
+// implements it; unit tests use a fake.
+type DataPlane interface {
+	PrepareHost(ctx context.Context) (dataplane.HostInfo, error)
+	Setup(ctx context.Context, c dataplane.Container) (dataplane.Plumbing, error)
+	SetPorts(ctx context.Context, c dataplane.Container, ports, shared ephemeral.Set) error
+	Stats(ctx context.Context, c dataplane.Container) (dataplane.LinkStats, error)
+	Teardown(ctx context.Context, c dataplane.Container) (dataplane.TeardownReport, error)
+	Check(ctx context.Context, c dataplane.Container) ([]string, error)
+	Adopt(ctx context.Context, c dataplane.Container) error
+	RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error)
+	MountPath(id string) string
+}
+
+// State of a container record. The -ing states are intents written before a
+// kernel mutation; recovery resolves them.
+type State string
+
+const (
+	StatePrepared  State = "prepared"
+	StateIsolating State = "isolating"
+	StateIsolated  State = "isolated"
+	StateUpdating  State = "updating"
+	StateCleaning  State = "cleaning"
+)
+
+// Record is one container as persisted.
+type Record struct {
+	ID        string          `json:"id"`
+	State     State           `json:"state"`
+	Slot      uint16          `json:"slot"`
+	Ephemeral ephemeral.Range `json:"ephemeral"`
+	Ports     ephemeral.Set   `json:"ports"`  // exclusive static ports
+	Shared    ephemeral.Set   `json:"shared"` // shared static ports
+	Created   time.Time       `json:"created"`
+	Isolated  time.Time       `json:"isolated,omitempty"`
+
+	// Isolation target and result.
+	Pid       int    `json:"pid,omitempty"`
+	PidStart  uint64 `json:"pid_start,omitempty"` // process start time (clock ticks) to detect pid reuse
+	NetNSPath string `json:"netns_path,omitempty"`
+	NetNSIno  uint64 `json:"netns_ino,omitempty"`
+	Veth      string `json:"veth,omitempty"`
+	Mount     string `json:"mount,omitempty"`
+
+	// While State == updating: the ports being moved to.
+	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
+	NewShared *ephemeral.Set `json:"new_shared,omitempty"`
+}
+
+// Config configures the lifecycle.
+type Config struct {
+	ManagedPorts  ephemeral.Set   // operator-managed static ports
+	EphemeralPool ephemeral.Set   // pool of per-container ephemeral blocks
+	BlockSize     int             // ephemeral ports per container
+	HostLocal     ephemeral.Range // host ip_local_port_range (start-up overlap check); zero = skip
+	StateDir      string
+	Version       string
+	Logger        *slog.Logger
+	// ProcRoot is where /proc is (tests); default "/proc".
+	ProcRoot string
+}
+
+// Isolator is the lifecycle over a data plane and a state store.
+type Isolator struct {
+	cfg   Config
+	dp    DataPlane
+	log   *slog.Logger
+	store *store
+	host  dataplane.HostInfo
+
+	locks keyedMutex
+
+	mu      sync.Mutex // guards everything below
+	records map[string]*Record
+	alloc   *ephemeral.Allocator
+	ledger  *ephemeral.Ledger
+	slots   slotSet
+	// Hooks for tests (fault injection); nil in production.
+	hook func(point string)
+}
+
+// New validates the configuration and opens the state; call Start to recover.
+func New(cfg Config, dp DataPlane) (*Isolator, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.EphemeralPool.Empty() {
+		return nil, errors.New("no ephemeral ports: set --ephemeral-ports")
+	}
+	if err := ephemeral.ValidatePools(cfg.EphemeralPool, cfg.ManagedPorts, cfg.HostLocal); err != nil {
+		return nil, err
+	}
+	alloc, err := ephemeral.NewAllocator(cfg.EphemeralPool, cfg.BlockSize)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Isolator{
+		cfg:     cfg,
+		dp:      dp,
+		log:     cfg.Logger,
+		store:   st,
+		records: map[string]*Record{},
+		alloc:   alloc,
+		ledger:  ephemeral.NewLedger(cfg.ManagedPorts, cfg.EphemeralPool),
+	}, nil
+}
+
+// Close closes the state store. Kernel plumbing stays in place.
+func (s *Isolator) Close() error { return s.store.close() }
+
+// SetHook installs a fault-injection hook called at named points (tests only).
+func (s *Isolator) SetHook(h func(point string)) { s.hook = h }
+
+func (s *Isolator) at(point string) {
+	if s.hook != nil {
+		s.hook(point)
+	}
+}
+
+// PortSpec is one requested static port range as it arrives from the API
+// (uint32 so that values above 65535 are rejected, not truncated).
+type PortSpec struct {
+	Begin, End uint32
+	Shared     bool
+}
+
+// ParsePorts validates requested ports and returns the exclusive and shared
+// sets. field names the request field in error messages (e.g. "ports").
+func ParsePorts(field string, specs []PortSpec) (excl, shared ephemeral.Set, err error) {
+	for i, p := range specs {
+		name := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case p.Begin == 0:
+			return excl, shared, errorf(codes.InvalidArgument, "%s.begin: port 0 is not a valid port (1-65535)", name)
+		case p.Begin > 65535:
+			return excl, shared, errorf(codes.InvalidArgument, "%s.begin: port %d is out of range 1-65535", name, p.Begin)
+		case p.End == 0:
+			return excl, shared, errorf(codes.InvalidArgument, "%s.end: missing (use end = begin for a single port)", name)
+		case p.End > 65535:
+			return excl, shared, errorf(codes.InvalidArgument, "%s.end: port %d is out of range 1-65535", name, p.End)
+		case p.End < p.Begin:
+			return excl, shared, errorf(codes.InvalidArgument, "%s: reversed range %d-%d (begin must be <= end)", name, p.Begin, p.End)
+		}
+		r := ephemeral.NewSet(ephemeral.Range{Begin: uint16(p.Begin), End: uint16(p.End)})
+		if p.Shared {
+			shared = shared.Union(r)
+		} else {
+			excl = excl.Union(r)
+		}
+	}
+	if both := excl.Intersect(shared); !both.Empty() {
+		return excl, shared, errorf(codes.InvalidArgument, "%s: ports %s are requested both shared and exclusive", field, both)
+	}
+	return excl, shared, nil
+}
+
+func validateID(id string) error {
+	if id == "" {
+		return errorf(codes.InvalidArgument, "container_id: must not be empty")
+	}
+	if err := dataplane.ValidateID(id); err != nil {
+		return errorf(codes.InvalidArgument, "container_id: %v", err)
+	}
+	return nil
+}
+
+// ledgerError maps a ledger refusal to an API error.
+func ledgerError(id string, err error) error {
+	var ce *ephemeral.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		return &Error{Code: codes.FailedPrecondition, Msg: fmt.Sprintf("ports: %v", err), Err: err}
+	case errors.Is(err, ephemeral.ErrNotManaged), errors.Is(err, ephemeral.ErrInEphemeralPool):
+		return &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("ports: %v", err), Err: err}
+	default:
+		return &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("ports: container %s: %v", id, err), Err: err}
+	}
+}
+
+// Prepare reserves the static ports and an ephemeral block for a container.
+// Repeating it with the same ports returns the same container; different
+// ports get AlreadyExists.
+func (s *Isolator) Prepare(ctx context.Context, id string, ports []PortSpec) (Record, error) {
+	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	excl, shared, err := ParsePorts("ports", ports)
+	if err != nil {
+		return Record{}, err
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+
+	s.mu.Lock()
+	if r, ok := s.records[id]; ok {
+		s.mu.Unlock()
+		if r.Ports.Equal(excl) && r.Shared.Equal(shared) {
+			return *r, nil
+		}
+		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", id, portsString(r.Ports, r.Shared), portsString(excl, shared))
+	}
+	slot, ok := s.slots.take()
+	if !ok {
+		s.mu.Unlock()
+		return Record{}, errorf(codes.ResourceExhausted, "no container slot left (at most %d containers)", dataplane.MaxSlot)
+	}
+	block, err := s.alloc.Allocate()
+	if err != nil {
+		s.slots.put(slot)
+		s.mu.Unlock()
+		if errors.Is(err, ephemeral.ErrExhausted) {
+			return Record{}, errorf(codes.ResourceExhausted, "no ephemeral port block left: all %d blocks of %d ports in %s are in use", s.alloc.Total(), s.alloc.BlockSize(), s.cfg.EphemeralPool)
+		}
+		return Record{}, wrapf(codes.Internal, err, "allocate ephemeral block")
+	}
+	if err := s.ledger.Reserve(id, ephemeral.Request{Exclusive: excl, Shared: shared}); err != nil {
+		_ = s.alloc.Release(block)
+		s.slots.put(slot)
+		s.mu.Unlock()
+		return Record{}, ledgerError(id, err)
+	}
+	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC()}
+	s.records[id] = r
+	rec := *r
+	s.mu.Unlock()
+
+	if err := s.store.put(&rec); err != nil {
+		s.mu.Lock()
+		s.forget(r)
+		s.mu.Unlock()
+		return Record{}, wrapf(codes.Internal, err, "persist container %s", id)
+	}
+	s.log.Info("prepared", "container_id", id, "ephemeral_ports", block.String(), "ports", portsString(excl, shared), "slot", slot)
+	return rec, nil
+}
+
+// forget drops a record from memory and releases everything it holds. s.mu held.
+func (s *Isolator) forget(r *Record) {
+	delete(s.records, r.ID)
+	s.ledger.Release(r.ID)
+	if err := s.alloc.Release(r.Ephemeral); err != nil {
+		s.log.Warn("release ephemeral block", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
+	}
+	s.slots.put(r.Slot)
+}
+
+// IsolateTarget names the container's network namespace: a pid or a path.
+type IsolateTarget struct {
+	Pid       int
+	NetNSPath string
+}
+
+// Isolate plumbs the container's network. Repeating it with the same target
+// returns the same container; another target gets AlreadyExists.
+func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (Record, error) {
+	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	if t.Pid != 0 && t.NetNSPath != "" {
+		return Record{}, errorf(codes.InvalidArgument, "target: give either pid or netns_path, not both")
+	}
+	if t.Pid < 0 || (t.Pid == 0 && t.NetNSPath == "") {
+		return Record{}, errorf(codes.InvalidArgument, "pid: must be > 0 (or give netns_path), got %d", t.Pid)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+
+	s.mu.Lock()
+	r, ok := s.records[id]
+	var cur Record
+	if ok {
+		cur = *r
+	}
+	s.mu.Unlock()
+	if !ok {
+		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is not prepared (call Prepare first)", id)
+	}
+	if cur.State == StateIsolated {
+		if (t.Pid != 0 && t.Pid == cur.Pid) || (t.NetNSPath != "" && t.NetNSPath == cur.NetNSPath) {
+			return cur, nil
+		}
+		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already isolated (%s)", id, targetString(cur.Pid, cur.NetNSPath))
+	}
+	if cur.State != StatePrepared {
+		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is %s", id, cur.State)
+	}
+
+	// Resolve the target before writing anything.
+	next := cur
+	if t.Pid > 0 {
+		start, err := procStart(s.cfg.ProcRoot, t.Pid)
+		if err != nil {
+			return Record{}, errorf(codes.NotFound, "pid: process %d not found", t.Pid)
+		}
+		next.Pid, next.PidStart = t.Pid, start
+		next.NetNSPath = fmt.Sprintf("%s/%d/ns/net", s.cfg.ProcRoot, t.Pid)
+	} else {
+		if _, err := os.Stat(t.NetNSPath); err != nil {
+			return Record{}, errorf(codes.NotFound, "netns_path: %s: %v", t.NetNSPath, errors.Unwrap(err))
+		}
+		next.NetNSPath = t.NetNSPath
+	}
+	ino, err := nsInode(next.NetNSPath)
+	if err != nil {
+		return Record{}, errorf(codes.NotFound, "%s: %s is not a network namespace: %v", targetField(t), next.NetNSPath, err)
+	}
+	next.NetNSIno = ino
+	next.State = StateIsolating
+	next.Veth = dataplane.VethName(id)
+	if err := s.commit(&next); err != nil {
+		return Record{}, err
+	}
+	s.at("isolate:intent")
+
+	plumb, err := s.dp.Setup(ctx, s.container(&next))
+	if err != nil {
+		// Setup rolled back its own work; return to prepared.
+		back := cur
+		if perr := s.commit(&back); perr != nil {
+			s.log.Error("persist rollback", "container_id", id, "err", perr)
+		}
+		if errors.Is(err, dataplane.ErrHostNamespace) {
+			return Record{}, errorf(codes.FailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
+		}
+		return Record{}, wrapf(codes.Internal, err, "isolate %s", id)
+	}
+	s.at("isolate:plumbed")
+	next.State = StateIsolated
+	next.Isolated = time.Now().UTC()
+	next.Veth = plumb.Veth
+	next.Mount = plumb.Mount
+	if err := s.commit(&next); err != nil {
+		return Record{}, err
+	}
+	s.log.Info("isolated", "container_id", id, "veth", plumb.Veth, "netns", plumb.Mount, "target", targetString(next.Pid, next.NetNSPath))
+	return next, nil
+}
+
+// commit persists r and then publishes it in memory.
+func (s *Isolator) commit(r *Record) error {
+	if err := s.store.put(r); err != nil {
+		return wrapf(codes.Internal, err, "persist container %s", r.ID)
+	}
+	s.mu.Lock()
+	if cur, ok := s.records[r.ID]; ok {
+		*cur = *r
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// container converts a record to the data plane's view.
+func (s *Isolator) container(r *Record) dataplane.Container {
+	ns := r.NetNSPath
+	if r.Mount != "" {
+		ns = r.Mount
+	}
+	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared}
+}
+
+// Update changes the static ports of a container, all or nothing.
+func (s *Isolator) Update(ctx context.Context, id string, ports []PortSpec) (Record, error) {
+	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	excl, shared, err := ParsePorts("ports", ports)
+	if err != nil {
+		return Record{}, err
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+
+	s.mu.Lock()
+	r, ok := s.records[id]
+	if !ok {
+		s.mu.Unlock()
+		return Record{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+	}
+	cur := *r
+	if cur.Ports.Equal(excl) && cur.Shared.Equal(shared) {
+		s.mu.Unlock()
+		return cur, nil
+	}
+	if cur.State != StatePrepared && cur.State != StateIsolated {
+		s.mu.Unlock()
+		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is %s", id, cur.State)
+	}
+	// Hold old ∪ new while the kernel moves over, so no other container can
+	// take a port whose filters still point here.
+	hold := ephemeral.Request{Exclusive: cur.Ports.Union(excl), Shared: cur.Shared.Union(shared).Subtract(cur.Ports.Union(excl))}
+	if err := s.ledger.Update(id, ephemeral.Request{Exclusive: excl, Shared: shared}); err != nil {
+		s.mu.Unlock()
+		return Record{}, ledgerError(id, err)
+	}
+	if cur.State == StatePrepared {
+		next := cur
+		next.Ports, next.Shared = excl, shared
+		s.mu.Unlock()
+		if err := s.commit(&next); err != nil {
+			s.mu.Lock()
+			_ = s.ledger.Update(id, ephemeral.Request{Exclusive: cur.Ports, Shared: cur.Shared})
+			s.mu.Unlock()
+			return Record{}, err
+		}
+		s.log.Info("updated", "container_id", id, "ports", portsString(excl, shared))
+		return next, nil
+	}
+	if err := s.ledger.Update(id, hold); err != nil {
+		// The union can only fail if a port changed between exclusive and shared;
+		// then holding the new set alone is what we can do.
+		s.log.Debug("hold union", "container_id", id, "err", err)
+	}
+	s.mu.Unlock()
+
+	next := cur
+	next.State = StateUpdating
+	next.NewPorts, next.NewShared = &excl, &shared
+	restore := func() {
+		s.mu.Lock()
+		_ = s.ledger.Update(id, ephemeral.Request{Exclusive: cur.Ports, Shared: cur.Shared})
+		s.mu.Unlock()
+	}
+	if err := s.commit(&next); err != nil {
+		restore()
+		return Record{}, err
+	}
+	s.at("update:intent")
+	if err := s.dp.SetPorts(ctx, s.container(&cur), excl, shared); err != nil {
+		restore()
+		back := cur
+		if perr := s.commit(&back); perr != nil {
+			s.log.Error("persist rollback", "container_id", id, "err", perr)
+		}
+		return Record{}, wrapf(codes.Internal, err, "update ports of %s", id)
+	}
+	done := cur
+	done.Ports, done.Shared = excl, shared
+	if err := s.commit(&done); err != nil {
+		return Record{}, err
+	}
+	s.mu.Lock()
+	_ = s.ledger.Update(id, ephemeral.Request{Exclusive: excl, Shared: shared})
+	s.mu.Unlock()
+	s.log.Info("updated", "container_id", id, "ports", portsString(excl, shared))
+	return done, nil
+}
+
+// Usage returns a container's traffic counters.
+func (s *Isolator) Usage(ctx context.Context, id string) (Record, dataplane.LinkStats, error) {
+	if err := validateID(id); err != nil {
+		return Record{}, dataplane.LinkStats{}, err
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	r, ok := s.get(id)
+	if !ok {
+		return Record{}, dataplane.LinkStats{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+	}
+	if r.State != StateIsolated {
+		return r, dataplane.LinkStats{}, nil
+	}
+	st, err := s.dp.Stats(ctx, s.container(&r))
+	if err != nil {
+		return r, st, wrapf(codes.Internal, err, "usage of %s", id)
+	}
+	return r, st, nil
+}
+
+// Cleanup removes everything of a container, then releases its ports.
+// Cleaning an unknown or never-isolated container succeeds.
+func (s *Isolator) Cleanup(ctx context.Context, id string) error {
+	if err := validateID(id); err != nil {
+		return err
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	r, ok := s.get(id)
+	if !ok {
+		return nil
+	}
+	return s.cleanup(ctx, &r)
+}
+
+// cleanup tears a container down; the per-container lock is held.
+func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
+	if r.State != StatePrepared {
+		next := *r
+		next.State = StateCleaning
+		if err := s.commit(&next); err != nil {
+			return err
+		}
+		s.at("cleanup:intent")
+		rep, err := s.dp.Teardown(ctx, s.container(r))
+		if err != nil {
+			return wrapf(codes.Internal, err, "cleanup of %s", r.ID)
+		}
+		if len(rep.Missing) > 0 {
+			s.log.Info("cleanup found objects already gone", "container_id", r.ID, "missing", strings.Join(rep.Missing, ", "))
+		}
+		s.at("cleanup:torndown")
+	}
+	if err := s.store.del(r.ID); err != nil {
+		return wrapf(codes.Internal, err, "persist cleanup of %s", r.ID)
+	}
+	s.mu.Lock()
+	if cur, ok := s.records[r.ID]; ok {
+		s.forget(cur)
+	}
+	s.mu.Unlock()
+	s.log.Info("cleaned up", "container_id", r.ID)
+	return nil
+}
+
+func (s *Isolator) get(id string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[id]
+	if !ok {
+		return Record{}, false
+	}
+	return *r, true
+}
+
+// Get returns one container.
+func (s *Isolator) Get(ctx context.Context, id string) (Record, error) {
+	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	r, ok := s.get(id)
+	if !ok {
+		return Record{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+	}
+	return r, nil
+}
+
+// List returns every container, sorted by ID.
+func (s *Isolator) List(ctx context.Context) []Record {
+	s.mu.Lock()
+	out := make([]Record, 0, len(s.records))
+	for _, r := range s.records {
+		out = append(out, *r)
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Status describes capacities and the host.
+type Status struct {
+	Version                     string
+	BlockSize                   int
+	BlocksTotal, BlocksUsed     int
+	EphemeralPool, ManagedPorts ephemeral.Set
+	ExclusivePorts, SharedPorts ephemeral.Set // static ports held
+	Containers                  map[State]int
+	Host                        dataplane.HostInfo
+}
+
+// Status returns capacities, holdings and the host the data plane found.
+func (s *Isolator) Status(ctx context.Context) Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Status{
+		Version:       s.cfg.Version,
+		BlockSize:     s.alloc.BlockSize(),
+		BlocksTotal:   s.alloc.Total(),
+		BlocksUsed:    s.alloc.Used(),
+		EphemeralPool: s.cfg.EphemeralPool,
+		ManagedPorts:  s.cfg.ManagedPorts,
+		Containers:    map[State]int{},
+		Host:          s.host,
+	}
+	for _, r := range s.records {
+		st.Containers[r.State]++
+		st.ExclusivePorts = st.ExclusivePorts.Union(r.Ports)
+		st.SharedPorts = st.SharedPorts.Union(r.Shared)
+	}
+	return st
+}
+
+func portsString(excl, shared ephemeral.Set) string {
+	switch {
+	case excl.Empty() && shared.Empty():
+		return "none"
+	case shared.Empty():
+		return excl.String()
+	case excl.Empty():
+		return "shared " + shared.String()
+	}
+	return excl.String() + " + shared " + shared.String()
+}
+
+func targetString(pid int, path string) string {
+	if pid > 0 {
+		return "pid " + strconv.Itoa(pid)
+	}
+	return "netns " + path
+}
+
+func targetField(t IsolateTarget) string {
+	if t.Pid > 0 {
+		return "pid"
+	}
+	return "netns_path"
+}
+
+// keyedMutex serializes calls per container ID.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// slotSet hands out container slots 1..MaxSlot, lowest first.
+type slotSet struct {
+	used [dataplane.MaxSlot + 1]bool
+	n    int
+}
+
+func (s *slotSet) take() (uint16, bool) {
+	for i := 1; i <= dataplane.MaxSlot; i++ {
+		if !s.used[i] {
+			s.used[i] = true
+			s.n++
+			return uint16(i), true
+		}
+	}
+	return 0, false
+}
+
+func (s *slotSet) claim(i uint16) bool {
+	if i == 0 || int(i) > dataplane.MaxSlot || s.used[i] {
+		return false
+	}
+	s.used[i] = true
+	s.n++
+	return true
+}
+
+func (s *slotSet) put(i uint16) {
+	if i != 0 && int(i) <= dataplane.MaxSlot && s.used[i] {
+		s.used[i] = false
+		s.n--
+	}
+}

@@ -1,0 +1,185 @@
+// Package isolatortest has an in-memory fake of the data plane for unit
+// tests of the lifecycle and the API server (no kernel, no root).
+package isolatortest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/ephemeral"
+)
+
+func inode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// DataPlane is an in-memory data plane for lifecycle unit tests (a fake: the
+// real one is dataplane.DataPlane). It records
+// which containers are plumbed and which ports point where, and can fail on
+// demand.
+type DataPlane struct {
+	mu       sync.Mutex
+	Plumbed  map[string]dataplane.Container // id -> container as plumbed
+	portOwn  map[uint16][]string            // port -> ids with filters for it
+	HostIno  uint64
+	FailNext map[string]error // op -> error returned once
+	Missing  map[string][]string
+	calls    []string
+}
+
+// New returns an empty fake data plane.
+func New() *DataPlane {
+	return &DataPlane{Plumbed: map[string]dataplane.Container{}, portOwn: map[uint16][]string{}, FailNext: map[string]error{}, Missing: map[string][]string{}}
+}
+
+func (f *DataPlane) record(op, id string) error {
+	f.calls = append(f.calls, op+" "+id)
+	if err, ok := f.FailNext[op]; ok {
+		delete(f.FailNext, op)
+		return err
+	}
+	return nil
+}
+
+func (f *DataPlane) PrepareHost(ctx context.Context) (dataplane.HostInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return dataplane.HostInfo{Eth0: "eth0", Lo: "lo"}, f.record("prepare-host", "")
+}
+
+func (f *DataPlane) setPortsLocked(c dataplane.Container, ports, shared ephemeral.Set) {
+	f.clearOwner(c.ID)
+	all := ports.Union(shared).Union(ephemeral.NewSet(c.Ephemeral))
+	for _, p := range all.Ports() {
+		f.portOwn[p] = append(f.portOwn[p], c.ID)
+	}
+}
+
+func (f *DataPlane) Setup(ctx context.Context, c dataplane.Container) (dataplane.Plumbing, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("setup", c.ID); err != nil {
+		return dataplane.Plumbing{}, err
+	}
+	if ino, err := inode(c.NetNS); err == nil && ino == f.HostIno {
+		return dataplane.Plumbing{}, fmt.Errorf("%s: %w", c.NetNS, dataplane.ErrHostNamespace)
+	}
+	f.Plumbed[c.ID] = c
+	f.setPortsLocked(c, c.Ports, c.Shared)
+	return dataplane.Plumbing{Veth: "iso-" + c.ID, Mount: f.MountPath(c.ID)}, nil
+}
+
+func (f *DataPlane) SetPorts(ctx context.Context, c dataplane.Container, ports, shared ephemeral.Set) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("setports", c.ID); err != nil {
+		return err
+	}
+	if _, ok := f.Plumbed[c.ID]; !ok {
+		return errors.New("not plumbed")
+	}
+	c.Ports, c.Shared = ports, shared
+	f.Plumbed[c.ID] = c
+	f.setPortsLocked(c, ports, shared)
+	return nil
+}
+
+func (f *DataPlane) Stats(ctx context.Context, c dataplane.Container) (dataplane.LinkStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return dataplane.LinkStats{RxBytes: 100, TxBytes: 200}, f.record("stats", c.ID)
+}
+
+func (f *DataPlane) Teardown(ctx context.Context, c dataplane.Container) (dataplane.TeardownReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("teardown", c.ID); err != nil {
+		return dataplane.TeardownReport{}, err
+	}
+	var rep dataplane.TeardownReport
+	if _, ok := f.Plumbed[c.ID]; !ok {
+		rep.Missing = append(rep.Missing, "veth")
+	}
+	delete(f.Plumbed, c.ID)
+	f.clearOwner(c.ID)
+	return rep, nil
+}
+
+func (f *DataPlane) clearOwner(id string) {
+	for p, ids := range f.portOwn {
+		var keep []string
+		for _, x := range ids {
+			if x != id {
+				keep = append(keep, x)
+			}
+		}
+		if len(keep) == 0 {
+			delete(f.portOwn, p)
+		} else {
+			f.portOwn[p] = keep
+		}
+	}
+}
+
+func (f *DataPlane) Check(ctx context.Context, c dataplane.Container) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("check", c.ID); err != nil {
+		return nil, err
+	}
+	if m, ok := f.Missing[c.ID]; ok {
+		return m, nil
+	}
+	if _, ok := f.Plumbed[c.ID]; !ok {
+		return []string{"veth", "mount", "filters"}, nil
+	}
+	return nil, nil
+}
+
+func (f *DataPlane) Adopt(ctx context.Context, c dataplane.Container) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.record("adopt", c.ID)
+}
+
+func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	known := map[string]bool{}
+	for _, c := range keep {
+		known[c.ID] = true
+	}
+	var removed []string
+	for id, c := range f.Plumbed {
+		if !known[id] {
+			removed = append(removed, "veth iso-"+id)
+			delete(f.Plumbed, id)
+			f.clearOwner(c.ID)
+		}
+	}
+	sort.Strings(removed)
+	return removed, f.record("strays", "")
+}
+
+func (f *DataPlane) MountPath(id string) string { return "/fake/netns/" + id }
+
+// Owners returns a copy of port -> owners.
+func (f *DataPlane) Owners() map[uint16][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[uint16][]string{}
+	for p, ids := range f.portOwn {
+		out[p] = append([]string(nil), ids...)
+	}
+	return out
+}

@@ -1,0 +1,247 @@
+package isolator
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/ephemeral"
+)
+
+// RecoveryReport counts the decisions Start made.
+type RecoveryReport struct {
+	Kept       int      // isolated containers whose plumbing was complete
+	Prepared   int      // prepared containers (nothing in the kernel)
+	Finished   int      // intents completed (isolate found complete, update rolled forward, re-plumbed)
+	RolledBack int      // intents undone (isolate torn down back to prepared, update rolled back)
+	CleanedUp  int      // containers removed (cleanup intent finished, namespace gone)
+	Strays     []string // kernel objects that belonged to no known container, removed
+	Unreserved []string // records whose ports no longer fit the configuration (kept, not reserved)
+}
+
+// Start prepares the host and recovers every container from the state store
+// and the kernel. It must run before serving; the daemon reports readiness
+// only after it returns. One log line per decision.
+func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
+	var rep RecoveryReport
+	host, err := s.dp.PrepareHost(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("prepare host: %w", err)
+	}
+	s.host = host
+
+	recs, err := s.store.load()
+	if err != nil {
+		return rep, fmt.Errorf("load state: %w", err)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
+
+	// 1. Rebuild the bookkeeping from the records, before any decision, so no
+	//    port or block can be handed out twice.
+	s.mu.Lock()
+	for _, r := range recs {
+		if !s.slots.claim(r.Slot) {
+			s.mu.Unlock()
+			return rep, fmt.Errorf("state: container %s has slot %d which is invalid or taken", r.ID, r.Slot)
+		}
+		if err := s.alloc.Claim(r.Ephemeral); err != nil {
+			rep.Unreserved = append(rep.Unreserved, r.ID)
+			s.log.Warn("recover: ephemeral block not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
+		}
+		req := holdRequest(r)
+		if err := s.ledger.Reserve(r.ID, req); err != nil {
+			rep.Unreserved = append(rep.Unreserved, r.ID)
+			s.log.Warn("recover: static ports not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "ports", portsString(req.Exclusive, req.Shared), "err", err)
+		}
+		s.records[r.ID] = r
+	}
+	s.mu.Unlock()
+
+	// 2. Resolve each record against the kernel.
+	var keep []*Record
+	for _, r := range recs {
+		kept, err := s.recoverOne(ctx, r, &rep)
+		if err != nil {
+			return rep, err
+		}
+		if kept {
+			keep = append(keep, r)
+		}
+	}
+
+	// 3. Remove kernel objects that belong to nobody.
+	cs := make([]dataplane.Container, 0, len(keep))
+	for _, r := range keep {
+		cs = append(cs, s.container(r))
+	}
+	strays, err := s.dp.RemoveStrays(ctx, cs)
+	if err != nil {
+		return rep, fmt.Errorf("remove strays: %w", err)
+	}
+	for _, st := range strays {
+		s.log.Info("recover: removed stray", "object", st)
+	}
+	rep.Strays = strays
+	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
+		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "strays", len(rep.Strays))
+	return rep, nil
+}
+
+// holdRequest is what a record holds in the ledger: during an update, the
+// union of the old and new ports.
+func holdRequest(r *Record) ephemeral.Request {
+	req := ephemeral.Request{Exclusive: r.Ports, Shared: r.Shared}
+	if r.State == StateUpdating && r.NewPorts != nil && r.NewShared != nil {
+		req.Exclusive = req.Exclusive.Union(*r.NewPorts)
+		req.Shared = req.Shared.Union(*r.NewShared).Subtract(req.Exclusive)
+	}
+	return req
+}
+
+// recoverOne decides the fate of one record; it reports whether the
+// container's plumbing is kept.
+func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryReport) (bool, error) {
+	log := s.log.With("container_id", r.ID, "state", string(r.State))
+	switch r.State {
+	case StatePrepared:
+		rep.Prepared++
+		log.Info("recover: prepared, nothing in the kernel")
+		return false, nil
+
+	case StateCleaning:
+		if err := s.finishCleanup(ctx, r); err != nil {
+			return false, err
+		}
+		rep.CleanedUp++
+		log.Info("recover: cleanup intent finished")
+		return false, nil
+	}
+
+	// isolating, isolated, updating: the namespace must still have its owner.
+	if !alive(s.cfg.ProcRoot, r) {
+		if err := s.finishCleanup(ctx, r); err != nil {
+			return false, err
+		}
+		rep.CleanedUp++
+		log.Info("recover: container's namespace is gone; cleaned up", "target", targetString(r.Pid, r.NetNSPath))
+		return false, nil
+	}
+
+	c := s.container(r)
+	switch r.State {
+	case StateIsolating:
+		missing, err := s.dp.Check(ctx, c)
+		if err == nil && len(missing) == 0 {
+			r.State = StateIsolated
+			r.Mount = s.mountPathFor(r)
+			if err := s.commit(r); err != nil {
+				return false, err
+			}
+			if err := s.dp.Adopt(ctx, s.container(r)); err != nil {
+				return false, fmt.Errorf("adopt %s: %w", r.ID, err)
+			}
+			rep.Finished++
+			log.Info("recover: isolate intent found complete; kept")
+			return true, nil
+		}
+		if _, err := s.dp.Teardown(ctx, c); err != nil {
+			return false, fmt.Errorf("roll back isolate of %s: %w", r.ID, err)
+		}
+		r.State, r.Mount, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", 0, 0, "", 0, ""
+		if err := s.commit(r); err != nil {
+			return false, err
+		}
+		rep.RolledBack++
+		log.Info("recover: isolate intent incomplete; rolled back to prepared", "missing", strings.Join(missing, ", "))
+		return false, nil
+
+	case StateUpdating:
+		// Roll forward: the data plane brings the kernel to the new ports
+		// from wherever the interrupted update left it.
+		newP, newS := *r.NewPorts, *r.NewShared
+		if err := s.dp.Adopt(ctx, c); err != nil {
+			return false, fmt.Errorf("adopt %s: %w", r.ID, err)
+		}
+		if err := s.dp.SetPorts(ctx, c, newP, newS); err != nil {
+			log.Warn("recover: rolling the update forward failed; rolling back", "err", err)
+			if err2 := s.dp.SetPorts(ctx, s.container(&Record{ID: r.ID, Slot: r.Slot, Ephemeral: r.Ephemeral, Ports: newP, Shared: newS, NetNSPath: r.NetNSPath, Mount: r.Mount}), r.Ports, r.Shared); err2 != nil {
+				return false, fmt.Errorf("roll back update of %s: %v (forward: %w)", r.ID, err2, err)
+			}
+			newP, newS = r.Ports, r.Shared
+			rep.RolledBack++
+		} else {
+			rep.Finished++
+			log.Info("recover: update intent rolled forward", "ports", portsString(newP, newS))
+		}
+		r.State, r.Ports, r.Shared, r.NewPorts, r.NewShared = StateIsolated, newP, newS, nil, nil
+		if err := s.commit(r); err != nil {
+			return false, err
+		}
+		s.mu.Lock()
+		_ = s.ledger.Update(r.ID, ephemeral.Request{Exclusive: newP, Shared: newS})
+		s.mu.Unlock()
+		return true, nil
+
+	default: // isolated
+		missing, err := s.dp.Check(ctx, c)
+		if err != nil {
+			return false, fmt.Errorf("check %s: %w", r.ID, err)
+		}
+		if len(missing) == 0 {
+			if err := s.dp.Adopt(ctx, c); err != nil {
+				return false, fmt.Errorf("adopt %s: %w", r.ID, err)
+			}
+			rep.Kept++
+			log.Info("recover: plumbing complete; kept")
+			return true, nil
+		}
+		// Something was removed behind our back: rebuild it.
+		if _, err := s.dp.Teardown(ctx, c); err != nil {
+			return false, fmt.Errorf("teardown before re-plumb of %s: %w", r.ID, err)
+		}
+		src := *r
+		src.Mount = ""
+		plumb, err := s.dp.Setup(ctx, s.container(&src))
+		if err != nil {
+			r.State, r.Mount, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", 0, 0, "", 0, ""
+			if err := s.commit(r); err != nil {
+				return false, err
+			}
+			rep.RolledBack++
+			log.Warn("recover: plumbing incomplete and re-plumbing failed; back to prepared", "missing", strings.Join(missing, ", "), "err", err)
+			return false, nil
+		}
+		r.Veth, r.Mount = plumb.Veth, plumb.Mount
+		if err := s.commit(r); err != nil {
+			return false, err
+		}
+		rep.Finished++
+		log.Info("recover: plumbing incomplete; re-plumbed", "missing", strings.Join(missing, ", "))
+		return true, nil
+	}
+}
+
+// finishCleanup tears down (idempotently), deletes the record and releases
+// its ports.
+func (s *Isolator) finishCleanup(ctx context.Context, r *Record) error {
+	if _, err := s.dp.Teardown(ctx, s.container(r)); err != nil {
+		return fmt.Errorf("cleanup of %s: %w", r.ID, err)
+	}
+	if err := s.store.del(r.ID); err != nil {
+		return fmt.Errorf("persist cleanup of %s: %w", r.ID, err)
+	}
+	s.mu.Lock()
+	s.forget(r)
+	s.mu.Unlock()
+	return nil
+}
+
+// mountPathFor is where the data plane bind-mounts a container's namespace.
+func (s *Isolator) mountPathFor(r *Record) string {
+	if r.Mount != "" {
+		return r.Mount
+	}
+	return s.dp.MountPath(r.ID)
+}
