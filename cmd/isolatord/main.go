@@ -1,0 +1,323 @@
+// Command isolatord is the isolatord daemon: it gives containers network
+// isolation while they share the host's IP address, and is driven over gRPC on
+// a unix socket (see api/isolatord/v1/isolator.proto).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	vnetns "github.com/vishvananda/netns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type options struct {
+	socket, stateDir, metricsAddr string
+	eth0, lo, netnsDir, hostNetNS string
+	ports, ephemeralPorts         string
+	blockSize                     int
+	allowUIDs                     string
+	logLevel                      string
+	shutdownTimeout               time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("isolatord", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", "/run/isolatord/isolatord.sock", "unix socket to serve gRPC on")
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/isolatord", "directory of the state database")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9617", "address to serve Prometheus /metrics on (empty disables)")
+	fs.StringVar(&o.eth0, "eth0", "", "public interface (default: the device of the default route)")
+	fs.StringVar(&o.lo, "lo", "", "loopback interface (default: the first loopback link)")
+	fs.StringVar(&o.ports, "ports", "", "static ports containers may ask for, e.g. 31000-31999")
+	fs.StringVar(&o.ephemeralPorts, "ephemeral-ports", "", "pool of ephemeral ports handed out in per-container blocks, e.g. 32768-49151 (required)")
+	fs.IntVar(&o.blockSize, "ephemeral-ports-per-container", 1024, "ephemeral block size: a power of two >= 16")
+	fs.StringVar(&o.netnsDir, "netns-dir", "/var/run/netns", "directory of the namespace bind mounts (ip netns uses /var/run/netns)")
+	fs.StringVar(&o.allowUIDs, "allow-uid", "0", "comma-separated uids allowed to call the API")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.hostNetNS, "host-netns", "", "run the host side inside this network namespace (path; for sandboxes)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "isolatord:", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "isolatord: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(o, log); err != nil {
+		log.Error("isolatord failed", "err", err.Error())
+		return 1
+	}
+	return 0
+}
+
+// config turns flags into the lifecycle configuration, refusing bad values
+// with one clear error.
+func config(o *options, log *slog.Logger) (isolator.Config, []uint32, error) {
+	var cfg isolator.Config
+	managed, err := ephemeral.ParseSet(o.ports)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("--ports: %w", err)
+	}
+	if o.ephemeralPorts == "" {
+		return cfg, nil, errors.New("--ephemeral-ports is required (e.g. --ephemeral-ports 32768-49151), and must not overlap the host's ip_local_port_range")
+	}
+	pool, err := ephemeral.ParseSet(o.ephemeralPorts)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("--ephemeral-ports: %w", err)
+	}
+	var uids []uint32
+	for _, f := range strings.Split(o.allowUIDs, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		u, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return cfg, nil, fmt.Errorf("--allow-uid: %q is not a uid", f)
+		}
+		uids = append(uids, uint32(u))
+	}
+	if len(uids) == 0 {
+		return cfg, nil, errors.New("--allow-uid: at least one uid is required")
+	}
+	hostLocal, err := readHostLocalRange(o.hostNetNS)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("read the host's ip_local_port_range: %w", err)
+	}
+	cfg = isolator.Config{
+		ManagedPorts:  managed,
+		EphemeralPool: pool,
+		BlockSize:     o.blockSize,
+		HostLocal:     hostLocal,
+		StateDir:      o.stateDir,
+		Version:       version,
+		Logger:        log,
+	}
+	return cfg, uids, nil
+}
+
+// readHostLocalRange reads net.ipv4.ip_local_port_range of the host
+// namespace (the daemon's own, or --host-netns).
+func readHostLocalRange(hostNS string) (ephemeral.Range, error) {
+	read := func() (ephemeral.Range, error) {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+		if err != nil {
+			return ephemeral.Range{}, err
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 2 {
+			return ephemeral.Range{}, fmt.Errorf("unexpected %q", b)
+		}
+		lo, err1 := strconv.ParseUint(f[0], 10, 16)
+		hi, err2 := strconv.ParseUint(f[1], 10, 16)
+		if err1 != nil || err2 != nil {
+			return ephemeral.Range{}, fmt.Errorf("unexpected %q", b)
+		}
+		return ephemeral.Range{Begin: uint16(lo), End: uint16(hi)}, nil
+	}
+	if hostNS == "" {
+		return read()
+	}
+	type result struct {
+		r   ephemeral.Range
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// A dedicated, locked thread: if switching back fails it is never
+		// unlocked, so the runtime discards it.
+		runtime.LockOSThread()
+		orig, err := vnetns.Get()
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer orig.Close()
+		target, err := vnetns.GetFromPath(hostNS)
+		if err != nil {
+			ch <- result{err: fmt.Errorf("--host-netns %s: %w", hostNS, err)}
+			return
+		}
+		defer target.Close()
+		if err := vnetns.Set(target); err != nil {
+			ch <- result{err: err}
+			return
+		}
+		r, err := read()
+		if vnetns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{r, err}
+	}()
+	res := <-ch
+	return res.r, res.err
+}
+
+func serve(o *options, log *slog.Logger) error {
+	cfg, uids, err := config(o, log)
+	if err != nil {
+		return err
+	}
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	iso, err := isolator.New(cfg, dp)
+	if err != nil {
+		return err
+	}
+	defer iso.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	start := time.Now()
+	rep, err := iso.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	log.Info("recovered", "duration_seconds", time.Since(start).Seconds(), "kept", rep.Kept, "strays", len(rep.Strays))
+
+	lis, err := listenUnix(o.socket)
+	if err != nil {
+		return err
+	}
+	gs, hs := newGRPCServer(iso, uids, log)
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn("sd_notify READY failed", "err", err.Error())
+	}
+	log.Info("serving", "socket", o.socket, "version", version, "pid", os.Getpid())
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight calls; container plumbing stays in place")
+	_ = sdNotify("STOPPING=1")
+	hs.Shutdown()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(o.shutdownTimeout):
+		log.Warn("shutdown timeout: stopping in-flight calls")
+		gs.Stop()
+	}
+	_ = os.Remove(o.socket)
+	return nil
+}
+
+// newGRPCServer builds the gRPC server: peer-credential transport, uid
+// authorization, call logging, the Isolator service and the health service.
+func newGRPCServer(iso *isolator.Isolator, uids []uint32, log *slog.Logger) (*grpc.Server, *health.Server) {
+	allowed := map[uint32]bool{}
+	for _, u := range uids {
+		allowed[u] = true
+	}
+	gs := grpc.NewServer(
+		grpc.Creds(peerCreds{}),
+		grpc.ChainUnaryInterceptor(logCalls(log), authorize(allowed)),
+	)
+	pb.RegisterIsolatorServer(gs, &server{iso: iso})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pb.Isolator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return gs, hs
+}
+
+// listenUnix creates the socket's directory (0750) and the socket (0660),
+// replacing a stale socket file but refusing to steal a live one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("--socket: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("--socket: %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("--socket: %s is in use (another isolatord running?)", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("--socket: remove stale %s: %w", path, err)
+		}
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("--socket: %w", err)
+	}
+	return lis, nil
+}
+
+// logCalls logs every call at debug level, and failures at info, with the
+// caller's uid.
+func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		attrs := []any{"method", info.FullMethod, "peer_uid", uidLabel(ctx), "duration_seconds", time.Since(start).Seconds()}
+		if err != nil {
+			log.Info("call failed", append(attrs, "err", err.Error())...)
+		} else {
+			log.Debug("call", attrs...)
+		}
+		return resp, err
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/isolator"
+)
+
+// server maps the gRPC API onto the lifecycle. Validation lives in the
+// lifecycle (so every front end gets the same messages); this layer only
+// converts messages and errors.
+type server struct {
+	pb.UnimplementedIsolatorServer
+	iso *isolator.Isolator
+}
+
+// toStatus turns a lifecycle error into a gRPC status with its code.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(isolator.CodeOf(err), err.Error())
+}
+
+func portSpecs(ps []*pb.PortRange) []isolator.PortSpec {
+	out := make([]isolator.PortSpec, 0, len(ps))
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		out = append(out, isolator.PortSpec{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
+	}
+	return out
+}
+
+func toProto(r isolator.Record) *pb.Container {
+	c := &pb.Container{
+		ContainerId:    r.ID,
+		EphemeralPorts: &pb.EphemeralRange{Begin: uint32(r.Ephemeral.Begin), End: uint32(r.Ephemeral.End)},
+		Veth:           r.Veth,
+		Netns:          r.Mount,
+		Pid:            int32(r.Pid),
+		CreatedAt:      timestamppb.New(r.Created),
+	}
+	switch r.State {
+	case isolator.StatePrepared:
+		c.State = pb.ContainerState_CONTAINER_STATE_PREPARED
+	case isolator.StateIsolated:
+		c.State = pb.ContainerState_CONTAINER_STATE_ISOLATED
+	}
+	if r.State != isolator.StateIsolated {
+		c.Veth, c.Netns = "", ""
+	}
+	if r.Pid > 0 {
+		c.NetnsSource = "pid:" + strconv.Itoa(r.Pid)
+	} else {
+		c.NetnsSource = r.NetNSPath
+	}
+	if !r.Isolated.IsZero() {
+		c.IsolatedAt = timestamppb.New(r.Isolated)
+	}
+	for _, rg := range r.Ports.Ranges() {
+		c.Ports = append(c.Ports, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End)})
+	}
+	for _, rg := range r.Shared.Ranges() {
+		c.Ports = append(c.Ports, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End), Shared: true})
+	}
+	sort.Slice(c.Ports, func(i, j int) bool { return c.Ports[i].Begin < c.Ports[j].Begin })
+	return c
+}
+
+func (s *server) Prepare(ctx context.Context, req *pb.PrepareRequest) (*pb.PrepareResponse, error) {
+	r, err := s.iso.Prepare(ctx, req.GetContainerId(), portSpecs(req.GetPorts()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PrepareResponse{Container: toProto(r)}, nil
+}
+
+func (s *server) Isolate(ctx context.Context, req *pb.IsolateRequest) (*pb.IsolateResponse, error) {
+	var t isolator.IsolateTarget
+	switch x := req.GetTarget().(type) {
+	case *pb.IsolateRequest_Pid:
+		if x.Pid <= 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "pid: must be > 0, got %d", x.Pid)
+		}
+		t.Pid = int(x.Pid)
+	case *pb.IsolateRequest_NetnsPath:
+		if x.NetnsPath == "" {
+			return nil, status.Error(codes.InvalidArgument, "netns_path: must not be empty")
+		}
+		t.NetNSPath = x.NetnsPath
+	default:
+		if req.GetContainerId() == "" {
+			return nil, status.Error(codes.InvalidArgument, "container_id: must not be empty")
+		}
+		return nil, status.Error(codes.InvalidArgument, "target: give pid or netns_path")
+	}
+	r, err := s.iso.Isolate(ctx, req.GetContainerId(), t)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.IsolateResponse{Container: toProto(r)}, nil
+}
+
+func (s *server) Update(ctx context.Context, req *pb.UpdateRequest) (*pb.UpdateResponse, error) {
+	r, err := s.iso.Update(ctx, req.GetContainerId(), portSpecs(req.GetPorts()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.UpdateResponse{Container: toProto(r)}, nil
+}
+
+func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResponse, error) {
+	r, st, err := s.iso.Usage(ctx, req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.UsageResponse{
+		ContainerId:    r.ID,
+		EphemeralPorts: &pb.EphemeralRange{Begin: uint32(r.Ephemeral.Begin), End: uint32(r.Ephemeral.End)},
+		CollectedAt:    timestamppb.New(time.Now()),
+	}
+	if r.State == isolator.StateIsolated {
+		resp.Traffic = &pb.TrafficStats{
+			RxBytes: st.RxBytes, RxPackets: st.RxPackets, RxErrors: st.RxErrors, RxDropped: st.RxDropped,
+			TxBytes: st.TxBytes, TxPackets: st.TxPackets, TxErrors: st.TxErrors, TxDropped: st.TxDropped,
+		}
+	}
+	return resp, nil
+}
+
+func (s *server) Cleanup(ctx context.Context, req *pb.CleanupRequest) (*pb.CleanupResponse, error) {
+	if err := s.iso.Cleanup(ctx, req.GetContainerId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CleanupResponse{}, nil
+}
+
+func (s *server) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+	r, err := s.iso.Get(ctx, req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.GetResponse{Container: toProto(r)}, nil
+}
+
+func (s *server) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
+	recs := s.iso.List(ctx)
+	resp := &pb.ListResponse{Containers: make([]*pb.Container, 0, len(recs))}
+	for _, r := range recs {
+		resp.Containers = append(resp.Containers, toProto(r))
+	}
+	return resp, nil
+}
+
+func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := s.iso.Status(ctx)
+	resp := &pb.StatusResponse{
+		Version:              st.Version,
+		EphemeralPool:        st.EphemeralPool.String(),
+		BlockSize:            uint32(st.BlockSize),
+		EphemeralBlocksTotal: uint32(st.BlocksTotal),
+		EphemeralBlocksUsed:  uint32(st.BlocksUsed),
+		EphemeralBlocksFree:  uint32(st.BlocksTotal - st.BlocksUsed),
+		ManagedPorts:         st.ManagedPorts.String(),
+		StaticPortsExclusive: st.ExclusivePorts.String(),
+		StaticPortsShared:    st.SharedPorts.String(),
+		Features:             st.Host.Features,
+		ContainersByState:    map[string]uint32{},
+		HostInterface:        st.Host.Eth0,
+	}
+	if st.Host.IP.IP != nil {
+		resp.HostIp = st.Host.IP.IP.String()
+	}
+	for state, n := range st.Containers {
+		resp.ContainersByState[string(state)] = uint32(n)
+		resp.Containers += uint32(n)
+	}
+	return resp, nil
+}
