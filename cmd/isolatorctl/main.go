@@ -1,0 +1,26 @@
+// Command isolatorctl is the command-line client of isolatord. It speaks the
+// daemon's gRPC protocol (package isolatordv1) over its unix socket:
+//
+//	isolatorctl [--socket PATH] [-o table|json] [--timeout D] COMMAND [ARGS]
+//
+// with one command per RPC: prepare, isolate, update, usage, cleanup, get,
+// list and status. Flags may come before or after a command's container ID,
+// and the global flags are accepted after the command too, so
+// `isolatorctl prepare c1 --ports 31000-31099 -o json` works.
+//
+// Design: run parses and validates the whole command line before it connects
+// (a bad port list or a missing ID exits 2 without touching the daemon),
+// makes exactly one RPC, and prints the answer as a table for people or as
+// JSON for scripts. The JSON is isolatorctl's own, stable shape (snake_case
+// names, states as "prepared"/"isolated"), not protojson. A failed RPC exits
+// 1 and prints the gRPC code and the daemon's message, e.g.
+// "isolatorctl: FailedPrecondition: port 31001 is held exclusively by c1".
+//
+// Exit codes: 0 success, 1 the daemon or the connection failed, 2 bad usage.
+package main
+
+import "os"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,471 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/ephemeral"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// JSON shapes printed with -o json. They are isolatorctl's own, with
+// snake_case names, so that scripts do not depend on protojson's rendering.
+
+type rangeJSON struct {
+	Begin uint32 `json:"begin"`
+	End   uint32 `json:"end"`
+}
+
+type portJSON struct {
+	Begin  uint32 `json:"begin"`
+	End    uint32 `json:"end"`
+	Shared bool   `json:"shared"`
+}
+
+type containerJSON struct {
+	ContainerID    string     `json:"container_id"`
+	State          string     `json:"state"`
+	EphemeralPorts *rangeJSON `json:"ephemeral_ports"`
+	Ports          []portJSON `json:"ports"`
+	Veth           string     `json:"veth"`
+	Netns          string     `json:"netns"`
+	Pid            int32      `json:"pid"`
+	NetnsSource    string     `json:"netns_source"`
+	CreatedAt      string     `json:"created_at,omitempty"`
+	IsolatedAt     string     `json:"isolated_at,omitempty"`
+}
+
+type trafficJSON struct {
+	RxBytes   uint64 `json:"rx_bytes"`
+	RxPackets uint64 `json:"rx_packets"`
+	RxErrors  uint64 `json:"rx_errors"`
+	RxDropped uint64 `json:"rx_dropped"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	TxPackets uint64 `json:"tx_packets"`
+	TxErrors  uint64 `json:"tx_errors"`
+	TxDropped uint64 `json:"tx_dropped"`
+}
+
+type rttJSON struct {
+	P50Us   uint64 `json:"p50_us"`
+	P90Us   uint64 `json:"p90_us"`
+	P95Us   uint64 `json:"p95_us"`
+	P99Us   uint64 `json:"p99_us"`
+	Samples uint64 `json:"samples"`
+}
+
+type tcpJSON struct {
+	ActiveConnections   uint64   `json:"active_connections"`
+	TimeWaitConnections uint64   `json:"time_wait_connections"`
+	RTT                 *rttJSON `json:"rtt"`
+}
+
+type snmpJSON struct {
+	IP   map[string]uint64 `json:"ip"`
+	ICMP map[string]uint64 `json:"icmp"`
+	TCP  map[string]uint64 `json:"tcp"`
+	UDP  map[string]uint64 `json:"udp"`
+}
+
+type usageJSON struct {
+	ContainerID    string       `json:"container_id"`
+	EphemeralPorts *rangeJSON   `json:"ephemeral_ports"`
+	Traffic        *trafficJSON `json:"traffic"`
+	TCP            *tcpJSON     `json:"tcp"`
+	SNMP           *snmpJSON    `json:"snmp"`
+	CollectedAt    string       `json:"collected_at,omitempty"`
+}
+
+type statusJSON struct {
+	Version              string            `json:"version"`
+	HostIP               string            `json:"host_ip"`
+	HostInterface        string            `json:"host_interface"`
+	EphemeralPool        string            `json:"ephemeral_pool"`
+	BlockSize            uint32            `json:"block_size"`
+	EphemeralBlocksTotal uint32            `json:"ephemeral_blocks_total"`
+	EphemeralBlocksFree  uint32            `json:"ephemeral_blocks_free"`
+	EphemeralBlocksUsed  uint32            `json:"ephemeral_blocks_used"`
+	ManagedPorts         string            `json:"managed_ports"`
+	StaticPortsExclusive string            `json:"static_ports_exclusive"`
+	StaticPortsShared    string            `json:"static_ports_shared"`
+	Features             map[string]bool   `json:"features"`
+	Containers           uint32            `json:"containers"`
+	ContainersByState    map[string]uint32 `json:"containers_by_state"`
+}
+
+type cleanupJSON struct {
+	ContainerID string `json:"container_id"`
+}
+
+// stateName is the lower-case name of a state: "prepared", "isolated".
+func stateName(s isolatordv1.ContainerState) string {
+	switch s {
+	case isolatordv1.ContainerState_CONTAINER_STATE_UNSPECIFIED:
+		return "unspecified"
+	case isolatordv1.ContainerState_CONTAINER_STATE_PREPARED:
+		return "prepared"
+	case isolatordv1.ContainerState_CONTAINER_STATE_ISOLATED:
+		return "isolated"
+	}
+	return fmt.Sprintf("unknown(%d)", int32(s))
+}
+
+func toRangeJSON(r *isolatordv1.EphemeralRange) *rangeJSON {
+	if r == nil {
+		return nil
+	}
+	return &rangeJSON{Begin: r.GetBegin(), End: r.GetEnd()}
+}
+
+// timeString renders a timestamp in UTC, or "" when unset.
+func timeString(ts *timestamppb.Timestamp, layout string) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(layout)
+}
+
+func toContainerJSON(c *isolatordv1.Container) containerJSON {
+	out := containerJSON{
+		ContainerID:    c.GetContainerId(),
+		State:          stateName(c.GetState()),
+		EphemeralPorts: toRangeJSON(c.GetEphemeralPorts()),
+		Ports:          []portJSON{},
+		Veth:           c.GetVeth(),
+		Netns:          c.GetNetns(),
+		Pid:            c.GetPid(),
+		NetnsSource:    c.GetNetnsSource(),
+		CreatedAt:      timeString(c.GetCreatedAt(), time.RFC3339Nano),
+		IsolatedAt:     timeString(c.GetIsolatedAt(), time.RFC3339Nano),
+	}
+	for _, p := range c.GetPorts() {
+		out.Ports = append(out.Ports, portJSON{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
+	}
+	return out
+}
+
+// Table helpers.
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// orDash stands in "-" for an empty value in a table.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func rangeString(begin, end uint32) string {
+	if begin == end {
+		return fmt.Sprint(begin)
+	}
+	return fmt.Sprintf("%d-%d", begin, end)
+}
+
+// ephemeralString is "32768-33791", or "-" when unset.
+func ephemeralString(r *isolatordv1.EphemeralRange) string {
+	if r == nil {
+		return "-"
+	}
+	return rangeString(r.GetBegin(), r.GetEnd())
+}
+
+func plural(n uint64, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// ephemeralWithSize is "32768-33791 (1024 ports)".
+func ephemeralWithSize(r *isolatordv1.EphemeralRange) string {
+	if r == nil {
+		return "-"
+	}
+	if r.GetEnd() < r.GetBegin() {
+		return ephemeralString(r)
+	}
+	return fmt.Sprintf("%s (%s)", ephemeralString(r), plural(uint64(r.GetEnd()-r.GetBegin())+1, "port"))
+}
+
+// portsString joins the ranges whose shared flag is shared: "31000-31099,32000",
+// or "-" when there is none.
+func portsString(ports []*isolatordv1.PortRange, shared bool) string {
+	var parts []string
+	for _, p := range ports {
+		if p.GetShared() == shared {
+			parts = append(parts, rangeString(p.GetBegin(), p.GetEnd()))
+		}
+	}
+	return orDash(strings.Join(parts, ","))
+}
+
+// setWithSize is a port set string from the daemon with its size,
+// "31000-31099 (100 ports)", or "-" when empty.
+func setWithSize(s string) string {
+	if s == "" {
+		return "-"
+	}
+	set, err := ephemeral.ParseSet(s)
+	if err != nil {
+		return s // print what the daemon said, even if we cannot count it
+	}
+	return fmt.Sprintf("%s (%s)", s, plural(uint64(set.Len()), "port"))
+}
+
+// micros renders a duration given in microseconds: "850us", "1.2ms".
+func micros(us uint64) string {
+	if us < 1000 {
+		return fmt.Sprintf("%dus", us)
+	}
+	return fmt.Sprintf("%.1fms", float64(us)/1000)
+}
+
+// containerResult prints one container.
+type containerResult struct{ c *isolatordv1.Container }
+
+func (r containerResult) jsonValue() any { return toContainerJSON(r.c) }
+
+func (r containerResult) writeTable(w io.Writer) error {
+	c := r.c
+	source := c.GetNetnsSource()
+	if source == "" && c.GetPid() != 0 {
+		source = fmt.Sprintf("pid:%d", c.GetPid())
+	}
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Container:\t%s\n", c.GetContainerId())
+	fmt.Fprintf(tw, "State:\t%s\n", stateName(c.GetState()))
+	fmt.Fprintf(tw, "Ephemeral ports:\t%s\n", ephemeralWithSize(c.GetEphemeralPorts()))
+	fmt.Fprintf(tw, "Ports:\t%s\n", portsString(c.GetPorts(), false))
+	fmt.Fprintf(tw, "Shared ports:\t%s\n", portsString(c.GetPorts(), true))
+	fmt.Fprintf(tw, "Veth:\t%s\n", orDash(c.GetVeth()))
+	fmt.Fprintf(tw, "Netns:\t%s\n", orDash(c.GetNetns()))
+	fmt.Fprintf(tw, "Netns source:\t%s\n", orDash(source))
+	fmt.Fprintf(tw, "Created:\t%s\n", orDash(timeString(c.GetCreatedAt(), time.RFC3339)))
+	fmt.Fprintf(tw, "Isolated:\t%s\n", orDash(timeString(c.GetIsolatedAt(), time.RFC3339)))
+	return tw.Flush()
+}
+
+// listResult prints containers, one per row.
+type listResult []*isolatordv1.Container
+
+func (l listResult) jsonValue() any {
+	out := make([]containerJSON, 0, len(l))
+	for _, c := range l {
+		out = append(out, toContainerJSON(c))
+	}
+	return out
+}
+
+func (l listResult) writeTable(w io.Writer) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "CONTAINER\tSTATE\tEPHEMERAL\tPORTS\tSHARED\tVETH\tCREATED")
+	for _, c := range l {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			c.GetContainerId(), stateName(c.GetState()), ephemeralString(c.GetEphemeralPorts()),
+			portsString(c.GetPorts(), false), portsString(c.GetPorts(), true),
+			orDash(c.GetVeth()), orDash(timeString(c.GetCreatedAt(), time.RFC3339)))
+	}
+	return tw.Flush()
+}
+
+// usageResult prints a container's usage; snmp lists the SNMP counters in
+// the table.
+type usageResult struct {
+	u    *isolatordv1.UsageResponse
+	snmp bool
+}
+
+func (r usageResult) jsonValue() any {
+	u := r.u
+	out := usageJSON{
+		ContainerID:    u.GetContainerId(),
+		EphemeralPorts: toRangeJSON(u.GetEphemeralPorts()),
+		CollectedAt:    timeString(u.GetCollectedAt(), time.RFC3339Nano),
+	}
+	if t := u.GetTraffic(); t != nil {
+		out.Traffic = &trafficJSON{
+			RxBytes: t.GetRxBytes(), RxPackets: t.GetRxPackets(), RxErrors: t.GetRxErrors(), RxDropped: t.GetRxDropped(),
+			TxBytes: t.GetTxBytes(), TxPackets: t.GetTxPackets(), TxErrors: t.GetTxErrors(), TxDropped: t.GetTxDropped(),
+		}
+	}
+	if t := u.GetTcp(); t != nil {
+		out.TCP = &tcpJSON{ActiveConnections: t.GetActiveConnections(), TimeWaitConnections: t.GetTimeWaitConnections()}
+		if p := t.GetRtt(); p != nil {
+			out.TCP.RTT = &rttJSON{P50Us: p.GetP50Us(), P90Us: p.GetP90Us(), P95Us: p.GetP95Us(), P99Us: p.GetP99Us(), Samples: p.GetSamples()}
+		}
+	}
+	if s := u.GetSnmp(); s != nil {
+		nonNil := func(m map[string]uint64) map[string]uint64 {
+			if m == nil {
+				return map[string]uint64{}
+			}
+			return m
+		}
+		out.SNMP = &snmpJSON{IP: nonNil(s.GetIp()), ICMP: nonNil(s.GetIcmp()), TCP: nonNil(s.GetTcp()), UDP: nonNil(s.GetUdp())}
+	}
+	return out
+}
+
+func (r usageResult) writeTable(w io.Writer) error {
+	u := r.u
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Container:\t%s\n", u.GetContainerId())
+	fmt.Fprintf(tw, "Ephemeral ports:\t%s\n", ephemeralWithSize(u.GetEphemeralPorts()))
+	if u.GetCollectedAt() != nil {
+		fmt.Fprintf(tw, "Collected:\t%s\n", timeString(u.GetCollectedAt(), time.RFC3339))
+	}
+	t := u.GetTraffic()
+	if t == nil {
+		fmt.Fprintf(tw, "Traffic:\t-\n")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if t != nil {
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "TRAFFIC\tBYTES\tPACKETS\tERRORS\tDROPPED")
+		fmt.Fprintf(tw, "rx\t%d\t%d\t%d\t%d\n", t.GetRxBytes(), t.GetRxPackets(), t.GetRxErrors(), t.GetRxDropped())
+		fmt.Fprintf(tw, "tx\t%d\t%d\t%d\t%d\n", t.GetTxBytes(), t.GetTxPackets(), t.GetTxErrors(), t.GetTxDropped())
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+
+	tw = newTable(w)
+	if tcp := u.GetTcp(); tcp == nil {
+		fmt.Fprintf(tw, "TCP:\t-\n")
+	} else {
+		fmt.Fprintf(tw, "TCP connections:\t%d active, %d in time-wait\n", tcp.GetActiveConnections(), tcp.GetTimeWaitConnections())
+		if p := tcp.GetRtt(); p == nil {
+			fmt.Fprintf(tw, "TCP RTT:\t-\n")
+		} else {
+			fmt.Fprintf(tw, "TCP RTT:\tp50 %s  p90 %s  p95 %s  p99 %s  (%s)\n",
+				micros(p.GetP50Us()), micros(p.GetP90Us()), micros(p.GetP95Us()), micros(p.GetP99Us()),
+				plural(p.GetSamples(), "connection"))
+		}
+	}
+	snmp := u.GetSnmp()
+	n := len(snmp.GetIp()) + len(snmp.GetIcmp()) + len(snmp.GetTcp()) + len(snmp.GetUdp())
+	switch {
+	case snmp == nil:
+		fmt.Fprintf(tw, "SNMP:\t-\n")
+	case !r.snmp:
+		fmt.Fprintf(tw, "SNMP:\t%s (--snmp lists them)\n", plural(uint64(n), "counter"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if snmp != nil && r.snmp {
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "SNMP COUNTER\tVALUE")
+		for _, g := range []struct {
+			name string
+			m    map[string]uint64
+		}{{"Ip", snmp.GetIp()}, {"Icmp", snmp.GetIcmp()}, {"Tcp", snmp.GetTcp()}, {"Udp", snmp.GetUdp()}} {
+			for _, k := range slices.Sorted(maps.Keys(g.m)) {
+				fmt.Fprintf(tw, "%s.%s\t%d\n", g.name, k, g.m[k])
+			}
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+// statusResult prints the daemon's status.
+type statusResult struct{ s *isolatordv1.StatusResponse }
+
+func (r statusResult) jsonValue() any {
+	s := r.s
+	out := statusJSON{
+		Version:              s.GetVersion(),
+		HostIP:               s.GetHostIp(),
+		HostInterface:        s.GetHostInterface(),
+		EphemeralPool:        s.GetEphemeralPool(),
+		BlockSize:            s.GetBlockSize(),
+		EphemeralBlocksTotal: s.GetEphemeralBlocksTotal(),
+		EphemeralBlocksFree:  s.GetEphemeralBlocksFree(),
+		EphemeralBlocksUsed:  s.GetEphemeralBlocksUsed(),
+		ManagedPorts:         s.GetManagedPorts(),
+		StaticPortsExclusive: s.GetStaticPortsExclusive(),
+		StaticPortsShared:    s.GetStaticPortsShared(),
+		Features:             s.GetFeatures(),
+		Containers:           s.GetContainers(),
+		ContainersByState:    s.GetContainersByState(),
+	}
+	if out.Features == nil {
+		out.Features = map[string]bool{}
+	}
+	if out.ContainersByState == nil {
+		out.ContainersByState = map[string]uint32{}
+	}
+	return out
+}
+
+func (r statusResult) writeTable(w io.Writer) error {
+	s := r.s
+	host := orDash(s.GetHostIp())
+	if s.GetHostInterface() != "" {
+		host += " on " + s.GetHostInterface()
+	}
+
+	var byState []string
+	for _, k := range slices.Sorted(maps.Keys(s.GetContainersByState())) {
+		byState = append(byState, fmt.Sprintf("%s %d", k, s.GetContainersByState()[k]))
+	}
+	containers := fmt.Sprint(s.GetContainers())
+	if len(byState) > 0 {
+		containers += " (" + strings.Join(byState, ", ") + ")"
+	}
+
+	var have, missing []string
+	for _, k := range slices.Sorted(maps.Keys(s.GetFeatures())) {
+		if s.GetFeatures()[k] {
+			have = append(have, k)
+		} else {
+			missing = append(missing, k)
+		}
+	}
+	features := orDash(strings.Join(have, ", "))
+	if len(missing) > 0 {
+		features += " (missing: " + strings.Join(missing, ", ") + ")"
+	}
+
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Version:\t%s\n", orDash(s.GetVersion()))
+	fmt.Fprintf(tw, "Host:\t%s\n", host)
+	fmt.Fprintf(tw, "Ephemeral pool:\t%s\n", setWithSize(s.GetEphemeralPool()))
+	fmt.Fprintf(tw, "Ephemeral blocks:\t%d of %s: %d used, %d free\n",
+		s.GetEphemeralBlocksTotal(), plural(uint64(s.GetBlockSize()), "port"),
+		s.GetEphemeralBlocksUsed(), s.GetEphemeralBlocksFree())
+	fmt.Fprintf(tw, "Managed static ports:\t%s\n", setWithSize(s.GetManagedPorts()))
+	fmt.Fprintf(tw, "Held exclusively:\t%s\n", setWithSize(s.GetStaticPortsExclusive()))
+	fmt.Fprintf(tw, "Held shared:\t%s\n", setWithSize(s.GetStaticPortsShared()))
+	fmt.Fprintf(tw, "Containers:\t%s\n", containers)
+	fmt.Fprintf(tw, "Features:\t%s\n", features)
+	return tw.Flush()
+}
+
+// cleanupResult confirms a cleanup.
+type cleanupResult struct{ id string }
+
+func (r cleanupResult) jsonValue() any { return cleanupJSON{ContainerID: r.id} }
+
+func (r cleanupResult) writeTable(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "Container %s cleaned up\n", r.id)
+	return err
+}
