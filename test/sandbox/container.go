@@ -17,6 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Container is a process running in its own, fresh network namespace (only
@@ -30,12 +31,17 @@ type Container struct {
 	Cmd   *exec.Cmd // the running command
 
 	out      *lockedBuffer
-	nsFd     netns.NsHandle // keeps the namespace open for Do while the container lives
+	nsMu     sync.Mutex
+	nsFd     netns.NsHandle // keeps the namespace open while the container lives; -1 after Stop
 	done     chan struct{}  // closed once the process is reaped
 	waitErr  error          // set before done is closed
 	stopOnce sync.Once
 	stopErr  error
 }
+
+// HolderArgv is what a container runs when StartContainer gets no argv: a
+// process that only holds the namespace; run programs in it with Command.
+var HolderArgv = []string{"sleep", "infinity"}
 
 // StartContainer starts argv in a fresh network namespace and returns once
 // the process runs (it is in its namespace by then; use WaitFor to wait until
@@ -63,7 +69,7 @@ func (s *Sandbox) StartContainer(t testing.TB, name string, argv ...string) *Con
 // Stop or Sandbox.Close.
 func (s *Sandbox) Spawn(name string, argv ...string) (*Container, error) {
 	if len(argv) == 0 {
-		return nil, errors.New("empty argv")
+		argv = HolderArgv
 	}
 	s.mu.Lock()
 	closed := s.closed
@@ -84,30 +90,45 @@ func (s *Sandbox) Spawn(name string, argv ...string) (*Container, error) {
 	c.Cmd = cmd
 
 	// Pdeathsig fires when the *thread* that forked dies, so fork from a
-	// locked goroutine that keeps its thread until the child is reaped.
-	started := make(chan error, 1)
+	// locked goroutine that keeps its thread until the child is reaped. It
+	// opens the namespace before reaping: a process that already exited has
+	// no namespace to open.
+	type startResult struct {
+		err   error
+		nsFd  netns.NsHandle
+		nsErr error
+	}
+	started := make(chan startResult, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
-			started <- err
+			started <- startResult{err: err}
 			return
 		}
-		started <- nil
+		fd, err := netns.GetFromPath("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net")
+		started <- startResult{nsFd: fd, nsErr: err}
 		c.waitErr = cmd.Wait()
 		close(c.done)
 	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %q: %w", strings.Join(argv, " "), err)
+	r := <-started
+	if r.err != nil {
+		return nil, fmt.Errorf("start %q: %w", strings.Join(argv, " "), r.err)
 	}
 	c.Pid = cmd.Process.Pid
 	c.NetNS = "/proc/" + strconv.Itoa(c.Pid) + "/ns/net"
-	fd, err := netns.GetFromPath(c.NetNS)
-	if err != nil {
-		c.Stop()
-		return nil, fmt.Errorf("open %s: %w (output: %s)", c.NetNS, err, c.Output())
+	if r.nsErr != nil {
+		// Only acceptable if the program already ended (its namespace went
+		// with it); then Do and Netlink fail, Output and Exited still work.
+		select {
+		case <-c.done:
+		case <-time.After(2 * time.Second):
+			c.Stop()
+			return nil, fmt.Errorf("open %s: %w", c.NetNS, r.nsErr)
+		}
+	} else {
+		c.nsFd = r.nsFd
 	}
-	c.nsFd = fd
 	s.mu.Lock()
 	s.containers = append(s.containers, c)
 	s.mu.Unlock()
@@ -115,15 +136,30 @@ func (s *Sandbox) Spawn(name string, argv ...string) (*Container, error) {
 }
 
 // Do runs fn in the container's network namespace (see DoInNetNS).
-func (c *Container) Do(fn func() error) error { return DoInNetNS(c.nsPath(), fn) }
+func (c *Container) Do(fn func() error) error {
+	fd, err := c.openNS()
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	return doInNetNSFd(int(fd), c.NetNS, fn)
+}
 
 // Netlink returns a netlink handle opened in the container's namespace.
-func (c *Container) Netlink() (*netlink.Handle, error) { return netlinkAt(c.nsPath()) }
+func (c *Container) Netlink() (*netlink.Handle, error) {
+	fd, err := c.openNS()
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	return netlinkAtFd(fd, c.NetNS)
+}
 
-// Command returns `nsenter --net=<container netns> -- name args...`, to run
-// another program in the container's network namespace.
+// Command returns `nsenter --net=/proc/<Pid>/ns/net -- name args...`, to run
+// another program in the container's network namespace (it fails once the
+// container has exited).
 func (c *Container) Command(name string, args ...string) *exec.Cmd {
-	return nsenterCmd(c.nsPath(), name, args...)
+	return nsenterCmd(c.NetNS, name, args...)
 }
 
 // Run runs name args... in the container's namespace, fails the test with the
@@ -133,13 +169,30 @@ func (c *Container) Run(t testing.TB, name string, args ...string) string {
 	return runCmd(t, c.Command(name, args...))
 }
 
-// nsPath names the namespace through our open fd while we hold it, so Do
-// cannot land in a recycled pid's namespace.
-func (c *Container) nsPath() string {
-	if c.nsFd >= 0 {
-		return "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(c.nsFd))
+// openNS returns a new fd for the container's namespace, duplicated from the
+// handle held since start, so it cannot be a recycled pid's namespace.
+func (c *Container) openNS() (netns.NsHandle, error) {
+	c.nsMu.Lock()
+	defer c.nsMu.Unlock()
+	if c.nsFd < 0 {
+		return -1, fmt.Errorf("container %s (pid %d): network namespace gone (stopped or exited before it could be opened)", c.Name, c.Pid)
 	}
-	return c.NetNS
+	fd, err := unix.FcntlInt(uintptr(c.nsFd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("dup netns fd: %w", err)
+	}
+	return netns.NsHandle(fd), nil
+}
+
+// SetSysctl sets a sysctl inside the container's namespace (see NS.SetSysctl).
+func (c *Container) SetSysctl(key, value string) error {
+	return c.Do(func() error { return writeSysctl(key, value) })
+}
+
+// Sysctl reads a sysctl inside the container's namespace.
+func (c *Container) Sysctl(key string) (v string, err error) {
+	err = c.Do(func() (err error) { v, err = readSysctl(key); return err })
+	return v, err
 }
 
 // Output returns what the container printed so far (stdout and stderr).
@@ -202,10 +255,12 @@ func (c *Container) Stop() error {
 		case <-time.After(10 * time.Second):
 			c.stopErr = errors.Join(c.stopErr, fmt.Errorf("pid %d not reaped 10s after SIGKILL", c.Pid))
 		}
+		c.nsMu.Lock()
 		if c.nsFd >= 0 {
 			c.nsFd.Close()
 			c.nsFd = -1
 		}
+		c.nsMu.Unlock()
 	})
 	return c.stopErr
 }
@@ -235,11 +290,16 @@ func (s *Sandbox) LinkContainerToClient(c *Container, clientCIDR, containerCIDR 
 	}
 	defer ctrNL.Close()
 
+	ctrFd, err := c.openNS()
+	if err != nil {
+		return err
+	}
+	defer ctrFd.Close()
 	name := "ct" + strconv.Itoa(c.Pid)
 	if err := clientNL.LinkAdd(&netlink.Veth{
 		LinkAttrs:     netlink.LinkAttrs{Name: name},
 		PeerName:      "eth0",
-		PeerNamespace: netlink.NsFd(int(c.nsFd)),
+		PeerNamespace: netlink.NsFd(int(ctrFd)),
 	}); err != nil {
 		return fmt.Errorf("veth %s <-> container eth0: %w", name, err)
 	}

@@ -62,6 +62,10 @@ func netlinkAt(path string) (*netlink.Handle, error) {
 		return nil, fmt.Errorf("open netns %s: %w", path, err)
 	}
 	defer h.Close()
+	return netlinkAtFd(h, path)
+}
+
+func netlinkAtFd(h netns.NsHandle, path string) (*netlink.Handle, error) {
 	nl, err := netlink.NewHandleAt(h)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", path, err)
@@ -86,7 +90,11 @@ func DoInNetNS(nsPath string, fn func() error) error {
 		return fmt.Errorf("open netns %s: %w", nsPath, err)
 	}
 	defer unix.Close(target)
+	return doInNetNSFd(target, nsPath, fn)
+}
 
+// doInNetNSFd is DoInNetNS for an open namespace fd; label names it in errors.
+func doInNetNSFd(target int, nsPath string, fn func() error) error {
 	type result struct {
 		err      error
 		panicked bool
@@ -160,14 +168,11 @@ func ensureNetnsDir() error {
 }
 
 // createNamedNS creates a new network namespace and bind-mounts it at
-// /run/netns/<name>, like `ip netns add <name>`. The calling thread is not
+// /run/netns/<name>, like `ip netns add <name>` (after ensureNetnsDir). The calling thread is not
 // changed: the work happens on a throwaway locked thread.
 func createNamedNS(name string) (NS, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return NS{}, fmt.Errorf("invalid netns name %q", name)
-	}
-	if err := ensureNetnsDir(); err != nil {
-		return NS{}, err
 	}
 	path := filepath.Join(NetnsDir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)

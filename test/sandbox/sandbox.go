@@ -132,7 +132,20 @@ func NewNamed(prefix string) (*Sandbox, error) {
 }
 
 func (s *Sandbox) build() error {
-	var err error
+	unlock, err := lockRegistry()
+	if err != nil {
+		return err
+	}
+	sweepStale()
+	if err := ensureNetnsDir(); err != nil {
+		unlock()
+		return err
+	}
+	if err := register(s.Name); err != nil {
+		unlock()
+		return err
+	}
+	unlock()
 	if s.Host, err = createNamedNS(s.Name + "-host"); err != nil {
 		return err
 	}
@@ -209,14 +222,42 @@ func configureLink(h *netlink.Handle, name string, ipnet *net.IPNet) error {
 	return nil
 }
 
-// writeSysctl writes /proc/sys/<key> of the calling thread's network
-// namespace; call it inside NS.Do or Container.Do.
+// sysctlPath maps "net.ipv4.ip_forward" or "net/ipv4/ip_forward" to its /proc/sys file.
+func sysctlPath(key string) string {
+	key = strings.TrimPrefix(key, "/")
+	if !strings.Contains(key, "/") {
+		key = strings.ReplaceAll(key, ".", "/")
+	}
+	return "/proc/sys/" + key
+}
+
+// writeSysctl writes a sysctl of the calling thread's network namespace
+// (/proc/sys/net is per thread); call it inside a Do.
 func writeSysctl(key, value string) error {
-	p := "/proc/sys/" + strings.TrimPrefix(key, "/")
-	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
+	if err := os.WriteFile(sysctlPath(key), []byte(value), 0o644); err != nil {
 		return fmt.Errorf("sysctl %s=%q: %w", key, value, err)
 	}
 	return nil
+}
+
+func readSysctl(key string) (string, error) {
+	b, err := os.ReadFile(sysctlPath(key))
+	if err != nil {
+		return "", fmt.Errorf("sysctl %s: %w", key, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// SetSysctl sets a sysctl ("net.ipv4.ip_forward" or "net/ipv4/ip_forward")
+// inside n.
+func (n NS) SetSysctl(key, value string) error {
+	return n.Do(func() error { return writeSysctl(key, value) })
+}
+
+// Sysctl reads a sysctl inside n, trimmed ("61000\t61999" for a port range).
+func (n NS) Sysctl(key string) (v string, err error) {
+	err = n.Do(func() (err error) { v, err = readSysctl(key); return err })
+	return v, err
 }
 
 // EnterHost switches the calling goroutine's OS thread into the host
@@ -269,6 +310,9 @@ func (s *Sandbox) Close() error {
 		if err := deleteNamedNS(n); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) == 0 {
+		unregister(s.Name)
 	}
 	return errors.Join(errs...)
 }
