@@ -56,14 +56,15 @@ const (
 
 // Record is one container as persisted.
 type Record struct {
-	ID        string          `json:"id"`
-	State     State           `json:"state"`
-	Slot      uint16          `json:"slot"`
-	Ephemeral ephemeral.Range `json:"ephemeral"`
-	Ports     ephemeral.Set   `json:"ports"`  // exclusive static ports
-	Shared    ephemeral.Set   `json:"shared"` // shared static ports
-	Created   time.Time       `json:"created"`
-	Isolated  time.Time       `json:"isolated,omitempty"`
+	ID        string            `json:"id"`
+	State     State             `json:"state"`
+	Slot      uint16            `json:"slot"`
+	Ephemeral ephemeral.Range   `json:"ephemeral"`
+	Ports     ephemeral.Set     `json:"ports"`  // exclusive static ports
+	Shared    ephemeral.Set     `json:"shared"` // shared static ports
+	Created   time.Time         `json:"created"`
+	Isolated  time.Time         `json:"isolated,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 
 	// Isolation target and result.
 	Pid       int    `json:"pid,omitempty"`
@@ -89,6 +90,25 @@ type Config struct {
 	Logger        *slog.Logger
 	// ProcRoot is where /proc is (tests); default "/proc".
 	ProcRoot string
+	// Observer receives lifecycle events (metrics); may be nil.
+	Observer Observer
+}
+
+// Observer receives lifecycle events, for metrics. Implementations must be
+// cheap and safe for concurrent use.
+type Observer interface {
+	// Operation reports one lifecycle call: op is prepare, isolate, update,
+	// usage or cleanup; err is nil on success (its code via CodeOf).
+	Operation(op string, d time.Duration, err error)
+	// Recovered reports the outcome of start-up recovery.
+	Recovered(rep RecoveryReport, d time.Duration)
+}
+
+// observe reports a call to the observer; use as defer s.observe(op, time.Now(), &err).
+func (s *Isolator) observe(op string, start time.Time, err *error) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Operation(op, time.Since(start), *err)
+	}
 }
 
 // Isolator is the lifecycle over a data plane and a state store.
@@ -202,6 +222,22 @@ func validateID(id string) error {
 	return nil
 }
 
+// validateLabels bounds the labels a caller may store.
+func validateLabels(labels map[string]string) error {
+	if len(labels) > 32 {
+		return errorf(codes.InvalidArgument, "labels: %d labels, at most 32 allowed", len(labels))
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > 253 {
+			return errorf(codes.InvalidArgument, "labels: key %q must be 1-253 characters", k)
+		}
+		if len(v) > 253 {
+			return errorf(codes.InvalidArgument, "labels[%s]: value longer than 253 characters", k)
+		}
+	}
+	return nil
+}
+
 // ledgerError maps a ledger refusal to an API error.
 func ledgerError(id string, err error) error {
 	var ce *ephemeral.ConflictError
@@ -219,7 +255,18 @@ func ledgerError(id string, err error) error {
 // Repeating it with the same ports returns the same container; different
 // ports get AlreadyExists.
 func (s *Isolator) Prepare(ctx context.Context, id string, ports []PortSpec) (Record, error) {
+	return s.PrepareLabeled(ctx, id, ports, nil)
+}
+
+// PrepareLabeled is Prepare with labels stored alongside the container (for
+// example the CNI network it belongs to). Labels are not part of the
+// idempotency check.
+func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSpec, labels map[string]string) (_ Record, err error) {
+	defer s.observe("prepare", time.Now(), &err)
 	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	if err := validateLabels(labels); err != nil {
 		return Record{}, err
 	}
 	excl, shared, err := ParsePorts("ports", ports)
@@ -257,7 +304,7 @@ func (s *Isolator) Prepare(ctx context.Context, id string, ports []PortSpec) (Re
 		s.mu.Unlock()
 		return Record{}, ledgerError(id, err)
 	}
-	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC()}
+	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels}
 	s.records[id] = r
 	rec := *r
 	s.mu.Unlock()
@@ -290,7 +337,8 @@ type IsolateTarget struct {
 
 // Isolate plumbs the container's network. Repeating it with the same target
 // returns the same container; another target gets AlreadyExists.
-func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (Record, error) {
+func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ Record, err error) {
+	defer s.observe("isolate", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return Record{}, err
 	}
@@ -397,7 +445,8 @@ func (s *Isolator) container(r *Record) dataplane.Container {
 }
 
 // Update changes the static ports of a container, all or nothing.
-func (s *Isolator) Update(ctx context.Context, id string, ports []PortSpec) (Record, error) {
+func (s *Isolator) Update(ctx context.Context, id string, ports []PortSpec) (_ Record, err error) {
+	defer s.observe("update", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return Record{}, err
 	}
@@ -484,7 +533,8 @@ func (s *Isolator) Update(ctx context.Context, id string, ports []PortSpec) (Rec
 }
 
 // Usage returns a container's traffic counters.
-func (s *Isolator) Usage(ctx context.Context, id string) (Record, dataplane.LinkStats, error) {
+func (s *Isolator) Usage(ctx context.Context, id string) (_ Record, _ dataplane.LinkStats, err error) {
+	defer s.observe("usage", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return Record{}, dataplane.LinkStats{}, err
 	}
@@ -506,7 +556,8 @@ func (s *Isolator) Usage(ctx context.Context, id string) (Record, dataplane.Link
 
 // Cleanup removes everything of a container, then releases its ports.
 // Cleaning an unknown or never-isolated container succeeds.
-func (s *Isolator) Cleanup(ctx context.Context, id string) error {
+func (s *Isolator) Cleanup(ctx context.Context, id string) (err error) {
+	defer s.observe("cleanup", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
@@ -26,6 +27,7 @@ type RecoveryReport struct {
 // only after it returns. One log line per decision.
 func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	var rep RecoveryReport
+	start := time.Now()
 	host, err := s.dp.PrepareHost(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("prepare host: %w", err)
@@ -84,6 +86,9 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		s.log.Info("recover: removed stray", "object", st)
 	}
 	rep.Strays = strays
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Recovered(rep, time.Since(start))
+	}
 	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
 		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "strays", len(rep.Strays))
 	return rep, nil

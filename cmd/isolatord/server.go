@@ -52,6 +52,7 @@ func toProto(r isolator.Record) *pb.Container {
 		Netns:          r.Mount,
 		Pid:            int32(r.Pid),
 		CreatedAt:      timestamppb.New(r.Created),
+		Labels:         r.Labels,
 	}
 	switch r.State {
 	case isolator.StatePrepared:
@@ -81,7 +82,7 @@ func toProto(r isolator.Record) *pb.Container {
 }
 
 func (s *server) Prepare(ctx context.Context, req *pb.PrepareRequest) (*pb.PrepareResponse, error) {
-	r, err := s.iso.Prepare(ctx, req.GetContainerId(), portSpecs(req.GetPorts()))
+	r, err := s.iso.PrepareLabeled(ctx, req.GetContainerId(), portSpecs(req.GetPorts()), req.GetLabels())
 	if err != nil {
 		return nil, toStatus(err)
 	}

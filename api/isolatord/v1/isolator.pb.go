@@ -245,7 +245,10 @@ type Container struct {
 	// When Prepare created the container.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When Isolate finished; unset until ISOLATED.
-	IsolatedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=isolated_at,json=isolatedAt,proto3" json:"isolated_at,omitempty"`
+	IsolatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=isolated_at,json=isolatedAt,proto3" json:"isolated_at,omitempty"`
+	// Labels given to Prepare, e.g. {"cni.network": "isolator"} from the CNI
+	// plugin, so that a runtime can find its own containers.
+	Labels        map[string]string `protobuf:"bytes,11,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,13 +353,23 @@ func (x *Container) GetIsolatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Container) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type PrepareRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required, non-empty.
 	ContainerId string `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	// Static ports the container wants. May be empty. Ranges must lie in the
 	// daemon's managed static ports and must not overlap each other.
-	Ports         []*PortRange `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []*PortRange `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	// Free-form labels stored with the container (keys and values at most 253
+	// characters, at most 32 labels); not part of the idempotency check.
+	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +414,13 @@ func (x *PrepareRequest) GetContainerId() string {
 func (x *PrepareRequest) GetPorts() []*PortRange {
 	if x != nil {
 		return x.Ports
+	}
+	return nil
+}
+
+func (x *PrepareRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
 	}
 	return nil
 }
@@ -1591,7 +1611,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x06shared\x18\x03 \x01(\bR\x06shared\"8\n" +
 	"\x0eEphemeralRange\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\rR\x05begin\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\rR\x03end\"\xaf\x03\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\"\xa7\x04\n" +
 	"\tContainer\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.isolatord.v1.ContainerStateR\x05state\x12E\n" +
@@ -1605,10 +1625,19 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\visolated_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"isolatedAt\"b\n" +
+	"isolatedAt\x12;\n" +
+	"\x06labels\x18\v \x03(\v2#.isolatord.v1.Container.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdf\x01\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12-\n" +
-	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\"H\n" +
+	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\x12@\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v2(.isolatord.v1.PrepareRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\x0fPrepareResponse\x125\n" +
 	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\"r\n" +
 	"\x0eIsolateRequest\x12!\n" +
@@ -1740,7 +1769,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),           // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),             // 1: isolatord.v1.PortRange
@@ -1766,60 +1795,64 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(*ListResponse)(nil),          // 21: isolatord.v1.ListResponse
 	(*StatusRequest)(nil),         // 22: isolatord.v1.StatusRequest
 	(*StatusResponse)(nil),        // 23: isolatord.v1.StatusResponse
-	nil,                           // 24: isolatord.v1.SnmpStats.IpEntry
-	nil,                           // 25: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                           // 26: isolatord.v1.SnmpStats.TcpEntry
-	nil,                           // 27: isolatord.v1.SnmpStats.UdpEntry
-	nil,                           // 28: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                           // 29: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	nil,                           // 24: isolatord.v1.Container.LabelsEntry
+	nil,                           // 25: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                           // 26: isolatord.v1.SnmpStats.IpEntry
+	nil,                           // 27: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                           // 28: isolatord.v1.SnmpStats.TcpEntry
+	nil,                           // 29: isolatord.v1.SnmpStats.UdpEntry
+	nil,                           // 30: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                           // 31: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	2,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	30, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	30, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	1,  // 5: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
-	3,  // 6: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
-	3,  // 7: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
-	1,  // 8: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
-	3,  // 9: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
-	12, // 10: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	24, // 11: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	25, // 12: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	26, // 13: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	27, // 14: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
-	2,  // 15: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
-	11, // 16: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
-	13, // 17: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
-	14, // 18: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	30, // 19: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	3,  // 20: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	3,  // 21: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	28, // 22: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	29, // 23: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	4,  // 24: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
-	6,  // 25: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
-	8,  // 26: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
-	10, // 27: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
-	16, // 28: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
-	18, // 29: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
-	20, // 30: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
-	22, // 31: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
-	5,  // 32: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	7,  // 33: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	9,  // 34: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	15, // 35: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	17, // 36: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	19, // 37: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	21, // 38: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	23, // 39: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	32, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	32, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	24, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	1,  // 6: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
+	25, // 7: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	3,  // 8: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
+	3,  // 9: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
+	1,  // 10: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
+	3,  // 11: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
+	12, // 12: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
+	26, // 13: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	27, // 14: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	28, // 15: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	29, // 16: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	2,  // 17: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
+	11, // 18: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
+	13, // 19: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
+	14, // 20: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
+	32, // 21: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	3,  // 22: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	3,  // 23: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	30, // 24: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	31, // 25: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	4,  // 26: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
+	6,  // 27: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
+	8,  // 28: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
+	10, // 29: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
+	16, // 30: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
+	18, // 31: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
+	20, // 32: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
+	22, // 33: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
+	5,  // 34: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
+	7,  // 35: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
+	9,  // 36: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
+	15, // 37: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
+	17, // 38: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
+	19, // 39: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
+	21, // 40: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
+	23, // 41: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -1837,7 +1870,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
