@@ -245,17 +245,21 @@ func (l *Ledger) check(container string, req Request) error {
 // The container's own current holding is ignored.
 func (l *Ledger) conflict(container string, port uint16, shared bool) *ConflictError {
 	hs := l.ports[port]
-	var others []Holder
-	exclusive := false
+	nOthers, exclusive := 0, false
 	for _, h := range hs {
-		if h.Container == container {
-			continue
+		if h.Container != container {
+			nOthers++
+			exclusive = exclusive || !h.Shared
 		}
-		others = append(others, h)
-		exclusive = exclusive || !h.Shared
 	}
-	if len(others) == 0 || shared && !exclusive {
-		return nil
+	if nOthers == 0 || shared && !exclusive {
+		return nil // the common case allocates nothing
+	}
+	others := make([]Holder, 0, nOthers)
+	for _, h := range hs {
+		if h.Container != container {
+			others = append(others, h)
+		}
 	}
 	names := make([]string, len(others))
 	for i, h := range others {

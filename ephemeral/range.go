@@ -3,6 +3,26 @@
 // checks, and the split of a port set into power-of-two aligned ranges that a
 // single u32 value/mask key can match. It is pure Go and never touches the
 // kernel.
+//
+// Design:
+//
+//   - Set is an immutable value holding sorted, merged ranges; every
+//     operation is a linear merge and returns a new Set, so sets can be
+//     shared between goroutines and stored in state without copying.
+//     ParseSet/String use the operator's "31000-31999,32500" syntax.
+//   - Allocator cuts the ephemeral pool into blocks of one power-of-two size,
+//     each aligned to that size, so a container's ephemeral range is one u32
+//     key and one ip_local_port_range. A bitmap over the blocks gives first
+//     fit in a few word scans; Claim re-adopts blocks on recovery.
+//   - Ledger records static ports per container, exclusive or shared, with
+//     symmetric rules: a port is held by one exclusive holder or by sharers
+//     only. Requests are checked completely before anything changes.
+//   - Split turns any port set into the fewest aligned blocks (value/mask
+//     keys) for the tc u32 filters.
+//   - ValidatePools checks the configured pools against well-known ports,
+//     each other and the host's ip_local_port_range at start-up.
+//
+// Allocator and Ledger are not safe for concurrent use; the caller locks.
 package ephemeral
 
 import "fmt"
