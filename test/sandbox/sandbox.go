@@ -24,9 +24,26 @@
 // NS.Command (nsenter --net, which keeps the mount namespace, so bind mounts a
 // daemon makes under /run/netns are visible to everyone).
 //
+// Typical use:
+//
+//	s := sandbox.New(t)                       // skips unless root
+//	bin := traffic.BinaryPath(t)              // go build of test/cmd/isotraffic, once per process
+//	c := s.StartContainer(t, "web", bin, "serve", "--tcp", ":8080", "--udp", ":8080", "--name", "web")
+//	c.WaitFor(t, "ready", 10*time.Second)
+//	// ... the data plane plumbs c (c.Pid, c.NetNS) into s.Host ...
+//	out := s.Client.Run(t, bin, "echo", "--addr", "198.18.0.1:8080", "--msg", "hi") // "web hi\n"
+//	var reply string // "web hi"
+//	err := s.Client.Do(func() (err error) {
+//		reply, err = traffic.Echo(ctx, "udp", "198.18.0.1:8080", "hi")
+//		return err
+//	})
+//
 // Teardown (t.Cleanup in New, or Close) kills and reaps containers by pid, then
 // unmounts and removes the namespaces, which destroys their veths. It runs even
-// when a test fails, and Leftovers reports anything that survived.
+// when a test fails, and Leftovers reports anything that survived. If the
+// test process itself dies, containers die with it (Pdeathsig) and the next
+// sandbox created on the machine deletes the orphaned namespaces (see
+// RegistryDir).
 package sandbox
 
 import (
