@@ -311,3 +311,28 @@ func TestContainerExitIsReported(t *testing.T) {
 		t.Error("spawning a missing binary succeeded")
 	}
 }
+
+func TestEnterHost(t *testing.T) {
+	s := New(t)
+	hasHostAddr := func() bool {
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if strings.HasPrefix(a.String(), "198.18.0.1/") {
+				return true
+			}
+		}
+		return false
+	}
+	restore, err := s.EnterHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := hasHostAddr()
+	restore()
+	if !inside {
+		t.Error("after EnterHost the host address is not visible")
+	}
+	if hasHostAddr() {
+		t.Error("after restore the host address is still visible")
+	}
+}
