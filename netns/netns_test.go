@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,39 +28,12 @@ func needRoot(t *testing.T) {
 func scratch(t *testing.T) *NS {
 	t.Helper()
 	needRoot(t)
-	type res struct {
-		ns  *NS
-		err error
+	ns, err := New()
+	if err != nil {
+		t.Fatalf("scratch namespace: %v", err)
 	}
-	c := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			c <- res{nil, err}
-			return
-		}
-		defer orig.Close()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			c <- res{nil, err}
-			return
-		}
-		ns, err := Open("/proc/thread-self/ns/net")
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			c <- res{nil, err} // thread stays locked and dies
-			return
-		}
-		runtime.UnlockOSThread()
-		c <- res{ns, err}
-	}()
-	r := <-c
-	if r.err != nil {
-		t.Fatalf("scratch namespace: %v", r.err)
-	}
-	t.Cleanup(func() { r.ns.Close() })
-	return r.ns
+	t.Cleanup(func() { ns.Close() })
+	return ns
 }
 
 func nl(t *testing.T, ns *NS) *netlink.Handle {

@@ -182,3 +182,43 @@ func runInNS(fn func() error) (err error) {
 	}()
 	return fn()
 }
+
+// New creates a fresh, anonymous network namespace (only lo, down) and
+// returns a handle on it; the namespace lives exactly as long as something
+// references it (this handle, a netlink handle, a bind mount, a process).
+// The calling thread is not moved: the unshare happens on a throwaway
+// locked thread that goes back to its namespace (or dies).
+func New() (*NS, error) {
+	type res struct {
+		ns  *NS
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			c <- res{nil, fmt.Errorf("open current network namespace: %w", err)}
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			c <- res{nil, fmt.Errorf("unshare network namespace: %w", err)}
+			return
+		}
+		ns, err := Open("/proc/thread-self/ns/net")
+		if rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); rerr != nil {
+			if ns != nil {
+				ns.Close()
+			}
+			c <- res{nil, fmt.Errorf("%w: %v", errRestore, rerr)} // thread stays locked and dies
+			return
+		}
+		runtime.UnlockOSThread()
+		c <- res{ns, err}
+	}()
+	r := <-c
+	return r.ns, r.err
+}

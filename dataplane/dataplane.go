@@ -1,0 +1,483 @@
+package dataplane
+
+// Design of the concrete data plane (DataPlane):
+//
+//   - One netlink handle in the host namespace lives as long as the
+//     DataPlane. Container namespaces are opened per call and their handles
+//     closed before the call returns (an open handle would keep a dead
+//     container's namespace, and its veth, alive).
+//   - In-memory indexes (container ID -> veth ifindex and installed ports,
+//     slot -> ID, shared port -> holders) make every per-container call cost
+//     O(ranges of that container): no link or filter dump happens on the
+//     Setup/SetPorts/Teardown path. Dumps are only used by Snapshot,
+//     RemoveStrays and Check, which serve recovery and diagnosis.
+//   - Setup builds in this order: bind mount, veth (host end + container
+//     eth0 in one request), host veth settings and filters, container
+//     configuration and filters, and only then the host eth0/lo demux entries
+//     that steer traffic to the new veth. Every step registers its undo; any
+//     failure runs the undos in reverse, so a failed Setup leaves nothing.
+//   - Teardown is the reverse and tolerates missing objects, reporting them.
+//   - One mutex serialises all calls: the host demuxes and the shared-port
+//     holder lists are shared state, and each call takes milliseconds.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/vishvananda/netlink"
+)
+
+// Errors callers can test with errors.Is.
+var (
+	// ErrNotPrepared: Setup or Adopt before PrepareHost.
+	ErrNotPrepared = errors.New("data plane not prepared: call PrepareHost first")
+	// ErrExists: the container ID (or its slot) is already plumbed.
+	ErrExists = errors.New("container already set up")
+	// ErrUnknown: the container is not known to this data plane.
+	ErrUnknown = errors.New("container not set up")
+	// ErrInvalid wraps every validation error of a Container or port change.
+	ErrInvalid = errors.New("invalid container")
+)
+
+// Config configures New.
+type Config struct {
+	HostNS   string            // host network namespace path; "" = the process's own
+	Eth0     string            // public interface; "" = device of the default route
+	Lo       string            // loopback; "" = the first IFF_LOOPBACK link
+	NetNSDir string            // where namespaces are bind-mounted; "" = /var/run/netns
+	Observer tcfilter.Observer // sees every tc filter operation (metrics); may be nil
+	Logger   *slog.Logger      // nil = slog.Default()
+}
+
+// ContainerEth0 is the name of the veth peer inside every container.
+const ContainerEth0 = "eth0"
+
+// DataPlane is isolatord's kernel data plane for one host namespace.
+type DataPlane struct {
+	cfg    Config
+	log    *slog.Logger
+	hostNS *netns.NS // the namespace we plumb
+	selfNS *netns.NS // the daemon's own namespace (never a container's)
+	h      *netlink.Handle
+
+	mu       sync.Mutex
+	prepared bool
+	info     HostInfo
+	links    netns.HostLinks
+	copy     []netns.Sysctl
+	eth0     *tcfilter.HostDemux
+	lo       *tcfilter.HostDemux
+	ctrs     map[string]*record
+	slots    map[uint16]string
+	shared   map[uint16][]tcfilter.Holder
+	closed   bool
+
+	// hook, when set (tests), runs after each named Setup/SetPorts step and
+	// can fail it to exercise rollback.
+	hook func(step string) error
+}
+
+// record is what the data plane installed for one container.
+type record struct {
+	c     Container // ports and shared ports as installed
+	veth  int
+	ino   uint64
+	mount string
+}
+
+// New opens the host namespace and a netlink handle in it. It changes
+// nothing; PrepareHost does.
+func New(cfg Config) (*DataPlane, error) {
+	if cfg.NetNSDir == "" {
+		cfg.NetNSDir = netns.DefaultDir
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	self, err := netns.Current()
+	if err != nil {
+		return nil, err
+	}
+	host := self
+	if cfg.HostNS != "" {
+		host, err = netns.Open(cfg.HostNS)
+		if err != nil {
+			self.Close()
+			return nil, err
+		}
+	}
+	h, err := host.Netlink()
+	if err != nil {
+		if host != self {
+			host.Close()
+		}
+		self.Close()
+		return nil, err
+	}
+	return &DataPlane{
+		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h,
+		ctrs:   map[string]*record{},
+		slots:  map[uint16]string{},
+		shared: map[uint16][]tcfilter.Holder{},
+	}, nil
+}
+
+// Close releases the namespace and netlink handles. Kernel objects stay.
+func (d *DataPlane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.h.Close()
+	var err error
+	if d.hostNS != d.selfNS {
+		err = d.hostNS.Close()
+	}
+	return errors.Join(err, d.selfNS.Close())
+}
+
+// isVethName reports whether name has our veth naming shape.
+func isVethName(name string) bool {
+	if len(name) != 15 || !strings.HasPrefix(name, VethPrefix) {
+		return false
+	}
+	for _, c := range name[3:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkID is ValidateID wrapped in ErrInvalid with the field named.
+func checkID(id string) error {
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("%w: container ID: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// validateContainer checks everything Setup needs from c.
+func validateContainer(c Container) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	if c.Slot == 0 || c.Slot > MaxSlot {
+		return fmt.Errorf("%w: container %s: slot %d outside 1..%d", ErrInvalid, c.ID, c.Slot, MaxSlot)
+	}
+	if c.NetNS == "" {
+		return fmt.Errorf("%w: container %s: network namespace path is empty", ErrInvalid, c.ID)
+	}
+	if !c.Ephemeral.IsAligned() {
+		return fmt.Errorf("%w: container %s: ephemeral range %s is not a power-of-two sized, aligned block", ErrInvalid, c.ID, c.Ephemeral)
+	}
+	return validatePorts(c.ID, c.Ephemeral, c.Ports, c.Shared)
+}
+
+func validatePorts(id string, eph ephemeral.Range, ports, shared ephemeral.Set) error {
+	es := ephemeral.NewSet(eph)
+	if err := ephemeral.CheckOverlap("static ports", ports, "shared ports", shared); err != nil {
+		return fmt.Errorf("%w: container %s: %v", ErrInvalid, id, err)
+	}
+	if err := ephemeral.CheckOverlap("ephemeral ports", es, "static ports", ports); err != nil {
+		return fmt.Errorf("%w: container %s: %v", ErrInvalid, id, err)
+	}
+	if err := ephemeral.CheckOverlap("ephemeral ports", es, "shared ports", shared); err != nil {
+		return fmt.Errorf("%w: container %s: %v", ErrInvalid, id, err)
+	}
+	return nil
+}
+
+// exclusiveRanges are the ranges the host demuxes steer to the container.
+func exclusiveRanges(eph ephemeral.Range, ports ephemeral.Set) []ephemeral.Range {
+	return ephemeral.Split(ephemeral.NewSet(eph).Union(ports))
+}
+
+// allRanges are the ranges the container may use as source ports (veth
+// filters) and keeps local (container lo filters): exclusive and shared.
+func allRanges(eph ephemeral.Range, ports, shared ephemeral.Set) []ephemeral.Range {
+	return ephemeral.Split(ephemeral.NewSet(eph).Union(ports).Union(shared))
+}
+
+// undoStack collects the undo actions of a multi-step change.
+type undoStack struct {
+	steps []undoStep
+}
+
+type undoStep struct {
+	name string
+	fn   func() error
+}
+
+func (u *undoStack) push(name string, fn func() error) { u.steps = append(u.steps, undoStep{name, fn}) }
+
+// run undoes everything in reverse and returns the undo errors.
+func (u *undoStack) run() error {
+	var errs []error
+	for i := len(u.steps) - 1; i >= 0; i-- {
+		if err := u.steps[i].fn(); err != nil {
+			errs = append(errs, fmt.Errorf("undo %s: %w", u.steps[i].name, err))
+		}
+	}
+	u.steps = nil
+	return errors.Join(errs...)
+}
+
+func (d *DataPlane) step(name string) error {
+	if d.hook != nil {
+		if err := d.hook(name); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// hostIP is the shared IPv4 address.
+func (d *DataPlane) hostIP() net.IP { return d.info.IP.IP }
+
+func (d *DataPlane) vethFilters(slot uint16, veth int) tcfilter.VethFilters {
+	return tcfilter.VethFilters{
+		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex,
+		HostIP: d.hostIP(), Slot: slot, Obs: d.cfg.Observer,
+	}
+}
+
+// holdersWith returns hs plus (slot, veth), replacing an entry of that slot.
+func holdersWith(hs []tcfilter.Holder, slot uint16, veth int) []tcfilter.Holder {
+	out := holdersWithout(hs, slot)
+	out = append(out, tcfilter.Holder{Slot: slot, Target: veth})
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
+	return out
+}
+
+// holdersWithout returns a copy of hs without slot.
+func holdersWithout(hs []tcfilter.Holder, slot uint16) []tcfilter.Holder {
+	out := make([]tcfilter.Holder, 0, len(hs))
+	for _, h := range hs {
+		if h.Slot != slot {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// setShared programs port's holder list on both host demuxes and in the
+// index. On failure the demuxes are put back to the previous list.
+func (d *DataPlane) setShared(port uint16, hs []tcfilter.Holder) error {
+	old := d.shared[port]
+	if err := d.eth0.SetShared(port, hs); err != nil {
+		return fmt.Errorf("shared port %d on %s: %w", port, d.links.Eth0, err)
+	}
+	if err := d.lo.SetShared(port, hs); err != nil {
+		rerr := d.eth0.SetShared(port, old)
+		return errors.Join(fmt.Errorf("shared port %d on %s: %w", port, d.links.Lo, err), rerr)
+	}
+	if len(hs) == 0 {
+		delete(d.shared, port)
+	} else {
+		d.shared[port] = slices.Clone(hs)
+	}
+	return nil
+}
+
+// mountPath is where container id's namespace is pinned.
+func (d *DataPlane) mountPath(id string) string {
+	return strings.TrimSuffix(d.cfg.NetNSDir, "/") + "/" + id
+}
+
+// Setup plumbs container c (see the package design notes for the order). Any
+// failure undoes every step already done for c.
+func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err error) {
+	if err := validateContainer(c); err != nil {
+		return p, err
+	}
+	if err := checkCtx(ctx); err != nil {
+		return p, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return p, errors.New("data plane closed")
+	}
+	if !d.prepared {
+		return p, ErrNotPrepared
+	}
+	if _, ok := d.ctrs[c.ID]; ok {
+		return p, fmt.Errorf("%w: %s", ErrExists, c.ID)
+	}
+	if other, ok := d.slots[c.Slot]; ok {
+		return p, fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
+	}
+
+	// Handles are closed only after a rollback has used them: an operation
+	// on a closed netlink.Handle silently falls back to a fresh socket in
+	// the calling thread's namespace, which is the wrong namespace.
+	var undo undoStack
+	var closers []func()
+	defer func() {
+		if err != nil {
+			if uerr := undo.run(); uerr != nil {
+				d.log.Error("rollback of failed setup incomplete", "container", c.ID, "err", uerr)
+				err = errors.Join(err, uerr)
+			}
+			p = Plumbing{}
+		}
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	ns, err := netns.Open(c.NetNS)
+	if err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	closers = append(closers, func() { ns.Close() })
+	if ns.SameAs(d.hostNS) || ns.SameAs(d.selfNS) {
+		return p, fmt.Errorf("container %s: %s: %w", c.ID, c.NetNS, ErrHostNamespace)
+	}
+	p.NetNSIno = ns.Ino()
+	if err := d.step("open"); err != nil {
+		return p, err
+	}
+
+	// Pin the namespace so `ip netns exec <id>` works and it outlives its
+	// processes until Teardown.
+	p.Mount, err = netns.BindMount(ns, d.cfg.NetNSDir, c.ID)
+	if err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	undo.push("bind mount", func() error {
+		_, _, err := netns.Unmount(d.cfg.NetNSDir, c.ID)
+		return err
+	})
+	if err := d.step("mount"); err != nil {
+		return p, err
+	}
+
+	// The veth: host end named after the ID, peer born inside as eth0, both
+	// with the host MAC and MTU.
+	p.Veth = VethName(c.ID)
+	p.VethIndex, err = netns.CreateVeth(d.h, ns, netns.VethSpec{
+		Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU,
+	})
+	if err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	veth := p.VethIndex
+	undo.push("veth "+p.Veth, func() error { _, err := netns.DeleteLink(d.h, veth); return err })
+	if err := d.step("veth"); err != nil {
+		return p, err
+	}
+
+	// Host end: no routing of stray packets (forwarding=0), no IPv6 (the
+	// shared MAC would give every veth the same link-local address).
+	err = d.hostNS.Do(func() error {
+		if err := netns.WriteSysctlHere("net/ipv4/conf/"+p.Veth+"/forwarding", "0"); err != nil {
+			return err
+		}
+		return netns.DisableIPv6Here(p.Veth)
+	})
+	if err != nil {
+		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)
+	}
+	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
+	if err := d.vethFilters(c.Slot, veth).Install(all); err != nil {
+		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
+	}
+	if err := netns.LinkUp(d.h, veth); err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	if err := d.step("host veth"); err != nil {
+		return p, err
+	}
+
+	// Inside the container.
+	ch, err := ns.Netlink()
+	if err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	closers = append(closers, ch.Close)
+	cl, err := netns.ConfigureContainer(ns, ch, netns.ContainerConfig{
+		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU,
+		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy,
+	})
+	if err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	// The container's lo keeps its filters when the veth goes: remove them
+	// on rollback so a retry starts clean.
+	undo.push("container lo filters", func() error { return delClsact(ch, cl.Lo) })
+	cf := tcfilter.ContainerFilters{H: ch, Lo: cl.Lo, Eth0: cl.Eth0, HostIP: d.hostIP(), Obs: d.cfg.Observer}
+	if err := cf.Install(all); err != nil {
+		return p, fmt.Errorf("container %s: container filters: %w", c.ID, err)
+	}
+	if err := d.step("container"); err != nil {
+		return p, err
+	}
+
+	// Host demuxes: only now does traffic start flowing to the veth.
+	excl := exclusiveRanges(c.Ephemeral, c.Ports)
+	if err := d.eth0.AddRanges(c.Slot, veth, excl); err != nil {
+		return p, fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
+	}
+	undo.push("eth0 demux", func() error { _, err := d.eth0.DelRanges(c.Slot, excl); return err })
+	if err := d.lo.AddRanges(c.Slot, veth, excl); err != nil {
+		return p, fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
+	}
+	undo.push("lo demux", func() error { _, err := d.lo.DelRanges(c.Slot, excl); return err })
+	if err := d.step("demux"); err != nil {
+		return p, err
+	}
+	if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
+		return p, fmt.Errorf("container %s: ARP/ICMP fan-out: %w", c.ID, err)
+	}
+	undo.push("fan-out", func() error { _, err := d.eth0.DelFanout(c.Slot); return err })
+	if err := d.step("fanout"); err != nil {
+		return p, err
+	}
+	for _, port := range c.Shared.Ports() {
+		old := d.shared[port]
+		if err := d.setShared(port, holdersWith(old, c.Slot, veth)); err != nil {
+			return p, fmt.Errorf("container %s: %w", c.ID, err)
+		}
+		undo.push(fmt.Sprintf("shared port %d", port), func() error { return d.setShared(port, old) })
+	}
+	if err := d.step("shared"); err != nil {
+		return p, err
+	}
+
+	d.ctrs[c.ID] = &record{c: c, veth: veth, ino: p.NetNSIno, mount: p.Mount}
+	d.slots[c.Slot] = c.ID
+	return p, nil
+}
+
+// delClsact removes the clsact qdisc (and with it every filter) of a link.
+func delClsact(h *netlink.Handle, idx int) error {
+	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
+		LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT,
+	}}
+	if err := h.QdiscDel(q); err != nil && !netns.IsNotFound(err) {
+		return fmt.Errorf("delete clsact of link %d: %w", idx, err)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+	"golang.org/x/sys/unix"
+)
+
+// hostSysctls are the host-namespace settings the traffic paths need. Each
+// was checked against this kernel by removing it (see TestHostSettingsNeeded):
+//
+//   - lo route_localnet=1: packets to and from 127.0.0.1 are redirected from
+//     a container's veth to the host's lo (container -> host process or other
+//     container via 127.0.0.1); without it the host drops them as martians.
+//   - lo accept_local=1: packets redirected from a veth to the host's lo carry
+//     the shared host IP as source; without it they are dropped as
+//     IP_LOCAL_SOURCE (container -> host process via the host IP).
+var hostSysctls = []netns.Sysctl{
+	{Name: "net/ipv4/conf/lo/route_localnet", Value: "1"},
+	{Name: "net/ipv4/conf/lo/accept_local", Value: "1"},
+}
+
+// rpFilterSysctls turn reverse-path filtering off where a redirected packet
+// arrives: the host's lo. The effective value is max(all, lo), so both are
+// needed; they are only written when one of them is on.
+var rpFilterSysctls = []netns.Sysctl{
+	{Name: "net/ipv4/conf/all/rp_filter", Value: "0"},
+	{Name: "net/ipv4/conf/lo/rp_filter", Value: "0"},
+}
+
+// Keys of HostInfo.Originals that are not sysctls.
+const (
+	OriginalLoMAC = "link/lo/address"
+)
+
+// PrepareHost prepares the host namespace once (later calls return the same
+// HostInfo): it reads the public interface's address, MAC, MTU and gateway,
+// applies the host settings the paths need (recording each original value in
+// HostInfo.Originals; settings already right are not recorded), creates
+// clsact on eth0 and lo, initialises the host demuxes, reads the host sysctls
+// containers copy and detects kernel features.
+func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
+	if err := checkCtx(ctx); err != nil {
+		return HostInfo{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return HostInfo{}, errors.New("data plane closed")
+	}
+	if d.prepared {
+		return d.info, nil
+	}
+	hl, err := netns.ReadHostLinks(d.h, d.cfg.Eth0, d.cfg.Lo)
+	if err != nil {
+		return HostInfo{}, fmt.Errorf("host interfaces: %w", err)
+	}
+	info := HostInfo{
+		Eth0: hl.Eth0, Lo: hl.Lo, IP: hl.Addr, MAC: hl.MAC, MTU: hl.MTU, Gateway: hl.Gateway,
+		Originals: map[string]string{},
+	}
+
+	// Host lo carries the host MAC: frames redirected from the host's lo to a
+	// veth keep lo's MAC as destination, and the container only accepts them
+	// as PACKET_HOST if that is its own (the host's) MAC.
+	lo, err := d.h.LinkByIndex(hl.LoIndex)
+	if err != nil {
+		return HostInfo{}, err
+	}
+	if !macEqual(hl.LoMAC, hl.MAC) {
+		if err := d.h.LinkSetHardwareAddr(lo, hl.MAC); err != nil {
+			return HostInfo{}, fmt.Errorf("set %s MAC to %s's %s: %w", hl.Lo, hl.Eth0, hl.MAC, err)
+		}
+		orig := hl.LoMAC.String()
+		if orig == "" { // netlink drops an all-zero address
+			orig = "00:00:00:00:00:00"
+		}
+		info.Originals[OriginalLoMAC] = orig
+	}
+	wanted := renameLo(hostSysctls, hl.Lo)
+	rp, err := d.hostNS.ReadSysctls(renameLo(rpFilterSysctls, hl.Lo)[0].Name, renameLo(rpFilterSysctls, hl.Lo)[1].Name)
+	if err != nil {
+		return HostInfo{}, err
+	}
+	for _, kv := range rp {
+		if kv.Value != "0" {
+			wanted = append(wanted, renameLo(rpFilterSysctls, hl.Lo)...)
+			break
+		}
+	}
+	changed, err := d.hostNS.SetSysctlsSaving(wanted...)
+	for _, kv := range changed {
+		info.Originals["sysctl/"+kv.Name] = kv.Value
+	}
+	if err != nil {
+		return info, fmt.Errorf("host sysctls: %w", err)
+	}
+
+	for _, l := range []struct {
+		name string
+		idx  int
+	}{{hl.Eth0, hl.Eth0Index}, {hl.Lo, hl.LoIndex}} {
+		if err := tcfilter.EnsureClsact(d.h, l.idx); err != nil {
+			return info, fmt.Errorf("clsact on %s: %w", l.name, err)
+		}
+	}
+	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
+	if err := eth0.Init(); err != nil {
+		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
+	}
+	lod := tcfilter.NewHostDemux(d.h, hl.LoIndex, hl.Lo, nil, d.cfg.Observer)
+	if err := lod.Init(); err != nil {
+		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
+	}
+
+	cp, err := d.hostNS.ReadSysctls(netns.HostSysctlsToCopy...)
+	if err != nil {
+		return info, fmt.Errorf("read host sysctls to copy: %w", err)
+	}
+
+	feats, source := detectFeatures()
+	info.Features = feats
+	if missing := missingFeatures(feats); len(missing) > 0 {
+		d.log.Warn("kernel features missing; the data plane works without them, rate limiting needs htb/tbf/ifb",
+			"missing", strings.Join(missing, ","), "source", source)
+	}
+
+	d.info, d.links, d.copy, d.eth0, d.lo = info, hl, cp, eth0, lod
+	d.prepared = true
+	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
+		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals))
+	return info, nil
+}
+
+// renameLo rewrites "/lo/" in sysctl names to the host's loopback name.
+func renameLo(kvs []netns.Sysctl, lo string) []netns.Sysctl {
+	out := make([]netns.Sysctl, len(kvs))
+	for i, kv := range kvs {
+		out[i] = netns.Sysctl{Name: strings.Replace(kv.Name, "/lo/", "/"+lo+"/", 1), Value: kv.Value}
+	}
+	return out
+}
+
+func macEqual(a, b net.HardwareAddr) bool { return a.String() == b.String() }
+
+// isNoQdisc reports the errors the kernel gives when deleting a qdisc or
+// filter that does not exist.
+func isNoQdisc(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENODEV)
+}

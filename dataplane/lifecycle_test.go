@@ -1,0 +1,489 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/vishvananda/netlink"
+)
+
+var errInjected = errors.New("injected failure")
+
+func TestValidation(t *testing.T) {
+	ok := Container{ID: "c1", Slot: 1, NetNS: "/proc/1/ns/net",
+		Ephemeral: ephemeral.Range{Begin: 32768, End: 33791}, Ports: ephemeral.MustParseSet("31000")}
+	if err := validateContainer(ok); err != nil {
+		t.Fatalf("valid container rejected: %v", err)
+	}
+	cases := []struct {
+		name string
+		mod  func(*Container)
+		want string
+	}{
+		{"empty id", func(c *Container) { c.ID = "" }, "container ID"},
+		{"dot", func(c *Container) { c.ID = "." }, "container ID"},
+		{"dotdot", func(c *Container) { c.ID = ".." }, "container ID"},
+		{"slash", func(c *Container) { c.ID = "a/b" }, "container ID"},
+		{"leading dash", func(c *Container) { c.ID = "-a" }, "container ID"},
+		{"too long", func(c *Container) { c.ID = strings.Repeat("a", 129) }, "container ID"},
+		{"slot 0", func(c *Container) { c.Slot = 0 }, "slot"},
+		{"slot 4096", func(c *Container) { c.Slot = 4096 }, "slot"},
+		{"no netns", func(c *Container) { c.NetNS = "" }, "network namespace"},
+		{"unaligned", func(c *Container) { c.Ephemeral = ephemeral.Range{Begin: 32769, End: 33792} }, "ephemeral range"},
+		{"empty range", func(c *Container) { c.Ephemeral = ephemeral.Range{Begin: 2, End: 1} }, "ephemeral range"},
+		{"ports in ephemeral", func(c *Container) { c.Ports = ephemeral.MustParseSet("33000") }, "ephemeral ports"},
+		{"shared in ports", func(c *Container) { c.Shared = ephemeral.MustParseSet("31000") }, "shared ports"},
+	}
+	for _, tc := range cases {
+		c := ok
+		tc.mod(&c)
+		err := validateContainer(c)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v (want ErrInvalid naming %q)", tc.name, err, tc.want)
+		}
+	}
+	for _, id := range []string{"a", "A9", "a.b_c-d", strings.Repeat("x", 128)} {
+		if err := ValidateID(id); err != nil {
+			t.Errorf("ValidateID(%q) = %v", id, err)
+		}
+	}
+	if n := VethName("some-container"); len(n) != 15 || !strings.HasPrefix(n, "iso") || !isVethName(n) {
+		t.Errorf("VethName = %q", n)
+	}
+	if VethName("a") == VethName("b") {
+		t.Error("VethName collides for a and b")
+	}
+}
+
+func TestRefusesHostNamespace(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	for _, path := range []string{e.sb.Host.Path, "/proc/self/ns/net"} {
+		c := Container{ID: e.uniqueID("hostns"), Slot: 7, NetNS: path,
+			Ephemeral: ephemeral.Range{Begin: 40960, End: 41983}}
+		e.cleanupMount(c.ID)
+		_, err := e.d.Setup(context.Background(), c)
+		if !errors.Is(err, ErrHostNamespace) {
+			t.Errorf("Setup in %s: %v, want ErrHostNamespace", path, err)
+		}
+		if _, err := os.Stat(filepath.Join(netns.DefaultDir, c.ID)); !os.IsNotExist(err) {
+			t.Errorf("a mount point was left for %s", c.ID)
+		}
+	}
+	if e.hasLink(VethName("x")) {
+		t.Error("unexpected veth")
+	}
+}
+
+func TestNotPreparedAndDuplicates(t *testing.T) {
+	e := newEnv(t)
+	d2 := e.newDataPlane()
+	p := e.spawn("N", []uint16{31000}, false)
+	c := e.spec("N", p, 3, "40960-41983", "", "")
+	if _, err := d2.Setup(context.Background(), c); !errors.Is(err, ErrNotPrepared) {
+		t.Errorf("Setup before PrepareHost: %v", err)
+	}
+	e.setup(c)
+	if _, err := e.d.Setup(context.Background(), c); !errors.Is(err, ErrExists) {
+		t.Errorf("second Setup of %s: %v", c.ID, err)
+	}
+	p2 := e.spawn("N2", []uint16{31000}, false)
+	c2 := e.spec("N2", p2, 3, "41984-43007", "", "")
+	e.cleanupMount(c2.ID)
+	if _, err := e.d.Setup(context.Background(), c2); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "slot 3") {
+		t.Errorf("Setup with a used slot: %v", err)
+	}
+	if err := e.d.SetPorts(context.Background(), c2, ephemeral.Set{}, ephemeral.Set{}); !errors.Is(err, ErrUnknown) {
+		t.Errorf("SetPorts of an unknown container: %v", err)
+	}
+}
+
+// hostState is everything Setup may create on the host side.
+func (e *env) hostState() string {
+	var links []string
+	for _, n := range e.hostLinks() {
+		links = append(links, n)
+	}
+	slices.Sort(links)
+	return strings.Join(links, ",") + "\n" + e.hostFilters()
+}
+
+func TestSetupRollback(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "9100", 31000)
+	before := e.hostState()
+	p := e.spawn("R", []uint16{31020, 9100}, true)
+
+	steps := []string{"open", "mount", "veth", "host veth", "container", "demux", "fanout", "shared"}
+	for _, step := range steps {
+		e.d.hook = func(s string) error {
+			if s == step {
+				return errInjected
+			}
+			return nil
+		}
+		c := e.spec("R", p, 5, "41984-43007", "31020-31029", "9100")
+		e.cleanupMount(c.ID)
+		_, err := e.d.Setup(context.Background(), c)
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("failure at %q: Setup returned %v", step, err)
+		}
+		if after := e.hostState(); after != before {
+			t.Errorf("failure at %q left host changes:\n%s", step, lineDiff(before, after))
+		}
+		if _, err := os.Stat(filepath.Join(netns.DefaultDir, c.ID)); !os.IsNotExist(err) {
+			t.Errorf("failure at %q left the mount point of %s", step, c.ID)
+		}
+		if len(e.d.ctrs) != 1 || len(e.d.shared[9100]) != 1 {
+			t.Errorf("failure at %q left index entries: %d containers, shared 9100 holders %v", step, len(e.d.ctrs), e.d.shared[9100])
+		}
+	}
+	e.d.hook = nil
+
+	// A kernel-side failure: R asks for a port A holds; the demux refuses.
+	c := e.spec("R", p, 5, "41984-43007", "31005", "")
+	e.cleanupMount(c.ID)
+	if _, err := e.d.Setup(context.Background(), c); err == nil {
+		t.Fatal("Setup with a port of another container succeeded")
+	}
+	if after := e.hostState(); after != before {
+		t.Errorf("refused setup left host changes:\n%s", lineDiff(before, after))
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+
+	// The same namespace can then be plumbed for real and carries traffic.
+	c = e.spec("R", p, 5, "41984-43007", "31020-31029", "9100")
+	e.setup(c)
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31020), "R")
+	mustEcho(t, e.sb.Client, "udp", hostAddr(31020), "R")
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+	_ = a
+}
+
+func TestSetPorts(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000, 31020)
+	b := e.start("B", 2, "41984-43007", "31010-31019", "", 31010)
+	serveIn(t, e.sb.Client, clientAddr(9000), "client")
+	ctx := context.Background()
+
+	if err := e.d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31020-31029"), ephemeral.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31020), "A")
+	mustEcho(t, e.sb.Client, "udp", hostAddr(31020), "A")
+	if got, err := echo(e.sb.Client, "tcp", hostAddr(31000)); err == nil {
+		t.Errorf("old port 31000 still answered by %s", got)
+	}
+	mustEcho(t, a.proc, "tcp", clientAddr(9000), "client", traffic.WithSource("198.18.0.1:31025"))
+	if _, err := echo(a.proc, "tcp", clientAddr(9000), traffic.WithSource("198.18.0.1:31005"), traffic.WithTimeout(700*time.Millisecond)); err == nil {
+		t.Error("A can still send from its old port 31005")
+	}
+
+	// Refused by the demux (B holds 31010): nothing changes.
+	before := e.hostState()
+	if err := e.d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31010,31020-31029"), ephemeral.Set{}); err == nil {
+		t.Fatal("SetPorts onto B's port succeeded")
+	}
+	if after := e.hostState(); after != before {
+		t.Errorf("refused SetPorts changed the host:\n%s", lineDiff(before, after))
+	}
+	// Injected failures at every step: everything is put back.
+	for _, step := range []string{"grow", "add", "shared", "remove", "shrink"} {
+		e.d.hook = func(s string) error {
+			if s == step {
+				return errInjected
+			}
+			return nil
+		}
+		err := e.d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31000-31003"), ephemeral.MustParseSet("9300"))
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("failure at %q: %v", step, err)
+		}
+		if after := e.hostState(); after != before {
+			t.Errorf("failure at %q changed the host:\n%s", step, lineDiff(before, after))
+		}
+	}
+	e.d.hook = nil
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31020), "A")
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31010), "B")
+	mustEcho(t, a.proc, "tcp", clientAddr(9000), "client", traffic.WithSource("198.18.0.1:31021"))
+	_ = b
+}
+
+func TestSharedPort(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000", "9000", 9000)
+	b := e.start("B", 2, "41984-43007", "31010", "9000", 9000)
+	serveIn(t, e.sb.Host, "0.0.0.0:9000", "host")
+	ctx := context.Background()
+
+	spread := func() map[string]int {
+		seen := map[string]int{}
+		for i := 0; i < 32; i++ {
+			src := "198.18.0.2:" + strconv.Itoa(45000+2*i)
+			got, err := echo(e.sb.Client, "tcp", hostAddr(9000), traffic.WithSource(src))
+			if err != nil {
+				t.Errorf("shared port from %s: %v", src, err)
+				continue
+			}
+			seen[got]++
+		}
+		return seen
+	}
+	if seen := spread(); seen["A"] == 0 || seen["B"] == 0 || seen["host"] != 0 {
+		t.Errorf("32 connections to shared port 9000 were answered by %v, want both A and B", seen)
+	}
+	// The host reaches the shared port too (via lo), and so does a container.
+	if got, err := echo(e.sb.Host, "tcp", loAddr(9000)); err != nil || (got != "A" && got != "B") {
+		t.Errorf("host -> 127.0.0.1:9000: %q %v", got, err)
+	}
+	if got, err := echo(a.proc, "tcp", hostAddr(9000)); err != nil || (got != "A" && got != "B") {
+		t.Errorf("A -> host IP:9000: %q %v", got, err)
+	}
+
+	// B gives the port up: every flow goes to A.
+	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31010"), ephemeral.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	if seen := spread(); seen["A"] != 32 {
+		t.Errorf("after B left 9000: %v, want all 32 on A", seen)
+	}
+	// A goes away: the port falls back to the host's listener.
+	if _, err := e.d.Teardown(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(9000), "host")
+	if len(e.d.shared) != 0 {
+		t.Errorf("shared index not empty: %v", e.d.shared)
+	}
+}
+
+func TestRestartAdoptCheckTeardown(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "9000", 31000)
+	ctx := context.Background()
+	if miss, err := e.d.Check(ctx, a.c); err != nil || len(miss) != 0 {
+		t.Fatalf("Check of a fresh container: %v %v", miss, err)
+	}
+
+	// A "restarted daemon": host preparation is idempotent and changes
+	// nothing more, Adopt registers A without touching the kernel.
+	before := e.hostState()
+	d2 := e.newDataPlane()
+	info, err := d2.PrepareHost(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Originals) != 0 {
+		t.Errorf("second PrepareHost changed settings again: %v", info.Originals)
+	}
+	if err := d2.Adopt(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.hostState(); after != before {
+		t.Errorf("restart + Adopt changed the host:\n%s", lineDiff(before, after))
+	}
+	if miss, err := d2.Check(ctx, a.c); err != nil || len(miss) != 0 {
+		t.Errorf("Check after Adopt: %v %v", miss, err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+	if err := d2.Adopt(ctx, a.c); !errors.Is(err, ErrExists) {
+		t.Errorf("second Adopt: %v", err)
+	}
+	ghost := Container{ID: e.uniqueID("ghost"), Slot: 9, NetNS: "/proc/1/ns/net", Ephemeral: ephemeral.Range{Begin: 43008, End: 44031}}
+	if err := d2.Adopt(ctx, ghost); err == nil {
+		t.Error("Adopt of a container without veth succeeded")
+	}
+
+	// Check notices what disappears.
+	if _, err := d2.eth0.DelRanges(1, []ephemeral.Range{{Begin: 31008, End: 31009}}); err != nil {
+		t.Fatal(err)
+	}
+	miss, err := d2.Check(ctx, a.c)
+	if err != nil || !slices.Contains(miss, "eth0 range 31008-31009") || len(miss) != 1 {
+		t.Errorf("Check after deleting a range: %v %v", miss, err)
+	}
+
+	rep, err := d2.Teardown(ctx, a.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Missing) != 1 || !strings.Contains(rep.Missing[0], "eth0 demux") {
+		t.Errorf("teardown report: %v (want the one deleted eth0 range)", rep.Missing)
+	}
+	if e.hasLink(VethName(a.c.ID)) {
+		t.Error("veth survived")
+	}
+	if f := e.hostFilters(); slotRE(1).MatchString(f) {
+		t.Errorf("filters of slot 1 survived:\n%s", f)
+	}
+	miss, err = d2.Check(ctx, a.c)
+	if err != nil || !slices.Contains(miss, "veth "+VethName(a.c.ID)) || !slices.Contains(miss, "bind mount "+filepath.Join(netns.DefaultDir, a.c.ID)) {
+		t.Errorf("Check after teardown: %v %v", miss, err)
+	}
+}
+
+func TestSnapshotAndRemoveStrays(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "9000", 31000, 9000)
+	b := e.start("B", 2, "41984-43007", "31010-31019", "9000", 31010, 9000)
+	c := e.start("C", 3, "43008-44031", "31020", "", 31020)
+	ctx := context.Background()
+
+	s, err := e.d.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []ctr{a, b, c} {
+		if s.Veths[VethName(x.c.ID)] == 0 || !s.Mounts[x.c.ID] || len(s.Slots[x.c.Slot]) == 0 {
+			t.Errorf("snapshot misses %s: %+v", x.c.ID, s)
+		}
+	}
+	if len(s.Veths) != 3 || len(s.Mounts) != 3 || len(s.Slots) != 3 {
+		t.Errorf("snapshot has extra objects: %+v", s)
+	}
+
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Adopt(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := d2.RemoveStrays(ctx, []Container{a.c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"veth " + VethName(b.c.ID), "veth " + VethName(c.c.ID),
+		"bind mount " + filepath.Join(netns.DefaultDir, b.c.ID), "eth0 fan-out of slot 3",
+		"eth0 range 31012-31015 of slot 2", "lo range 31020 of slot 3", "eth0 stray holders of shared port 9000"} {
+		if !slices.Contains(removed, want) {
+			t.Errorf("RemoveStrays did not report %q; got %v", want, removed)
+		}
+	}
+	s, err = d2.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Veths) != 1 || len(s.Mounts) != 1 || !s.Mounts[a.c.ID] || len(s.Slots) != 1 || len(s.Slots[1]) == 0 {
+		t.Errorf("after RemoveStrays: %+v", s)
+	}
+	// A still gets its traffic and all of shared port 9000; B's ports go to
+	// the host stack (nothing listens there).
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+	for i := 0; i < 8; i++ {
+		mustEcho(t, e.sb.Client, "tcp", hostAddr(9000), "A", traffic.WithSource("198.18.0.2:"+strconv.Itoa(46000+2*i)))
+	}
+	if got, err := echo(e.sb.Client, "tcp", hostAddr(31010)); err == nil {
+		t.Errorf("B's port answered by %s after RemoveStrays", got)
+	}
+	again, err := d2.RemoveStrays(ctx, []Container{a.c})
+	if err != nil || len(again) != 0 {
+		t.Errorf("second RemoveStrays: %v %v", again, err)
+	}
+	// The first data plane's records are stale now; its Teardown of B is
+	// tolerant.
+	rep, err := e.d.Teardown(ctx, b.c)
+	if err != nil || len(rep.Missing) == 0 {
+		t.Errorf("teardown of a removed container: %v %v", rep, err)
+	}
+}
+
+// TestHostPreparation checks the host settings PrepareHost applies and
+// records, and shows each one is needed: with the setting reverted, the
+// path it serves breaks; with it restored, the path works again.
+func TestHostPreparation(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	h, err := e.sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lo, _ := h.LinkByName("lo")
+	if lo.Attrs().HardwareAddr.String() != e.sb.HostMAC.String() {
+		t.Errorf("host lo MAC %s, want eth0's %s", lo.Attrs().HardwareAddr, e.sb.HostMAC)
+	}
+	if e.info.Originals[OriginalLoMAC] != "00:00:00:00:00:00" ||
+		e.info.Originals["sysctl/net/ipv4/conf/lo/route_localnet"] != "0" ||
+		e.info.Originals["sysctl/net/ipv4/conf/lo/accept_local"] != "0" {
+		t.Errorf("Originals = %v", e.info.Originals)
+	}
+	if e.info.IP.String() != "198.18.0.1/24" || e.info.Eth0 != "eth0" || e.info.Lo != "lo" ||
+		!e.info.Gateway.Equal(e.sb.ClientIP) || e.info.MAC.String() != e.sb.HostMAC.String() {
+		t.Errorf("HostInfo = %+v", e.info)
+	}
+	for _, f := range []string{FeatureClsact, FeatureU32, FeatureMirred, FeatureHTB, FeatureTBF, FeatureIFB} {
+		if !e.info.Features[f] {
+			t.Errorf("feature %s not detected (kernel has it built in)", f)
+		}
+	}
+	if e.info.Features[FeatureFQCodel] {
+		t.Error("fq_codel detected on a kernel without it")
+	}
+
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
+	serveIn(t, e.sb.Host, "0.0.0.0:8000", "host")
+	quick := traffic.WithTimeout(700 * time.Millisecond)
+
+	sysctl := func(k, v string) {
+		t.Helper()
+		if err := e.sb.Host.Do(func() error { return netns.WriteSysctlHere(k, v) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checks := []struct {
+		name          string
+		revert, apply func()
+		path          func() (string, error)
+		want          string
+	}{
+		{"lo MAC = eth0 MAC (host -> container via lo)",
+			func() { setMAC(t, h, lo, "02:00:00:00:00:99") }, func() { setMAC(t, h, lo, e.sb.HostMAC.String()) },
+			func() (string, error) { return echo(e.sb.Host, "tcp", hostAddr(31000), quick) }, "A"},
+		{"lo route_localnet=1 (container -> host via 127.0.0.1)",
+			func() { sysctl("net/ipv4/conf/lo/route_localnet", "0") }, func() { sysctl("net/ipv4/conf/lo/route_localnet", "1") },
+			func() (string, error) { return echo(a.proc, "tcp", loAddr(8000), quick) }, "host"},
+		{"lo accept_local=1 (container -> host via host IP)",
+			func() { sysctl("net/ipv4/conf/lo/accept_local", "0") }, func() { sysctl("net/ipv4/conf/lo/accept_local", "1") },
+			func() (string, error) { return echo(a.proc, "tcp", hostAddr(8000), quick) }, "host"},
+	}
+	for _, c := range checks {
+		c.revert()
+		if got, err := c.path(); err == nil {
+			t.Errorf("%s: path still works without the setting (answered by %s)", c.name, got)
+		}
+		c.apply()
+		if got, err := c.path(); err != nil || got != c.want {
+			t.Errorf("%s: path broken with the setting: %q %v", c.name, got, err)
+		}
+	}
+}
+
+func setMAC(t *testing.T, h *netlink.Handle, l netlink.Link, mac string) {
+	t.Helper()
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetHardwareAddr(l, hw); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,354 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+)
+
+// SetPorts changes the static ports (exclusive and shared) of a running
+// container, make-before-break: the veth and container filters first grow to
+// the union of old and new ports, the host demuxes gain the new ranges and
+// shared holders, then lose the old ones, and finally the veth and container
+// filters shrink to the new set. Any failure puts back what was changed.
+func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared ephemeral.Set) (err error) {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec, ok := d.ctrs[c.ID]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknown, c.ID)
+	}
+	old := rec.c
+	if err := validatePorts(c.ID, old.Ephemeral, ports, shared); err != nil {
+		return err
+	}
+	eph := old.Ephemeral
+	oldAll := allRanges(eph, old.Ports, old.Shared)
+	newAll := allRanges(eph, ports, shared)
+	unionAll := allRanges(eph, old.Ports.Union(ports), old.Shared.Union(shared))
+	oldEx := exclusiveRanges(eph, old.Ports)
+	newEx := exclusiveRanges(eph, ports)
+	addEx, delEx := rangeDiff(newEx, oldEx), rangeDiff(oldEx, newEx)
+
+	var undo undoStack
+	var closers []func() // after the rollback, which uses the handles
+	defer func() {
+		if err != nil {
+			if uerr := undo.run(); uerr != nil {
+				d.log.Error("rollback of failed port change incomplete", "container", c.ID, "err", uerr)
+				err = errors.Join(err, uerr)
+			}
+		}
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	// Container side, through the pinned namespace.
+	ns, err := netns.Open(rec.mount)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	closers = append(closers, func() { ns.Close() })
+	ch, err := ns.Netlink()
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	closers = append(closers, ch.Close)
+	eth, err := ch.LinkByName(ContainerEth0)
+	if err != nil {
+		return fmt.Errorf("container %s: %s: %w", c.ID, ContainerEth0, err)
+	}
+	lo, err := ch.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("container %s: lo: %w", c.ID, err)
+	}
+	cf := tcfilter.ContainerFilters{H: ch, Lo: lo.Attrs().Index, Eth0: eth.Attrs().Index, HostIP: d.hostIP(), Obs: d.cfg.Observer}
+	vf := d.vethFilters(old.Slot, rec.veth)
+
+	// 1. grow veth and container filters to old ∪ new.
+	if err := vf.SetRanges(oldAll, unionAll); err != nil {
+		return fmt.Errorf("container %s: veth filters: %w", c.ID, err)
+	}
+	undo.push("veth filters", func() error { return vf.SetRanges(unionAll, oldAll) })
+	if err := cf.SetRanges(oldAll, unionAll); err != nil {
+		return fmt.Errorf("container %s: container filters: %w", c.ID, err)
+	}
+	undo.push("container filters", func() error { return cf.SetRanges(unionAll, oldAll) })
+	if err := d.step("grow"); err != nil {
+		return err
+	}
+
+	// 2. host demuxes: new exclusive ranges.
+	if len(addEx) > 0 {
+		if err := d.eth0.AddRanges(old.Slot, rec.veth, addEx); err != nil {
+			return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
+		}
+		undo.push("eth0 demux add", func() error { _, err := d.eth0.DelRanges(old.Slot, addEx); return err })
+		if err := d.lo.AddRanges(old.Slot, rec.veth, addEx); err != nil {
+			return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
+		}
+		undo.push("lo demux add", func() error { _, err := d.lo.DelRanges(old.Slot, addEx); return err })
+	}
+	if err := d.step("add"); err != nil {
+		return err
+	}
+
+	// 3. shared holders: join new shared ports, leave dropped ones.
+	for _, port := range shared.Subtract(old.Shared).Ports() {
+		prev := d.shared[port]
+		if err := d.setShared(port, holdersWith(prev, old.Slot, rec.veth)); err != nil {
+			return fmt.Errorf("container %s: %w", c.ID, err)
+		}
+		undo.push(fmt.Sprintf("shared port %d", port), func() error { return d.setShared(port, prev) })
+	}
+	for _, port := range old.Shared.Subtract(shared).Ports() {
+		prev := d.shared[port]
+		if err := d.setShared(port, holdersWithout(prev, old.Slot)); err != nil {
+			return fmt.Errorf("container %s: %w", c.ID, err)
+		}
+		undo.push(fmt.Sprintf("shared port %d", port), func() error { return d.setShared(port, prev) })
+	}
+	if err := d.step("shared"); err != nil {
+		return err
+	}
+
+	// 4. host demuxes: drop old exclusive ranges.
+	if len(delEx) > 0 {
+		if _, err := d.eth0.DelRanges(old.Slot, delEx); err != nil {
+			undo.push("eth0 demux del", func() error { return d.readdRanges(d.eth0, old.Slot, rec.veth, delEx) })
+			return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
+		}
+		undo.push("eth0 demux del", func() error { return d.eth0.AddRanges(old.Slot, rec.veth, delEx) })
+		if _, err := d.lo.DelRanges(old.Slot, delEx); err != nil {
+			undo.push("lo demux del", func() error { return d.readdRanges(d.lo, old.Slot, rec.veth, delEx) })
+			return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
+		}
+		undo.push("lo demux del", func() error { return d.lo.AddRanges(old.Slot, rec.veth, delEx) })
+	}
+	if err := d.step("remove"); err != nil {
+		return err
+	}
+
+	// 5. shrink veth and container filters to the new set.
+	if err := vf.SetRanges(unionAll, newAll); err != nil {
+		return fmt.Errorf("container %s: veth filters: %w", c.ID, err)
+	}
+	undo.push("veth filters shrink", func() error { return vf.SetRanges(newAll, unionAll) })
+	if err := cf.SetRanges(unionAll, newAll); err != nil {
+		return fmt.Errorf("container %s: container filters: %w", c.ID, err)
+	}
+	if err := d.step("shrink"); err != nil {
+		undo.push("container filters shrink", func() error { return cf.SetRanges(newAll, unionAll) })
+		return err
+	}
+
+	rec.c.Ports, rec.c.Shared = ports, shared
+	return nil
+}
+
+// readdRanges puts back ranges after a partial DelRanges: one at a time, so
+// those still present (AddRanges refuses duplicates as a whole) do not stop
+// the others.
+func (d *DataPlane) readdRanges(dm *tcfilter.HostDemux, slot uint16, veth int, rs []ephemeral.Range) error {
+	var errs []error
+	for _, r := range rs {
+		if err := dm.AddRanges(slot, veth, []ephemeral.Range{r}); err != nil && !errors.Is(err, tcfilter.ErrOverlap) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rangeDiff returns the ranges of a that are not in b (as exact ranges).
+func rangeDiff(a, b []ephemeral.Range) []ephemeral.Range {
+	in := make(map[ephemeral.Range]bool, len(b))
+	for _, r := range b {
+		in[r] = true
+	}
+	var out []ephemeral.Range
+	for _, r := range a {
+		if !in[r] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Stats returns the container's traffic counters (its veth's, from the
+// container's side).
+func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
+	if err := checkCtx(ctx); err != nil {
+		return LinkStats{}, err
+	}
+	d.mu.Lock()
+	idx := 0
+	if rec, ok := d.ctrs[c.ID]; ok {
+		idx = rec.veth
+	}
+	d.mu.Unlock()
+	if idx == 0 {
+		l, err := d.h.LinkByName(VethName(c.ID))
+		if err != nil {
+			return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
+		}
+		idx = l.Attrs().Index
+	}
+	s, err := netns.PeerCounters(d.h, idx)
+	if err != nil {
+		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	return LinkStats(s), nil
+}
+
+// Teardown removes everything plumbed for c, tolerating objects that are
+// already gone (listed in the report): host demux ranges, fan-out, shared
+// holders, the veth (which takes the container's eth0 with it) and the bind
+// mount. It uses what Setup/SetPorts recorded when the container is known,
+// and c otherwise (after a restart without Adopt). It is idempotent.
+func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, error) {
+	var rep TeardownReport
+	if err := checkID(c.ID); err != nil {
+		return rep, err
+	}
+	if err := checkCtx(ctx); err != nil {
+		return rep, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.prepared {
+		return rep, ErrNotPrepared
+	}
+	veth := 0
+	if rec, ok := d.ctrs[c.ID]; ok {
+		c, veth = rec.c, rec.veth
+	}
+	var errs []error
+	miss := func(format string, args ...any) { rep.Missing = append(rep.Missing, fmt.Sprintf(format, args...)) }
+
+	if c.Slot >= 1 && c.Slot <= MaxSlot {
+		if c.Ephemeral.Size() > 0 {
+			excl := exclusiveRanges(c.Ephemeral, c.Ports)
+			for _, dm := range []struct {
+				name string
+				d    *tcfilter.HostDemux
+			}{{d.links.Eth0, d.eth0}, {d.links.Lo, d.lo}} {
+				n, err := dm.d.DelRanges(c.Slot, excl)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s demux: %w", dm.name, err))
+				}
+				if n > 0 {
+					miss("%d of %d %s demux ranges", n, len(excl), dm.name)
+				}
+			}
+		}
+		n, err := d.eth0.DelFanout(c.Slot)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fan-out: %w", err))
+		}
+		if n > 0 {
+			miss("fan-out entries (%d)", n)
+		}
+		for _, port := range c.Shared.Ports() {
+			prev := d.shared[port]
+			next := holdersWithout(prev, c.Slot)
+			if len(next) == len(prev) {
+				miss("shared port %d holder", port)
+				continue
+			}
+			if err := d.setShared(port, next); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+
+	name := VethName(c.ID)
+	existed := false
+	var err error
+	if veth != 0 {
+		// The ifindex is only trusted if it still carries our name.
+		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
+			existed, err = netns.DeleteLink(d.h, veth)
+		} else {
+			existed, err = netns.DeleteLinkByName(d.h, name)
+		}
+	} else {
+		existed, err = netns.DeleteLinkByName(d.h, name)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	} else if !existed {
+		miss("veth %s", name)
+	}
+
+	mounted, present, err := netns.Unmount(d.cfg.NetNSDir, c.ID)
+	if err != nil {
+		errs = append(errs, err)
+	} else if !mounted {
+		if present {
+			miss("bind mount %s (the file was there, unmounted)", d.mountPath(c.ID))
+		} else {
+			miss("bind mount %s", d.mountPath(c.ID))
+		}
+	}
+
+	if err := errors.Join(errs...); err != nil {
+		return rep, fmt.Errorf("container %s teardown: %w", c.ID, err)
+	}
+	if rec, ok := d.ctrs[c.ID]; ok {
+		delete(d.slots, rec.c.Slot)
+		delete(d.ctrs, c.ID)
+	}
+	return rep, nil
+}
+
+// Adopt registers an existing, complete container (after a daemon restart)
+// in the in-memory indexes without touching the kernel: it looks up the
+// veth and the bind mount and records c's ports and shared holders.
+func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
+	if err := validateContainer(c); err != nil {
+		return err
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.prepared {
+		return ErrNotPrepared
+	}
+	if _, ok := d.ctrs[c.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrExists, c.ID)
+	}
+	if other, ok := d.slots[c.Slot]; ok {
+		return fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
+	}
+	l, err := d.h.LinkByName(VethName(c.ID))
+	if err != nil {
+		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
+	}
+	mp := d.mountPath(c.ID)
+	ns, err := netns.Open(mp)
+	if err != nil {
+		return fmt.Errorf("adopt %s: bind mount: %w", c.ID, err)
+	}
+	ino := ns.Ino()
+	ns.Close()
+	veth := l.Attrs().Index
+	for _, port := range c.Shared.Ports() {
+		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
+	}
+	d.ctrs[c.ID] = &record{c: c, veth: veth, ino: ino, mount: mp}
+	d.slots[c.Slot] = c.ID
+	return nil
+}

@@ -1,0 +1,351 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/vishvananda/netlink"
+)
+
+// Snapshot lists what exists in the kernel and the netns directory that
+// carries isolatord's identity: host veths with our naming shape, bind mounts
+// whose veth exists, and the host demux entries per slot. It dumps links and
+// filters, so it is for recovery, not for the per-container path.
+func (d *DataPlane) Snapshot(ctx context.Context) (Snapshot, error) {
+	return d.SnapshotFor(ctx, nil)
+}
+
+// SnapshotFor is Snapshot that also reports, in Mounts, the IDs in ids that
+// have a namespace bind mount even when their veth is gone (a container whose
+// setup was interrupted between the mount and the veth).
+func (d *DataPlane) SnapshotFor(ctx context.Context, ids []string) (Snapshot, error) {
+	if err := checkCtx(ctx); err != nil {
+		return Snapshot{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.prepared {
+		return Snapshot{}, ErrNotPrepared
+	}
+	s := Snapshot{Veths: map[string]int{}, Mounts: map[string]bool{}, Slots: map[uint16][]string{}}
+	veths, err := d.ourVeths()
+	if err != nil {
+		return s, err
+	}
+	s.Veths = veths
+	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	if err != nil {
+		return s, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
+	}
+	asked := map[string]bool{}
+	for _, id := range ids {
+		asked[id] = true
+	}
+	for name := range mounts {
+		if _, ok := veths[VethName(name)]; ok || asked[name] {
+			s.Mounts[name] = true
+		}
+	}
+	for _, dm := range d.demuxes() {
+		es, err := dm.d.Entries()
+		if err != nil {
+			return s, fmt.Errorf("%s demux entries: %w", dm.name, err)
+		}
+		for _, e := range es {
+			s.Slots[e.Slot] = append(s.Slots[e.Slot], describeEntry(dm.name, e))
+		}
+	}
+	return s, nil
+}
+
+type namedDemux struct {
+	name string
+	d    *tcfilter.HostDemux
+	eth0 bool
+}
+
+func (d *DataPlane) demuxes() []namedDemux {
+	return []namedDemux{{d.links.Eth0, d.eth0, true}, {d.links.Lo, d.lo, false}}
+}
+
+func describeEntry(dev string, e tcfilter.Entry) string {
+	switch e.Kind {
+	case tcfilter.EntryRange:
+		return fmt.Sprintf("%s range %s -> ifindex %d", dev, e.Range, e.Target)
+	case tcfilter.EntryShared:
+		return fmt.Sprintf("%s shared port %d -> ifindex %d", dev, e.Range.Begin, e.Target)
+	default:
+		return fmt.Sprintf("%s %s fan-out -> ifindex %d", dev, e.Kind, e.Target)
+	}
+}
+
+// ourVeths dumps the host's links and keeps those named like ours.
+func (d *DataPlane) ourVeths() (map[string]int, error) {
+	ls, err := d.h.LinkList()
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return nil, fmt.Errorf("list host links: %w", err)
+	}
+	out := map[string]int{}
+	for _, l := range ls {
+		if isVethName(l.Attrs().Name) {
+			out[l.Attrs().Name] = l.Attrs().Index
+		}
+	}
+	return out, nil
+}
+
+// Check reports which expected objects of c are missing: the host veth, the
+// bind mount, the namespace, the container's eth0, and each host demux entry
+// (ranges on eth0 and lo, ARP and ICMP fan-out, shared-port holders). It
+// dumps the host demux filters, so it is a diagnostic, not a fast path.
+func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, err error) {
+	if err := checkID(c.ID); err != nil {
+		return nil, err
+	}
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.prepared {
+		return nil, ErrNotPrepared
+	}
+	if rec, ok := d.ctrs[c.ID]; ok {
+		c = rec.c
+	}
+	name := VethName(c.ID)
+	veth := 0
+	if l, err := d.h.LinkByName(name); err == nil {
+		veth = l.Attrs().Index
+	} else {
+		missing = append(missing, "veth "+name)
+	}
+
+	mp := d.mountPath(c.ID)
+	ns, err := netns.Open(mp)
+	if err != nil {
+		missing = append(missing, "bind mount "+mp)
+		if c.NetNS != "" {
+			ns, err = netns.Open(c.NetNS)
+		}
+	}
+	if err != nil || ns == nil {
+		missing = append(missing, "network namespace")
+	} else {
+		func() {
+			defer ns.Close()
+			ch, err := ns.Netlink()
+			if err != nil {
+				missing = append(missing, "network namespace (netlink: "+err.Error()+")")
+				return
+			}
+			defer ch.Close()
+			if _, err := ch.LinkByName(ContainerEth0); err != nil {
+				missing = append(missing, "container "+ContainerEth0)
+			}
+		}()
+	}
+
+	if c.Slot < 1 || c.Slot > MaxSlot || !c.Ephemeral.IsAligned() {
+		return missing, nil
+	}
+	want := map[string]bool{}
+	excl := exclusiveRanges(c.Ephemeral, c.Ports)
+	for _, dm := range d.demuxes() {
+		for _, r := range excl {
+			want[fmt.Sprintf("%s range %s", dm.name, r)] = true
+		}
+		if dm.eth0 {
+			want[dm.name+" arp fan-out"] = true
+			want[dm.name+" icmp fan-out"] = true
+		}
+		if n := len(c.Shared.Ports()); n > 0 {
+			for _, p := range c.Shared.Ports() {
+				if len(d.shared[p]) <= tcfilter.SpreadBuckets {
+					want[fmt.Sprintf("%s shared port %d", dm.name, p)] = true
+				}
+			}
+		}
+		es, err := dm.d.Entries()
+		if err != nil {
+			return missing, fmt.Errorf("%s demux entries: %w", dm.name, err)
+		}
+		for _, e := range es {
+			if e.Slot != c.Slot || (veth != 0 && e.Target != veth) {
+				continue
+			}
+			switch e.Kind {
+			case tcfilter.EntryRange:
+				delete(want, fmt.Sprintf("%s range %s", dm.name, e.Range))
+			case tcfilter.EntryShared:
+				delete(want, fmt.Sprintf("%s shared port %d", dm.name, e.Range.Begin))
+			default:
+				delete(want, fmt.Sprintf("%s %s fan-out", dm.name, e.Kind))
+			}
+		}
+	}
+	var rest []string
+	for k := range want {
+		rest = append(rest, k)
+	}
+	sort.Strings(rest)
+	return append(missing, rest...), nil
+}
+
+// RemoveStrays deletes isolatord's objects that belong to no container in
+// keep: host demux entries (ranges, fan-out, shared holders) whose slot is
+// not kept or that point elsewhere than the kept container's veth, veths
+// with our naming shape that are not kept, and the bind mounts of those
+// veths' IDs. It also forgets unkept containers in the in-memory indexes.
+// A bind mount whose veth is already gone cannot be told from someone else's
+// named namespace; the lifecycle removes those by ID with Teardown.
+func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]string, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.prepared {
+		return nil, ErrNotPrepared
+	}
+	veths, err := d.ourVeths()
+	if err != nil {
+		return nil, err
+	}
+	keepBySlot := map[uint16]Container{}
+	keepVeth := map[string]bool{}
+	vethOf := map[uint16]int{}
+	for _, c := range keep {
+		if rec, ok := d.ctrs[c.ID]; ok {
+			c = rec.c
+		}
+		keepBySlot[c.Slot] = c
+		keepVeth[VethName(c.ID)] = true
+		vethOf[c.Slot] = veths[VethName(c.ID)]
+	}
+	var removed []string
+	var errs []error
+
+	// 1. host filters first, so nothing is steered to a veth about to go.
+	for _, dm := range d.demuxes() {
+		es, err := dm.d.Entries()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s demux entries: %w", dm.name, err))
+			continue
+		}
+		fanDone := map[uint16]bool{}
+		sharedPorts := map[uint16]bool{}
+		for _, e := range es {
+			kc, kept := keepBySlot[e.Slot]
+			ok := kept && e.Target == vethOf[e.Slot] && e.Target != 0
+			switch e.Kind {
+			case tcfilter.EntryRange:
+				if ok && containsRange(exclusiveRanges(kc.Ephemeral, kc.Ports), e.Range) {
+					continue
+				}
+				if _, err := dm.d.DelRanges(e.Slot, []ephemeral.Range{e.Range}); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				removed = append(removed, fmt.Sprintf("%s range %s of slot %d", dm.name, e.Range, e.Slot))
+			case tcfilter.EntryShared:
+				if !ok || !kc.Shared.Contains(e.Range.Begin) {
+					sharedPorts[e.Range.Begin] = true
+				}
+			default:
+				if ok || fanDone[e.Slot] || !dm.eth0 {
+					continue
+				}
+				fanDone[e.Slot] = true
+				if _, err := dm.d.DelFanout(e.Slot); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				removed = append(removed, fmt.Sprintf("%s fan-out of slot %d", dm.name, e.Slot))
+			}
+		}
+		for port := range sharedPorts {
+			var hs []tcfilter.Holder
+			for slot, kc := range keepBySlot {
+				if kc.Shared.Contains(port) && vethOf[slot] != 0 {
+					hs = append(hs, tcfilter.Holder{Slot: slot, Target: vethOf[slot]})
+				}
+			}
+			sort.Slice(hs, func(i, j int) bool { return hs[i].Slot < hs[j].Slot })
+			if err := dm.d.SetShared(port, hs); err != nil {
+				errs = append(errs, fmt.Errorf("%s shared port %d: %w", dm.name, port, err))
+				continue
+			}
+			if len(hs) == 0 {
+				delete(d.shared, port)
+			} else {
+				d.shared[port] = hs
+			}
+			removed = append(removed, fmt.Sprintf("%s stray holders of shared port %d", dm.name, port))
+		}
+	}
+
+	// 2. bind mounts of stray veths' IDs, then the veths.
+	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for id := range mounts {
+		name := VethName(id)
+		if _, ours := veths[name]; !ours || keepVeth[name] {
+			continue
+		}
+		if _, _, err := netns.Unmount(d.cfg.NetNSDir, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, "bind mount "+d.mountPath(id))
+	}
+	for name, idx := range veths {
+		if keepVeth[name] {
+			continue
+		}
+		if _, err := netns.DeleteLink(d.h, idx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, "veth "+name)
+	}
+
+	// 3. forget unkept containers.
+	for id, rec := range d.ctrs {
+		if kc, ok := keepBySlot[rec.c.Slot]; !ok || kc.ID != id {
+			delete(d.ctrs, id)
+			delete(d.slots, rec.c.Slot)
+		}
+	}
+	for port, hs := range d.shared {
+		var kept []tcfilter.Holder
+		for _, h := range hs {
+			if kc, ok := keepBySlot[h.Slot]; ok && kc.Shared.Contains(port) {
+				kept = append(kept, h)
+			}
+		}
+		if len(kept) == 0 {
+			delete(d.shared, port)
+		} else {
+			d.shared[port] = kept
+		}
+	}
+	sort.Strings(removed)
+	return removed, errors.Join(errs...)
+}
+
+func containsRange(rs []ephemeral.Range, r ephemeral.Range) bool {
+	for _, x := range rs {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
