@@ -213,6 +213,9 @@ func TestHostDemuxLayout(t *testing.T) {
 	if err == nil {
 		t.Fatal("AddRanges with a missing target ifindex succeeded")
 	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if after := e.tcShow(t, "eth0"); after != before {
 		t.Fatalf("failed adds changed the device:\n%s\n---\n%s", before, after)
 	}
@@ -228,6 +231,17 @@ func TestHostDemuxLayout(t *testing.T) {
 	missing, err = d.DelRanges(3, []ephemeral.Range{rg(8081, 8081), rg(8084, 8087), rg(8192, 8255)})
 	if err != nil || missing != 0 {
 		t.Fatalf("DelRanges slot 3 = %d, %v", missing, err)
+	}
+	// The last small ranges of buckets 1f and 20 left: their link nodes are
+	// gone at once, the tables once the kernel lets go of them.
+	if hs := handles(e.tcShow(t, "eth0")); slices.Contains(hs, "2:1f:800") || slices.Contains(hs, "2:20:800") {
+		t.Fatalf("H2 links left after their last range: %v", hs)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if ts := tables(e.tcShow(t, "eth0")); slices.Contains(ts, "11f:/16") || slices.Contains(ts, "120:/16") {
+		t.Fatalf("H2 tables left after Flush: %v", ts)
 	}
 	missing, err = d.DelRanges(1, []ephemeral.Range{rg(32768, 33791)})
 	if err != nil || missing != 0 {
@@ -311,6 +325,9 @@ func TestHostDemuxRecovery(t *testing.T) {
 	if _, err := d2.DelRanges(7, []ephemeral.Range{rg(32768, 33279)}); err != nil {
 		t.Fatal(err)
 	}
+	if err := d2.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	end := e.tcShow(t, "lo")
 	if got := tables(end); !slices.Equal(got, []string{"1:/1", "2:/256", "800:/1"}) {
 		t.Fatalf("tables left: %v\n%s", got, end)
@@ -373,6 +390,9 @@ func TestHostDemuxThousand(t *testing.T) {
 				t.Fatalf("del fanout %d: %d %v", i, missing, err)
 			}
 		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	if end := e.tcShow(t, "eth0"); end != start {
 		t.Fatalf("device did not return to its starting set (tables %v)", tables(end))
@@ -472,6 +492,9 @@ func TestFanoutAndShared(t *testing.T) {
 	}
 	if m, err := d.DelFanout(1); err != nil || m != 2 {
 		t.Fatalf("second DelFanout = %d, %v; want 2 missing", m, err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	if end := e.tcShow(t, "eth0"); end != start {
 		t.Fatalf("device did not return to its starting set:\n%s\n---\n%s", start, end)
