@@ -141,6 +141,11 @@ func (d *DataPlane) Close() error {
 		return nil
 	}
 	d.closed = true
+	if d.prepared {
+		if err := d.flush(); err != nil {
+			d.log.Warn("host demux tables not deleted at close", "err", err)
+		}
+	}
 	d.h.Close()
 	var err error
 	if d.hostNS != d.selfNS {
@@ -480,4 +485,14 @@ func delClsact(h *netlink.Handle, idx int) error {
 		return fmt.Errorf("delete clsact of link %d: %w", idx, err)
 	}
 	return nil
+}
+
+// flush waits until the host demuxes have deleted the hash tables the
+// kernel still held busy when they were unlinked (never needed for
+// correctness: nothing routes through them).
+func (d *DataPlane) flush() error {
+	if d.eth0 == nil {
+		return nil
+	}
+	return errors.Join(d.eth0.Flush(), d.lo.Flush())
 }

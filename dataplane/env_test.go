@@ -228,8 +228,13 @@ func (e *env) tcShow(dev string) string {
 // is deleted and re-added identically.
 var actionIndexRE = regexp.MustCompile(`(?m)^\s*index \d+ ref \d+ bind \d+\n`)
 
-// hostFilters is the host eth0 and lo ingress filter listing.
+// hostFilters is the host eth0 and lo ingress filter listing, once the
+// demuxes have deleted the hash tables the kernel still held busy.
 func (e *env) hostFilters() string {
+	e.t.Helper()
+	if err := e.d.flush(); err != nil {
+		e.t.Fatal(err)
+	}
 	return "eth0:\n" + e.tcShow("eth0") + "lo:\n" + e.tcShow("lo")
 }
 

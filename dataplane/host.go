@@ -26,13 +26,11 @@ var hostSysctls = []netns.Sysctl{
 	{Name: "net/ipv4/conf/lo/accept_local", Value: "1"},
 }
 
-// rpFilterSysctls turn reverse-path filtering off where a redirected packet
-// arrives: the host's lo. The effective value is max(all, lo), so both are
-// needed; they are only written when one of them is on.
-var rpFilterSysctls = []netns.Sysctl{
-	{Name: "net/ipv4/conf/all/rp_filter", Value: "0"},
-	{Name: "net/ipv4/conf/lo/rp_filter", Value: "0"},
-}
+// Reverse-path filtering is deliberately left alone on the host: with
+// rp_filter 1 (strict) or 2 (loose) on all, lo, eth0 and default, every path
+// still works on this kernel (TestHostPreparation checks it), because
+// packets redirected to the host's lo come from a local address whose
+// reverse route is lo itself. Mesos forced it to 0; we do not need to.
 
 // Keys of HostInfo.Originals that are not sysctls.
 const (
@@ -84,16 +82,6 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		info.Originals[OriginalLoMAC] = orig
 	}
 	wanted := renameLo(hostSysctls, hl.Lo)
-	rp, err := d.hostNS.ReadSysctls(renameLo(rpFilterSysctls, hl.Lo)[0].Name, renameLo(rpFilterSysctls, hl.Lo)[1].Name)
-	if err != nil {
-		return HostInfo{}, err
-	}
-	for _, kv := range rp {
-		if kv.Value != "0" {
-			wanted = append(wanted, renameLo(rpFilterSysctls, hl.Lo)...)
-			break
-		}
-	}
 	changed, err := d.hostNS.SetSysctlsSaving(wanted...)
 	for _, kv := range changed {
 		info.Originals["sysctl/"+kv.Name] = kv.Value

@@ -465,6 +465,20 @@ func TestHostPreparation(t *testing.T) {
 			func() { sysctl("net/ipv4/conf/lo/accept_local", "0") }, func() { sysctl("net/ipv4/conf/lo/accept_local", "1") },
 			func() (string, error) { return echo(a.proc, "tcp", hostAddr(8000), quick) }, "host"},
 	}
+	// rp_filter is left alone: strict or loose reverse-path filtering on
+	// the host breaks none of the paths.
+	for _, v := range []string{"1", "2"} {
+		for _, dev := range []string{"all", "default", "lo", "eth0", VethName(a.c.ID)} {
+			sysctl("net/ipv4/conf/"+dev+"/rp_filter", v)
+		}
+		for _, nw := range []string{"tcp", "udp"} {
+			mustEcho(t, e.sb.Client, nw, hostAddr(31000), "A")
+			mustEcho(t, e.sb.Host, nw, hostAddr(31000), "A")
+			mustEcho(t, e.sb.Host, nw, loAddr(31000), "A")
+			mustEcho(t, a.proc, nw, hostAddr(8000), "host")
+			mustEcho(t, a.proc, nw, loAddr(8000), "host")
+		}
+	}
 	for _, c := range checks {
 		c.revert()
 		if got, err := c.path(); err == nil {
