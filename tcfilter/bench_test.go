@@ -26,7 +26,7 @@ func BenchmarkAddDelRanges(b *testing.B) {
 		r    ephemeral.Range
 	}{
 		{"1024ports", rg(3072, 4095)},
-		{"1port", rg(1999, 1999)}, // bucket 7, shared with ports 2001..2047
+		{"1port", rg(1999, 1999)},       // bucket 7, shared with ports 2001..2047
 		{"1port-newH2", rg(1500, 1500)}, // bucket 5: no other small range
 	}
 	for _, present := range []int{1, 1000} {

@@ -1,5 +1,155 @@
-// Package tcfilter is isolatord's data plane in tc: u32 classifiers with
-// mirred actions that steer packets by port between the host and the
-// containers that share its IPv4 address. (Full design in the package
-// documentation below; filled in as the layout settles.)
+// Package tcfilter is the heart of isolatord's data plane: tc u32
+// classifiers with mirred actions, under the ingress hook of a clsact (or
+// ingress) qdisc, that steer IPv4 packets by port between the host and the
+// containers that share its address and MAC. It uses
+// github.com/vishvananda/netlink on a *netlink.Handle opened in the target
+// namespace, builds every filter struct fresh for every request (netlink's
+// U32.RedirIndex prepends a mirred action each time a struct is reused, so
+// it is never used) and never execs tc.
+//
+// # Priorities, parents, handles, classids
+//
+// Every device gets at most two u32 classifiers, at parent ffff:fff2 (which
+// clsact and the old ingress qdisc both accept): PrioARP (1, ETH_P_ARP) and
+// PrioIP (2, ETH_P_IP). All nodes have explicit handles htid:bucket:node
+// (FormatHandle prints them like tc); automatic node ids are never used
+// (they wrap at 0x7ff and duplicate past 4095). Table ids are per qdisc
+// hook, so every device reuses the same numbers; the kernel numbers each
+// priority's root table itself (800:, 801:, ...), so ours stay below 0x800:
+//
+//	host demux (host eth0, host lo)           veth ingress        container
+//	001  L     divisor 1   -> H1               010 -> 011 (sport)  020 -> 021 lo  (dport)
+//	002  H1    divisor 256 on dport>>8         012 -> 013 (sport)  022 -> 023 eth0 (dport)
+//	003  ICMP  divisor 1   (eth0)
+//	004  ICMP fan-out, divisor 1 (eth0)
+//	005  ARP fan-out, divisor 1, ARP prio (eth0)
+//	100+b H2_b divisor 16 on (dport>>4)&15, for dport>>8 == b
+//	200..7ff spread tables of shared ports, divisor SpreadBuckets
+//
+// A node that belongs to a container carries classid ClassMajor:slot
+// (1:slot, tc prints "flowid 1:2a"), so a restarted daemon maps kernel
+// objects back to containers (Entries); fan-out nodes also use the slot as
+// node id. Terminal nodes without an action ("stop here, deliver to this
+// device's stack") carry ffff:0. Classids mean nothing to ingress/clsact
+// except that the minor becomes skb->tc_index, which nothing here reads.
+//
+// Port-range nodes get ids derived from the range alone (RangeNodeID):
+// 0x200+log2(size) for 256 ports or more (one node per 256-port chunk, in
+// H1[chunk]), else the range's index in the binary heap of the aligned
+// sub-ranges of its 256-port chunk, (256>>k)+(low byte>>k) for size 2^k
+// (2..511). Distinct aligned ranges meeting a chunk never share an id, so
+// deletion needs no saved state, and a container's old and new ranges may
+// coexist during an update. Other ids: the H1->H2 link node 0x800, a shared
+// port's link node 0x400|(port&0xff), root nodes 1..n.
+//
+// # Host demux (HostDemux, host eth0 and host lo ingress)
+//
+// Per-packet cost does not depend on the number of containers. Root nodes
+// of the IP priority match TCP (1) and UDP (2) first fragments (fragment
+// offset 0; on eth0 also destination == host IP), then skip the IPv4 header
+// by its IHL (tc's "offset at 0 mask 0x0f00 shift 6 eat"), so L4 keys are
+// right for packets with IP options, and link to L. L's one node hashes the
+// destination port's high byte into H1 (this needs a table of its own: a
+// node's hash is taken before its own eat, so the root cannot hash L4).
+//
+//   - A range of 256 ports or more: one redirect node per 256-port chunk in
+//     H1[chunk] (key dport&mask == begin, mirred egress redirect to the
+//     container's veth, stolen).
+//   - Smaller ranges: H1[b] holds a link node (created with the first small
+//     range of bucket b) to H2_b, hashed on dport bits 4..7; a range of
+//     16..128 ports gets one node per 16-port chunk, a smaller one a node in
+//     its bucket. Worst case ~1 + 16 key checks per packet.
+//   - Ports nobody owns match nothing and go to the host stack untouched.
+//   - When the last small range of a bucket leaves, the link node is deleted
+//     at once and then the table; the kernel keeps an unlinked table EBUSY
+//     for ~10-25 ms (the link's reference is dropped by deferred RCU work),
+//     so a busy table goes on a stale list that later calls retry without
+//     waiting (Flush, Init and Clear wait). Stale tables are empty and
+//     unreachable; an H2 table id needed again is simply re-linked.
+//   - ARP fan-out (eth0): the ARP priority's root node links to table 005,
+//     which holds one match-all node per container (node id = slot) with ONE
+//     mirred egress mirror whose control action is TC_ACT_UNSPEC, so u32
+//     goes on to the next container and finally the host keeps the original.
+//     Adding a container adds one node; no 32-actions-per-filter limit.
+//   - ICMP fan-out (eth0): root node 3 (ICMP first fragment to the host IP,
+//     eat) links to table 003: node 1, "ICMP type 8" (echo request), is
+//     terminal without action, so only the host answers pings of the host IP
+//     (no duplicate replies, whatever the containers' icmp_echo_ignore_all);
+//     node 2 is a terminal link to 004, one mirror-and-continue node per
+//     container, so echo replies and ICMP errors (frag-needed) reach every
+//     container and then the host. Root node 4 fans out non-first ICMP
+//     fragments (large echo replies) the same way.
+//   - Shared ports (SetShared): the port's node in its H2 bucket (key
+//     dport == P) links to its own spread table, hashed on source-port bits
+//     1..6 (bit 0 is skipped: Linux connect() prefers even ports) into
+//     SpreadBuckets buckets, each one redirect node to a holder. Buckets are
+//     assigned by rendezvous hashing on (port, bucket, slot) (Assign):
+//     adding a holder moves ~1/(n+1) of the buckets, removing one moves only
+//     its buckets; changes are FilterReplace of the match-all bucket nodes.
+//     The source address is not hashed: after the IHL eat it sits at an
+//     offset that depends on IHL (u32 hashes one word at a fixed offset from
+//     the eaten header), and folding it in would split a flow's packets when
+//     IP options appear; source ports of clients are random enough.
+//
+// HostDemux keeps an index of its nodes in memory (rebuilt from one dump by
+// Init, which also repairs a half-done structure left by a crash), so adds
+// and deletes never dump the filter table: their cost is flat in the number
+// of containers (see BenchmarkAddDelRanges).
+//
+// # Host-side veth ingress (VethFilters: what a container sends)
+//
+// ARP -> redirect host eth0. ICMP -> redirect host eth0. TCP/UDP first
+// fragments to the host IP or 127.0.0.0/8 -> (eat) table 010 -> 011: source
+// port in an own range -> redirect host lo; other TCP/UDP first fragments ->
+// 012 -> 013: own source port -> redirect host eth0. Any other first
+// fragment (a source port the container does not own, another protocol)
+// hits a terminal no-action node and goes to the veth's own stack, where it
+// is dropped: the veth has no address and forwarding is off, and its source
+// (the host IP) is a martian there. Non-first fragments carry no ports:
+// to host lo if the destination is local, else out through eth0. Shared
+// ports must be in the holders' veth ranges.
+//
+// # Inside the container (ContainerFilters)
+//
+// lo: ICMP to the host IP or 127.0.0.0/8 stays local; TCP/UDP first
+// fragments to the host IP or 127/8 whose destination port is the
+// container's own stay local (terminal, no action); every other first
+// fragment to the host IP or 127/8 is redirected to eth0, i.e. leaves to the
+// host or another container. Non-first fragments stay local: fragmented
+// datagrams inside the container work, while those to the host or other
+// containers cannot be demultiplexed anyway (see below). eth0: TCP/UDP to
+// 127/8 with an own destination port (coming back from the host's lo) is
+// redirected to lo.
+//
+// # Limits
+//
+//   - Non-first IPv4 fragments have no ports: the host demux leaves them to
+//     the host, so fragmented UDP towards a container does not work (TCP
+//     sets DF). Mesos had the same limit, worse (it classified payload bytes).
+//   - IPv4 only; VLAN-tagged frames (without hardware tag stripping) never
+//     match; the eth0 demux matches one host address.
+//   - Fan-out costs one clone per container per ARP/ICMP packet, and adding
+//     or removing a fan-out node costs O(containers) in the kernel (its node
+//     list is sorted and walked); ~0.2 ms at 1,000 containers.
+//
+// # Kernel behaviour this code depends on (6.18)
+//
+//   - A node's keys are evaluated at the current offset; its hash is taken
+//     before its own eat; actions run only on TERMINAL nodes; a mirred
+//     action returning TC_ACT_UNSPEC makes u32 try the next node; when a
+//     linked table has no match, u32 returns to the link node and, if it is
+//     TERMINAL, takes its result (used to stop after the ICMP fan-out).
+//   - FilterReplace keeps a node's keys (only classid, link and actions
+//     change), so keys are never changed in place; here keys follow from
+//     handles, and replace is used only for targets.
+//   - Adding a root-table node (handle with table id 0) that exists fails
+//     with ENOSPC, not EEXIST: root nodes are reconciled from a dump
+//     (syncFixed), never added blindly. Deleting needs the real 80x: id.
+//   - Deleting a priority frees its other tables only when it is the last
+//     u32 classifier of the hook; Clear therefore deletes root nodes, then
+//     our tables top-down, then the priorities.
+//   - netlink's FilterList does not return hash tables (they have no
+//     selector); tables are known from link nodes, node handles and ids.
+//   - netlink copies cap(Sel.Keys) keys, so selectors are built with exact
+//     capacity.
 package tcfilter

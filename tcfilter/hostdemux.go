@@ -509,10 +509,12 @@ func (x *HostDemux) flushLocked() error {
 // ---- ranges ----
 
 // AddRanges routes the aligned ranges rs to target (the host-side veth of
-// container slot). The ports must not be routed to another slot (the same
-// slot may hold overlapping ranges for a moment, while an update adds the
-// new ranges before removing the old ones). It is all or nothing: on error
-// every node it added is removed again.
+// container slot). The ports must not be routed to another slot (ErrOverlap;
+// the same slot may hold overlapping ranges for a moment, while an update
+// adds the new ranges before removing the old ones). A range the slot has
+// already is kept (and follows target if that changed), so re-adding is
+// harmless. It is all or nothing: on error every node it added is removed
+// again and every target it changed is put back.
 func (x *HostDemux) AddRanges(slot uint16, target int, rs []ephemeral.Range) error {
 	if err := checkSlot(slot); err != nil {
 		return err
@@ -534,13 +536,27 @@ func (x *HostDemux) AddRanges(slot uint16, target int, rs []ephemeral.Range) err
 		}
 	}
 	var (
-		added  []uint32
-		newH2  []uint8
-		addErr error
+		added    []uint32
+		replaced []owned // previous owners of nodes whose target changed
+		repH     []uint32
+		newH2    []uint8
+		addErr   error
 	)
 add:
 	for _, r := range rs {
 		for _, n := range rangeNodes(slot, target, r) {
+			if o, ok := x.nodes[n.handle]; ok && o.slot == slot && o.r == r {
+				// the slot has this range already: keep it, follow a new target
+				if o.target != target {
+					if err := x.d.replace(KindIP, n); err != nil {
+						addErr = fmt.Errorf("range %s: %w", r, err)
+						break add
+					}
+					replaced, repH = append(replaced, o), append(repH, n.handle)
+					x.nodes[n.handle] = owned{slot: slot, target: target, r: r}
+				}
+				continue
+			}
 			b, small := h2Of(n.handle)
 			if small && !x.h2Linked[b] {
 				if err := x.linkH2(b); err != nil {
@@ -551,10 +567,7 @@ add:
 				newH2 = append(newH2, b)
 			}
 			if err := x.d.add(KindIP, n); err != nil {
-				if errors.Is(err, unix.EEXIST) {
-					err = fmt.Errorf("range %s: %w", r, err)
-				}
-				addErr = err
+				addErr = fmt.Errorf("range %s: %w", r, err)
 				break add
 			}
 			added = append(added, n.handle)
@@ -576,6 +589,18 @@ add:
 				x.h2[b]--
 			}
 		}
+		for i, o := range replaced {
+			for _, n := range rangeNodes(o.slot, o.target, o.r) {
+				if n.handle != repH[i] {
+					continue
+				}
+				if err := x.d.replace(KindIP, n); err != nil {
+					addErr = errors.Join(addErr, fmt.Errorf("rollback: %w", err))
+				} else {
+					x.nodes[n.handle] = o
+				}
+			}
+		}
 		x.releaseH2(newH2)
 		return addErr
 	}
@@ -583,6 +608,7 @@ add:
 		o := owned{slot: slot, target: target, r: r}
 		first, last := chunks(r)
 		for c := first; c <= last; c++ {
+			x.owners[c] = slices.DeleteFunc(x.owners[c], func(p owned) bool { return p.slot == slot && p.r == r })
 			x.owners[c] = append(x.owners[c], o)
 		}
 	}

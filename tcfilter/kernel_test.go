@@ -192,6 +192,22 @@ func TestHostDemuxLayout(t *testing.T) {
 		t.Fatalf("Entries:\n got %v\nwant %v", ents, want)
 	}
 
+	// re-adding a range the slot has is harmless; a new target is followed
+	if err := d.AddRanges(2, b, []ephemeral.Range{rg(8080, 8080), rg(33792, 34047)}); err != nil {
+		t.Fatalf("re-add: %v", err)
+	}
+	if after := e.tcShow(t, "eth0"); after != show {
+		t.Fatalf("re-adding the same ranges changed the device")
+	}
+	if err := d.AddRanges(2, c, []ephemeral.Range{rg(8080, 8080)}); err != nil {
+		t.Fatalf("re-add with a new target: %v", err)
+	}
+	if ents, _ := d.Entries(); !slices.Contains(ents, Entry{EntryRange, 2, c, rg(8080, 8080), MakeU32Handle(0x11f, 9, 0x190)}) {
+		t.Fatalf("target not followed: %v", ents)
+	}
+	if err := d.AddRanges(2, b, []ephemeral.Range{rg(8080, 8080)}); err != nil {
+		t.Fatal(err)
+	}
 	// Exclusive: another slot cannot take ports that are routed already,
 	// and nothing changes.
 	before := e.tcShow(t, "eth0")
