@@ -163,10 +163,6 @@ func (d dev) replace(kind string, n node) error {
 // del deletes one node or table by handle; a missing one wraps unix.ENOENT.
 func (d dev) del(kind string, prio uint16, handle uint32) error {
 	err := d.h.FilterDel(&netlink.U32{FilterAttrs: d.attrs(prio, handle)})
-	if errors.Is(err, unix.EINVAL) && handle>>20 != 0 {
-		// a handle naming a table that does not exist is EINVAL on some kernels
-		err = fmt.Errorf("%w (%v)", unix.ENOENT, err)
-	}
 	d.observe(OpRemove, kind, err)
 	return d.wrap(OpRemove, kind, handle, err)
 }
@@ -211,7 +207,7 @@ func (d dev) delTables(ts []tableRef, timeout time.Duration) ([]tableRef, error)
 				d.observe(OpRemove, t.kind, nil)
 			case errors.Is(err, unix.EBUSY):
 				busy = append(busy, t)
-			case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EINVAL):
+			case errors.Is(err, unix.ENOENT):
 				d.observe(OpRemove, t.kind, unix.ENOENT)
 			default:
 				d.observe(OpRemove, t.kind, err)
@@ -239,9 +235,6 @@ func (d dev) delTables(ts []tableRef, timeout time.Duration) ([]tableRef, error)
 // delPrio deletes a whole classifier priority (its root table and nodes).
 func (d dev) delPrio(kind string, prio uint16) error {
 	err := d.h.FilterDel(&netlink.U32{FilterAttrs: d.attrs(prio, 0)})
-	if errors.Is(err, unix.EINVAL) {
-		err = fmt.Errorf("%w (%v)", unix.ENOENT, err)
-	}
 	d.observe(OpRemove, kind, err)
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("%s: remove %s priority %d: %w", d.label, kind, prio, err)
