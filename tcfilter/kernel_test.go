@@ -498,6 +498,10 @@ func TestFanoutAndShared(t *testing.T) {
 	if err := d.SetShared(8080, nil); err != nil { // idempotent
 		t.Fatal(err)
 	}
+	// no node of the spread table outlives the sharing, even before Flush
+	if hs := handles(e.tcShow(t, "eth0")); slices.ContainsFunc(hs, func(h string) bool { return strings.HasPrefix(h, "200:") || strings.HasPrefix(h, "11f:9:490") }) {
+		t.Fatalf("shared-port nodes left: %v", hs)
+	}
 	if _, err := d.DelRanges(3, []ephemeral.Range{rg(8084, 8087)}); err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,18 @@ func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
 	delete(x.shared, port)
 	delete(x.spreadUsed, sp.table)
 	x.h2[hb]--
-	x.dropTables([]tableRef{{KindIP, PrioIP, sp.table}})
+	// The table is unreachable now. If the kernel still holds it busy, empty
+	// it (so no node tagged with a slot outlives the sharing) and leave the
+	// empty table to the stale list.
+	t := tableRef{KindIP, PrioIP, sp.table}
+	if busy, _ := x.d.delTables([]tableRef{t}, 0); len(busy) > 0 {
+		for b := range SpreadBuckets {
+			if err := x.d.del(KindIP, PrioIP, MakeU32Handle(sp.table, uint32(b), nodeSpread)); err != nil && !errors.Is(err, unix.ENOENT) {
+				break // the table delete will take the rest
+			}
+		}
+		x.addStale(t)
+	}
 	x.releaseH2([]uint8{hb})
 	return nil
 }
