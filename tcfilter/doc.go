@@ -86,6 +86,9 @@
 //     assigned by rendezvous hashing on (port, bucket, slot) (Assign):
 //     adding a holder moves ~1/(n+1) of the buckets, removing one moves only
 //     its buckets; changes are FilterReplace of the match-all bucket nodes.
+//     Unsharing unlinks the port's node, then deletes the spread table, or,
+//     while the kernel holds it busy, deletes its bucket nodes and leaves
+//     the empty table to the stale list.
 //     The source address is not hashed: after the IHL eat it sits at an
 //     offset that depends on IHL (u32 hashes one word at a fixed offset from
 //     the eaten header), and folding it in would split a flow's packets when
