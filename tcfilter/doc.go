@@ -64,8 +64,9 @@
 //     at once and then the table; the kernel keeps an unlinked table EBUSY
 //     for ~10-25 ms (the link's reference is dropped by deferred RCU work),
 //     so a busy table goes on a stale list that later calls retry without
-//     waiting (Flush, Init and Clear wait). Stale tables are empty and
-//     unreachable; an H2 table id needed again is simply re-linked.
+//     waiting (Flush and Clear wait; Init also sweeps unlinked H2 ids).
+//     Stale tables are empty and unreachable; an H2 table id needed again is
+//     simply re-linked.
 //   - ARP fan-out (eth0): the ARP priority's root node links to table 005,
 //     which holds one match-all node per container (node id = slot) with ONE
 //     mirred egress mirror whose control action is TC_ACT_UNSPEC, so u32
