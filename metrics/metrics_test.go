@@ -220,6 +220,7 @@ type fakeSource struct {
 	stats    map[string]dataplane.LinkStats
 	errs     map[string]error
 	usageCtx []context.Context
+	block    string // Usage of this container waits for its context to end
 }
 
 func (s *fakeSource) Status(ctx context.Context) isolator.Status {
@@ -238,6 +239,12 @@ func (s *fakeSource) Usage(ctx context.Context, id string) (isolator.Record, dat
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.usageCtx = append(s.usageCtx, ctx)
+	if id == s.block {
+		s.mu.Unlock()
+		<-ctx.Done()
+		s.mu.Lock()
+		return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Code: codes.Internal, Msg: ctx.Err().Error()}
+	}
 	if err := s.errs[id]; err != nil {
 		return isolator.Record{}, dataplane.LinkStats{}, err
 	}
@@ -400,6 +407,41 @@ func TestPerContainerTraffic(t *testing.T) {
 	if f.find("isolatord_container_receive_bytes_total", "container_id", "db") != nil {
 		t.Errorf("db's series survived its removal")
 	}
+}
+
+func TestPerContainerStopsAtTimeout(t *testing.T) {
+	m := New("test")
+	m.state.timeout = 100 * time.Millisecond
+	src := &fakeSource{
+		recs: []isolator.Record{
+			{ID: "a", State: isolator.StateIsolated},
+			{ID: "b", State: isolator.StateIsolated}, // its Usage hangs until the deadline
+			{ID: "c", State: isolator.StateIsolated},
+			{ID: "d", State: isolator.StateIsolated},
+		},
+		stats: map[string]dataplane.LinkStats{"a": {RxBytes: 1}, "c": {RxBytes: 3}, "d": {RxBytes: 4}},
+		block: "b",
+	}
+	m.WatchState(src, true)
+	start := time.Now()
+	f := scrape(t, m.Handler())
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("scrape took %v", d)
+	}
+	if v := f.value(t, "isolatord_container_receive_bytes_total", "container_id", "a"); v != 1 {
+		t.Errorf("a = %v", v)
+	}
+	for _, id := range []string{"b", "c", "d"} {
+		if f.find("isolatord_container_receive_bytes_total", "container_id", id) != nil {
+			t.Errorf("container %s exported after the deadline", id)
+		}
+	}
+	// b failed, c and d were skipped.
+	if v := f.value(t, "isolatord_container_stats_errors_total"); v != 3 {
+		t.Errorf("stats errors = %v, want 3", v)
+	}
+	// The gauges are still there.
+	f.value(t, "isolatord_containers", "state", "isolated")
 }
 
 // A real Isolator satisfies StateSource (compile-time) and the interface

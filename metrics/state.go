@@ -32,10 +32,12 @@ var HostFeatures = []string{
 	dataplane.FeatureHTB, dataplane.FeatureTBF, dataplane.FeatureIFB, dataplane.FeatureFQCodel,
 }
 
-// StateTimeout bounds the per-container Usage calls of one scrape: each one
-// waits for the container's lock (an Isolate in progress holds it), so a
-// scrape reports what it could read within this time and counts the rest
-// in isolatord_container_stats_errors_total.
+// StateTimeout bounds the per-container Usage calls of one scrape: it is
+// the deadline of their context and is checked between containers, so once
+// it has passed the remaining containers are skipped and counted in
+// isolatord_container_stats_errors_total. (A Usage call waits for the
+// container's lock, which an Isolate in progress holds, whatever the
+// context says.)
 const StateTimeout = 5 * time.Second
 
 // WatchState makes every scrape read src: container counts per state,
@@ -55,6 +57,7 @@ type stateCollector struct {
 	mu           sync.Mutex
 	src          StateSource
 	perContainer bool
+	timeout      time.Duration // StateTimeout; tests shorten it
 
 	containers    *prometheus.Desc
 	blocks        *prometheus.Desc
@@ -77,6 +80,7 @@ type ctrCounter struct {
 func newStateCollector() *stateCollector {
 	name := func(n string) string { return prometheus.BuildFQName(Namespace, "", n) }
 	c := &stateCollector{
+		timeout:      StateTimeout,
 		containers:   prometheus.NewDesc(name("containers"), "Containers known to the lifecycle, by state (prepared, isolating, isolated, updating, cleaning).", []string{"state"}, nil),
 		blocks:       prometheus.NewDesc(name("ephemeral_blocks"), "Ephemeral port blocks of the pool, by state (used, free); their sum is the pool's capacity in containers.", []string{"state"}, nil),
 		blockPorts:   prometheus.NewDesc(name("ephemeral_block_ports"), "Ports per ephemeral block (--ephemeral-ports-per-container).", nil, nil),
@@ -126,10 +130,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	src, per := c.src, c.perContainer
+	src, per, timeout := c.src, c.perContainer, c.timeout
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), StateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var st isolator.Status
 	if src != nil {
