@@ -85,6 +85,9 @@ type DataPlane struct {
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.
 	hook func(step string) error
+	// trace, when set (benchmarks), is told when each named step of Setup,
+	// SetPorts and Teardown ends.
+	trace func(step string)
 }
 
 // record is what the data plane installed for one container.
@@ -242,6 +245,9 @@ func (u *undoStack) run() error {
 }
 
 func (d *DataPlane) step(name string) error {
+	if d.trace != nil {
+		d.trace(name)
+	}
 	if d.hook != nil {
 		if err := d.hook(name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -405,9 +411,15 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err != nil {
 		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)
 	}
+	if err := d.step("host veth sysctls"); err != nil {
+		return p, err
+	}
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
 	if err := d.vethFilters(c.Slot, veth).Install(all); err != nil {
 		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
+	}
+	if err := d.step("veth filters"); err != nil {
+		return p, err
 	}
 	if err := netns.LinkUp(d.h, veth); err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
@@ -422,6 +434,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	closers = append(closers, ch.Close)
+	if err := d.step("container handle"); err != nil {
+		return p, err
+	}
 	cl, err := netns.ConfigureContainer(ns, ch, netns.ContainerConfig{
 		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU,
 		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy,
@@ -432,6 +447,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// The container's lo keeps its filters when the veth goes: remove them
 	// on rollback so a retry starts clean.
 	undo.push("container lo filters", func() error { return delClsact(ch, cl.Lo) })
+	if err := d.step("container config"); err != nil {
+		return p, err
+	}
 	cf := tcfilter.ContainerFilters{H: ch, Lo: cl.Lo, Eth0: cl.Eth0, HostIP: d.hostIP(), Obs: d.cfg.Observer}
 	if err := cf.Install(all); err != nil {
 		return p, fmt.Errorf("container %s: container filters: %w", c.ID, err)

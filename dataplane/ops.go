@@ -272,6 +272,9 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		}
 	}
 
+	if d.trace != nil {
+		d.trace("teardown demux")
+	}
 	name := VethName(c.ID)
 	existed := false
 	var err error
@@ -291,6 +294,9 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		miss("veth %s", name)
 	}
 
+	if d.trace != nil {
+		d.trace("teardown veth")
+	}
 	mounted, present, err := netns.Unmount(d.cfg.NetNSDir, c.ID)
 	if err != nil {
 		errs = append(errs, err)

@@ -1,0 +1,141 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/test/traffic"
+)
+
+// BenchmarkDataPlane measures, in one sandbox, with 1 and then with 1,000
+// containers plumbed:
+//
+//   - SetupTeardown: Setup and Teardown of one more container (in a fresh
+//     namespace made outside the timer), reported as setup-ms/op and
+//     teardown-ms/op, plus the mean time of each Setup step (step-*-ms);
+//   - TCP_RR_container: one-byte TCP request/response round trips from the
+//     client to a server in the last-added container (through the host eth0
+//     demux and the veth), reported as rr/s;
+//   - TCP_RR_host: the same against a server in the host namespace itself
+//     (its port belongs to no container: the demux misses).
+//
+// Fleet containers are anonymous namespaces without processes, plumbed
+// like any other (veth, mount, filters, configuration).
+func BenchmarkDataPlane(b *testing.B) {
+	e := newEnv(b)
+	serveIn(b, e.sb.Host, "0.0.0.0:8000", "host")
+
+	phase := func(n int, server Container) {
+		b.Run(fmt.Sprintf("containers=%d/SetupTeardown", n), func(b *testing.B) { e.benchSetupTeardown(b) })
+		b.Run(fmt.Sprintf("containers=%d/TCP_RR_container", n), func(b *testing.B) {
+			benchRR(b, e, hostAddr(int(server.Ports.Ranges()[0].Begin)))
+		})
+		b.Run(fmt.Sprintf("containers=%d/TCP_RR_host", n), func(b *testing.B) { benchRR(b, e, hostAddr(8000)) })
+	}
+
+	first := e.serverContainer(0)
+	phase(1, first)
+	e.addFleet(1, 998)
+	last := e.serverContainer(999)
+	phase(1000, last)
+}
+
+// serverContainer plumbs fleet container i with a TCP/UDP echo server on
+// its static port, run by this process inside the namespace.
+func (e *env) serverContainer(i int) Container {
+	e.t.Helper()
+	ns, err := netns.New()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { ns.Close() })
+	c := fleetSpec(e.uniqueID(fmt.Sprintf("srv%d", i)), ns, uint16(i+1), i)
+	port := int(c.Ports.Ranges()[0].Begin)
+	serveIn(e.t, ns, fmt.Sprintf("0.0.0.0:%d", port), "srv")
+	e.setup(c)
+	// warm up the path (ARP, neighbour entries)
+	if got, err := echo(e.sb.Client, "tcp", hostAddr(port)); err != nil || got != "srv" {
+		e.t.Fatalf("server container %d: %q %v", i, got, err)
+	}
+	return c
+}
+
+func (e *env) benchSetupTeardown(b *testing.B) {
+	ctx := context.Background()
+	var setup, teardown time.Duration
+	steps := map[string]time.Duration{}
+	var last time.Time
+	e.d.trace = func(s string) {
+		now := time.Now()
+		steps[s] += now.Sub(last)
+		last = now
+	}
+	defer func() { e.d.trace = nil }()
+	// Namespaces are closed after the loop: destroying one is asynchronous
+	// kernel work (cleanup_net) that would otherwise overlap the next Setup.
+	var nss []*netns.NS
+	defer func() {
+		for _, ns := range nss {
+			ns.Close()
+		}
+	}()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ns, err := netns.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		nss = append(nss, ns)
+		k := 1000 + i%500 // fleet indexes kept free for this
+		c := fleetSpec(e.uniqueID("bench"), ns, uint16(k+1), k)
+		b.StartTimer()
+
+		t0 := time.Now()
+		last = t0
+		if _, err := e.d.Setup(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		steps["index"] += t1.Sub(last)
+		last = t1
+		if _, err := e.d.Teardown(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		steps["teardown mount"] += t2.Sub(last)
+		setup += t1.Sub(t0)
+		teardown += t2.Sub(t1)
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / 1e6 }
+	b.ReportMetric(ms(setup), "setup-ms/op")
+	b.ReportMetric(ms(teardown), "teardown-ms/op")
+	for s, d := range steps {
+		b.ReportMetric(ms(d), "step-"+strings.ReplaceAll(s, " ", "_")+"-ms/op")
+	}
+}
+
+// benchRR runs 300 ms request/response windows from the client to addr and
+// reports the mean rate.
+func benchRR(b *testing.B, e *env, addr string) {
+	var sum float64
+	n := 0
+	for b.Loop() {
+		var rate float64
+		err := e.sb.Client.Do(func() (err error) {
+			rate, err = traffic.RequestResponse(context.Background(), "tcp", addr, 300*time.Millisecond)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += rate
+		n++
+	}
+	b.ReportMetric(sum/float64(n), "rr/s")
+}
