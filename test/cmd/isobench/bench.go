@@ -1,0 +1,681 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/isolatord/isolatord/api"
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/traffic"
+)
+
+// target is a server the data plane is measured against.
+type target struct {
+	client sandbox.NS // the client namespace the traffic starts in
+	addr   string     // host IP:port
+	name   string     // what the server answers with
+}
+
+// bench is one run.
+type bench struct {
+	o     *options
+	log   io.Writer
+	res   *Results
+	began time.Time
+
+	tmp       string
+	undo      []func() error // run in reverse order by cleanup
+	pool      *nsPool
+	isolatord string
+	sbNames   []string
+
+	sbA, sb1, sbN *sandbox.Sandbox
+	d1, dN        *daemon
+	c1, cN        pb.IsolatorClient
+	targets       map[string]*target
+}
+
+func newBench(o *options, log io.Writer) *bench {
+	now := time.Now()
+	return &bench{
+		o: o, log: log, began: now,
+		targets: map[string]*target{},
+		res: &Results{
+			Schema:  1,
+			Date:    now.UTC().Format(time.RFC3339),
+			Quick:   o.quick,
+			Machine: machine(),
+			Config: Config{
+				Containers: o.n, Cycles: o.cycles, Rounds: o.rounds, DurationSeconds: o.dur.Seconds(),
+				BlockSize: blockSize, EphemeralPool: ephemeralPool, StaticPorts: staticPorts,
+				HostPortRange: sandbox.HostPortRange,
+				Namespaces:    "bind-mounted namespace files, isolated by path (the server containers: processes, isolated by pid)",
+			},
+			DataPlane: newDataPlane(),
+			Phases:    map[string]float64{},
+			Errors:    []string{},
+			Micro:     []MicroBenchmark{},
+		},
+	}
+}
+
+func (b *bench) logf(format string, a ...any) {
+	fmt.Fprintf(b.log, "[%6.1fs] %s\n", time.Since(b.began).Seconds(), fmt.Sprintf(format, a...))
+}
+
+// fail records an error: the figures it prevented stay n/a.
+func (b *bench) fail(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	b.res.Errors = append(b.res.Errors, msg)
+	b.logf("ERROR: %s", msg)
+}
+
+// run runs the phases in order; a phase whose prerequisites failed is
+// skipped (its figures stay n/a).
+func (b *bench) run(ctx context.Context) {
+	if b.o.micro != "" {
+		f, err := os.Open(b.o.micro)
+		if err != nil {
+			b.fail("micro-benchmarks: %v", err)
+		} else {
+			b.res.Micro = append(b.res.Micro, parseGoBench(f)...)
+			f.Close()
+		}
+	}
+	phases := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"prepare", b.prepare},
+		{"one_container", b.phaseOne},
+		{"n_containers", b.phaseN},
+		{"data_plane", b.phaseData},
+		{"restart", b.phaseRestart},
+		{"teardown", b.phaseTeardown},
+	}
+	for i, p := range phases {
+		if ctx.Err() != nil {
+			b.fail("%s: not run: %v", p.name, context.Cause(ctx))
+			continue
+		}
+		t0 := time.Now()
+		err := p.fn(ctx)
+		b.res.Phases[p.name] = time.Since(t0).Seconds()
+		if err != nil {
+			b.fail("%s: %v", p.name, err)
+			if i == 0 {
+				return // nothing can run without the sandboxes
+			}
+		}
+	}
+}
+
+// cleanup undoes everything in reverse order and checks that nothing of the
+// run is left (namespaces, mounts).
+func (b *bench) cleanup() error {
+	var errs []error
+	for i := len(b.undo) - 1; i >= 0; i-- {
+		if err := b.undo[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.undo = nil
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err == nil {
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			for _, n := range b.sbNames {
+				if len(f) > 0 && strings.HasPrefix(f[0], n) {
+					errs = append(errs, fmt.Errorf("namespace %s left behind", f[0]))
+				}
+			}
+		}
+	}
+	if b.tmp != "" {
+		if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+			if n := strings.Count(string(mi), b.tmp); n > 0 {
+				errs = append(errs, fmt.Errorf("%d mount(s) under %s left behind", n, b.tmp))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ---- phases ----
+
+// prepare checks the tools, makes the temp dir, the namespace pool, the
+// three sandboxes and the two host servers (cases a and d).
+func (b *bench) prepare(ctx context.Context) error {
+	for _, p := range []string{"nsenter", "ip"} {
+		if _, err := exec.LookPath(p); err != nil {
+			return fmt.Errorf("%s not found (make deps installs it)", p)
+		}
+	}
+	bin, err := filepath.Abs(b.o.bin)
+	if err != nil {
+		return err
+	}
+	b.isolatord = filepath.Join(bin, "isolatord")
+	if _, err := os.Stat(b.isolatord); err != nil {
+		return fmt.Errorf("isolatord not built (make build): %w", err)
+	}
+	if _, err := os.Stat(b.o.isotraffic); err != nil {
+		return fmt.Errorf("isotraffic binary (--isotraffic): %w", err)
+	}
+	if b.tmp, err = os.MkdirTemp("", "isobench-"); err != nil {
+		return err
+	}
+	tmp := b.tmp
+	b.undo = append(b.undo, func() error { return os.RemoveAll(tmp) })
+	if b.pool, err = newNSPool(filepath.Join(tmp, "ns")); err != nil {
+		return err
+	}
+	pool := b.pool
+	b.undo = append(b.undo, pool.close)
+
+	mk := func(prefix string) (*sandbox.Sandbox, error) {
+		sb, err := sandbox.NewNamed(prefix)
+		if err != nil {
+			return nil, err
+		}
+		b.sbNames = append(b.sbNames, sb.Name)
+		b.undo = append(b.undo, sb.Close)
+		return sb, nil
+	}
+	if b.sbA, err = mk("isobench-a"); err != nil {
+		return err
+	}
+	if b.sb1, err = mk("isobench-1"); err != nil {
+		return err
+	}
+	if b.sbN, err = mk("isobench-n"); err != nil {
+		return err
+	}
+	b.logf("sandboxes %s, %s, %s", b.sbA.Name, b.sb1.Name, b.sbN.Name)
+
+	hostAddr := net.JoinHostPort(sandbox.HostIP.String(), strconv.Itoa(hostServerPort))
+	for _, h := range []struct {
+		c    string
+		sb   *sandbox.Sandbox
+		name string
+	}{{caseA, b.sbA, "host-a"}, {caseD, b.sbN, "host-d"}} {
+		srv := &daemon{
+			bin: b.o.isotraffic, hostNS: h.sb.Host.Path, ready: "ready",
+			args: []string{"serve", "--tcp", ":" + strconv.Itoa(hostServerPort), "--name", h.name},
+		}
+		if _, err := srv.start(10 * time.Second); err != nil {
+			b.fail("host server %s: %v", h.name, err)
+			continue
+		}
+		b.undo = append(b.undo, func() error { return srv.stop(syscall.SIGTERM) })
+		b.targets[h.c] = &target{client: h.sb.Client, addr: hostAddr, name: h.name}
+	}
+	return nil
+}
+
+// startDaemon starts an isolatord for sb, its files under tmp/<label>, and
+// dials it.
+func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label string) (*daemon, pb.IsolatorClient, error) {
+	dir := filepath.Join(b.tmp, label)
+	netnsDir := filepath.Join(dir, "netns")
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	d := &daemon{
+		bin: b.isolatord, hostNS: sb.Host.Path,
+		args: []string{
+			"--socket", filepath.Join(dir, "isolatord.sock"),
+			"--state-dir", filepath.Join(dir, "state"),
+			"--netns-dir", netnsDir,
+			"--ports", staticPorts,
+			"--ephemeral-ports", ephemeralPool,
+			"--ephemeral-ports-per-container", strconv.Itoa(blockSize),
+			"--metrics-addr", metricsAddr,
+		},
+	}
+	// Registered before the start so that a half-started daemon is stopped
+	// and its mounts removed too.
+	b.undo = append(b.undo, func() error {
+		err := d.stop(syscall.SIGTERM)
+		return errors.Join(err, unmountDir(netnsDir))
+	})
+	took, err := d.start(30 * time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.logf("isolatord for %s serving after %s (pid %d)", sb.Name, took.Round(time.Millisecond), d.pid())
+	conn, err := b.dial(ctx, filepath.Join(dir, "isolatord.sock"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, pb.NewIsolatorClient(conn), nil
+}
+
+func (b *bench) dial(ctx context.Context, socket string) (*grpc.ClientConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := api.Dial(dctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	b.undo = append(b.undo, conn.Close)
+	return conn, nil
+}
+
+// unmountDir detaches every mount in dir, then dir itself if it is one.
+func unmountDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		for i := 0; i < 8; i++ {
+			if syscall.Unmount(p, syscall.MNT_DETACH) != nil {
+				break
+			}
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		if syscall.Unmount(dir, syscall.MNT_DETACH) != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// phaseOne: isolatord in S1, the N=1 setup/teardown cycles, then the
+// container of case (b).
+func (b *bench) phaseOne(ctx context.Context) error {
+	var err error
+	b.d1, b.c1, err = b.startDaemon(ctx, b.sb1, "s1")
+	if err != nil {
+		return fmt.Errorf("isolatord in %s: %w", b.sb1.Name, err)
+	}
+	setup, teardown, err := b.cycles(ctx, b.c1, "one")
+	if err != nil {
+		b.fail("setup/teardown cycles at N=1: %v", err)
+	} else {
+		b.res.ControlPlane.SetupN1 = summarize(setup)
+		b.res.ControlPlane.TeardownN1 = summarize(teardown)
+		b.logf("N=1: setup %s, teardown %s", fmtMs(b.res.ControlPlane.SetupN1), fmtMs(b.res.ControlPlane.TeardownN1))
+	}
+	if err := b.serverContainer(ctx, b.sb1, b.c1, caseB, "ctr-b", firstStatic); err != nil {
+		return fmt.Errorf("container of case (b): %w", err)
+	}
+	return nil
+}
+
+// serverContainer starts a container running isotraffic serve on port,
+// isolates it by pid and registers it as the target of case c.
+func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pb.IsolatorClient, c, name string, port int) error {
+	ctr, err := sb.Spawn(name, b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(port), "--name", name)
+	if err != nil {
+		return err
+	}
+	if err := ctr.WaitOutput("ready", 10*time.Second); err != nil {
+		return err
+	}
+	if _, err := b.setup(ctx, cl, name, port, "", ctr.Pid); err != nil {
+		return err
+	}
+	b.targets[c] = &target{client: sb.Client, addr: net.JoinHostPort(sandbox.HostIP.String(), strconv.Itoa(port)), name: name}
+	return nil
+}
+
+// setup prepares and isolates one container (by netns path, or by pid when
+// pid > 0) and returns the time the two calls took. On failure it cleans
+// the container up again.
+func (b *bench) setup(ctx context.Context, cl pb.IsolatorClient, id string, port int, nsPath string, pid int) (time.Duration, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := &pb.IsolateRequest{ContainerId: id}
+	if pid > 0 {
+		req.Target = &pb.IsolateRequest_Pid{Pid: int32(pid)}
+	} else {
+		req.Target = &pb.IsolateRequest_NetnsPath{NetnsPath: nsPath}
+	}
+	t0 := time.Now()
+	if _, err := cl.Prepare(cctx, &pb.PrepareRequest{ContainerId: id, Ports: []*pb.PortRange{{Begin: uint32(port), End: uint32(port)}}}); err != nil {
+		return 0, fmt.Errorf("prepare %s: %w", id, err)
+	}
+	if _, err := cl.Isolate(cctx, req); err != nil {
+		cl.Cleanup(cctx, &pb.CleanupRequest{ContainerId: id})
+		return 0, fmt.Errorf("isolate %s: %w", id, err)
+	}
+	return time.Since(t0), nil
+}
+
+func (b *bench) teardown(ctx context.Context, cl pb.IsolatorClient, id string) (time.Duration, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := cl.Cleanup(cctx, &pb.CleanupRequest{ContainerId: id}); err != nil {
+		return 0, fmt.Errorf("cleanup %s: %w", id, err)
+	}
+	return time.Since(t0), nil
+}
+
+// cycles sets up and tears down one more container, o.cycles times (after
+// a few warm-up cycles that are not counted), each in a fresh namespace
+// made beforehand.
+func (b *bench) cycles(ctx context.Context, cl pb.IsolatorClient, label string) (setup, teardown []time.Duration, err error) {
+	warm := 3
+	if b.o.quick {
+		warm = 1
+	}
+	n := warm + b.o.cycles
+	paths := make([]string, n)
+	for i := range paths {
+		if paths[i], err = b.pool.create(fmt.Sprintf("%s-cycle-%d", label, i)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for i, p := range paths {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		id := fmt.Sprintf("%s-cycle-%d", label, i)
+		s, err := b.setup(ctx, cl, id, cyclePort, p, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		t, err := b.teardown(ctx, cl, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if i >= warm {
+			setup = append(setup, s)
+			teardown = append(teardown, t)
+		}
+	}
+	return setup, teardown, nil
+}
+
+// phaseN: isolatord in SN with N containers (the last one runs the server
+// of case c), the setup/teardown cycles with N present, the RSS.
+func (b *bench) phaseN(ctx context.Context) error {
+	n := b.o.n
+	var err error
+	b.dN, b.cN, err = b.startDaemon(ctx, b.sbN, "sn")
+	if err != nil {
+		return fmt.Errorf("isolatord in %s: %w", b.sbN.Name, err)
+	}
+	t0 := time.Now()
+	paths := make([]string, n-1)
+	for i := range paths {
+		if paths[i], err = b.pool.create(fmt.Sprintf("c%04d", i)); err != nil {
+			return err
+		}
+	}
+	b.res.ControlPlane.NamespacesSeconds = ptr(time.Since(t0).Seconds())
+	b.logf("%d namespaces made in %.2fs", n-1, time.Since(t0).Seconds())
+
+	// The server container is made first but set up last, so that its
+	// filters are the last ones added.
+	ctr, err := b.sbN.Spawn("ctr-c", b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(firstStatic+n-1), "--name", "ctr-c")
+	if err != nil {
+		return err
+	}
+	if err := ctr.WaitOutput("ready", 10*time.Second); err != nil {
+		return err
+	}
+	var each []time.Duration
+	var total time.Duration
+	for i := 0; i < n; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var d time.Duration
+		if i < n-1 {
+			d, err = b.setup(ctx, b.cN, fmt.Sprintf("c%04d", i), firstStatic+i, paths[i], 0)
+		} else {
+			d, err = b.setup(ctx, b.cN, "ctr-c", firstStatic+i, "", ctr.Pid)
+		}
+		if err != nil {
+			return fmt.Errorf("setting up container %d of %d: %w", i+1, n, err)
+		}
+		each = append(each, d)
+		total += d
+		if (i+1)%(n/4) == 0 {
+			b.logf("set up %d/%d containers", i+1, n)
+		}
+	}
+	b.targets[caseC] = &target{client: b.sbN.Client, addr: net.JoinHostPort(sandbox.HostIP.String(), strconv.Itoa(firstStatic+n-1)), name: "ctr-c"}
+	cp := &b.res.ControlPlane
+	cp.SetupAllSeconds = ptr(total.Seconds())
+	tenth := maxInt(n/10, 1)
+	cp.SetupAllFirst = summarize(each[:tenth])
+	cp.SetupAllLast = summarize(each[n-tenth:])
+	b.logf("%d containers set up in %.2fs of API calls", n, total.Seconds())
+
+	setup, teardown, err := b.cycles(ctx, b.cN, "many")
+	if err != nil {
+		b.fail("setup/teardown cycles with N=%d: %v", n, err)
+	} else {
+		cp.SetupNN = summarize(setup)
+		cp.TeardownNN = summarize(teardown)
+		b.logf("N=%d: setup %s, teardown %s", n, fmtMs(cp.SetupNN), fmtMs(cp.TeardownNN))
+	}
+	if rss, hwm, err := b.dN.rssBytes(); err != nil {
+		b.fail("RSS: %v", err)
+	} else {
+		cp.RSSMiB = ptr(float64(rss) / (1 << 20))
+		cp.RSSPeakMiB = ptr(float64(hwm) / (1 << 20))
+		b.logf("daemon RSS with %d containers: %.1f MiB (peak %.1f MiB)", n, *cp.RSSMiB, *cp.RSSPeakMiB)
+	}
+	return nil
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// echo checks that t's server answers with its name.
+func echo(ctx context.Context, t *target) error {
+	var reply string
+	err := t.client.Do(func() (err error) {
+		reply, err = traffic.Echo(ctx, "tcp", t.addr, "bench", traffic.WithTimeout(3*time.Second))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s from %s: %w", t.addr, t.client.Name, err)
+	}
+	if got := traffic.ReplyName(reply); got != t.name {
+		return fmt.Errorf("%s from %s answered by %q, want %q: traffic does not reach the server it should", t.addr, t.client.Name, got, t.name)
+	}
+	return nil
+}
+
+// measure runs one data-plane measurement from t's client namespace.
+func (b *bench) measure(ctx context.Context, metric string, t *target, dur time.Duration) (float64, error) {
+	var v float64
+	err := t.client.Do(func() (err error) {
+		switch metric {
+		case metricRR:
+			v, err = traffic.RequestResponse(ctx, "tcp", t.addr, dur)
+		case metricCRR:
+			v, err = traffic.ConnectRate(ctx, t.addr, dur)
+		case metricBulk:
+			v, err = traffic.Bulk(ctx, t.addr, dur)
+		default:
+			err = fmt.Errorf("unknown metric %q", metric)
+		}
+		return err
+	})
+	return v, err
+}
+
+// phaseData measures every available case, o.rounds times, rotating the
+// case order each round.
+func (b *bench) phaseData(ctx context.Context) error {
+	var avail []string
+	for _, c := range cases {
+		t := b.targets[c]
+		if t == nil {
+			b.fail("data plane case (%s): no server (see the errors above)", c)
+			continue
+		}
+		if err := echo(ctx, t); err != nil {
+			b.fail("data plane case (%s): %v", c, err)
+			continue
+		}
+		// Warm up the path (neighbour entries, caches).
+		if _, err := b.measure(ctx, metricRR, t, 50*time.Millisecond); err != nil {
+			b.fail("data plane case (%s): warm-up: %v", c, err)
+			continue
+		}
+		avail = append(avail, c)
+	}
+	if len(avail) == 0 {
+		return errors.New("no server reachable")
+	}
+	failed := map[string]bool{}
+	for r := 0; r < b.o.rounds; r++ {
+		for _, m := range metrics {
+			for k := range avail {
+				c := avail[(k+r)%len(avail)]
+				key := m + "/" + c
+				if failed[key] {
+					continue
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				v, err := b.measure(ctx, m, b.targets[c], b.o.dur)
+				if err != nil {
+					failed[key] = true
+					b.fail("data plane %s case (%s): %v", m, c, err)
+					continue
+				}
+				rate := b.res.DataPlane.Rates[m][c]
+				rate.Samples = append(rate.Samples, v)
+			}
+		}
+		b.logf("data plane round %d/%d done", r+1, b.o.rounds)
+	}
+	for _, m := range metrics {
+		for _, c := range cases {
+			rate := b.res.DataPlane.Rates[m][c]
+			if !failed[m+"/"+c] {
+				rate.Median = median(rate.Samples)
+			}
+		}
+	}
+	return nil
+}
+
+// phaseRestart kills SN's daemon with SIGKILL, restarts it and times its
+// recovery; then checks that it kept every container and that case (c)
+// still answers.
+func (b *bench) phaseRestart(ctx context.Context) error {
+	if b.dN == nil || b.dN.pid() == 0 {
+		return errors.New("no daemon with N containers to restart")
+	}
+	if err := b.dN.stop(syscall.SIGKILL); err != nil {
+		return err
+	}
+	took, err := b.dN.start(60 * time.Second)
+	if err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	cp := &b.res.ControlPlane
+	cp.RecoverySeconds = ptr(took.Seconds())
+	if v, ok := b.dN.logField("recovered", "duration_seconds"); ok {
+		if f, ok := v.(float64); ok {
+			cp.RecoveryReportedSeconds = ptr(f)
+		}
+	}
+	if cp.RecoveryReportedSeconds == nil {
+		b.fail("restart: the daemon logged no \"recovered\" line with duration_seconds")
+	}
+	b.logf("restart with %d containers: serving after %.3fs", b.o.n, took.Seconds())
+	conn, err := b.dial(ctx, filepath.Join(b.tmp, "sn", "isolatord.sock"))
+	if err != nil {
+		return err
+	}
+	b.cN = pb.NewIsolatorClient(conn)
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	list, err := b.cN.List(lctx, &pb.ListRequest{})
+	if err != nil {
+		return fmt.Errorf("list after the restart: %w", err)
+	}
+	isolated := 0
+	for _, c := range list.GetContainers() {
+		if c.GetState() == pb.ContainerState_CONTAINER_STATE_ISOLATED {
+			isolated++
+		}
+	}
+	cp.RecoveredContainers = ptr(isolated)
+	if isolated != b.o.n {
+		b.fail("restart: %d containers isolated after the restart, want %d", isolated, b.o.n)
+	}
+	if rss, _, err := b.dN.rssBytes(); err == nil {
+		cp.RSSAfterRestartMiB = ptr(float64(rss) / (1 << 20))
+	}
+	if t := b.targets[caseC]; t != nil {
+		if err := echo(ctx, t); err != nil {
+			b.fail("restart: case (c) after the restart: %v", err)
+		}
+	}
+	return nil
+}
+
+// phaseTeardown cleans up every container through the API (the N in SN are
+// timed) so that the cleanup path is exercised at scale too.
+func (b *bench) phaseTeardown(ctx context.Context) error {
+	var errs []error
+	if b.cN != nil {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		list, err := b.cN.List(lctx, &pb.ListRequest{})
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list: %w", err))
+		} else {
+			var total time.Duration
+			for _, c := range list.GetContainers() {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				d, err := b.teardown(ctx, b.cN, c.GetContainerId())
+				if err != nil && status.Code(errors.Unwrap(err)) != codes.NotFound {
+					errs = append(errs, err)
+					break
+				}
+				total += d
+			}
+			if len(errs) == 0 {
+				b.res.ControlPlane.TeardownAllSeconds = ptr(total.Seconds())
+				b.logf("%d containers cleaned up in %.2fs of API calls", len(list.GetContainers()), total.Seconds())
+			}
+		}
+	}
+	if b.c1 != nil {
+		if _, err := b.teardown(ctx, b.c1, "ctr-b"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

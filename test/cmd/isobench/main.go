@@ -1,0 +1,255 @@
+// Command isobench is the system benchmark of `make bench`: one run that
+// measures isolatord's control plane through its real gRPC API and its data
+// plane with real TCP traffic, all inside sandboxes of network namespaces
+// (test/sandbox; the machine's real eth0 is never touched), prints markdown
+// tables with every figure marked PASS or MISS against its target, and
+// writes the figures as JSON (bench/results/<time>.json and latest.json).
+//
+// Layout. Three sandboxes of identical topology (client namespace <-veth->
+// host namespace), so that every data-plane case can be measured in the
+// same run, interleaved round by round:
+//
+//	A   no isolatord at all: a server in its host namespace is case (a),
+//	    the physical limit;
+//	S1  an isolatord with one container running a server: case (b);
+//	SN  an isolatord with N (1,000) containers, the last of which runs a
+//	    server: case (c); a server in SN's host namespace is case (d).
+//
+// Every server is `isotraffic serve` and every client loop is the traffic
+// package's RequestResponse, ConnectRate and Bulk, run from the client
+// namespace of the sandbox. Each case is measured in `--rounds` rounds whose
+// case order rotates (a,b,c,d then b,c,d,a ...), and the median is kept.
+//
+// Control plane. In S1, before its server container exists, `--cycles`
+// setups (Prepare + Isolate) and teardowns (Cleanup) of a lone container
+// give the N=1 latencies; in SN the N containers are set up one by one (the
+// total time is reported), then the same cycles run with N present. Each
+// cycle uses a fresh namespace made beforehand. The N containers' namespaces
+// are bind-mounted namespace files (no process), isolated by path; the
+// servers' containers are processes (sandbox.Spawn) isolated by pid. With N
+// present the daemon's RSS is read from /proc, then it is killed with
+// SIGKILL and restarted: the time until it logs "serving", and the recovery
+// time it logs itself, are the restart figures.
+//
+// Figures that cannot be measured (a feature missing, an error) are
+// reported as n/a with the reason; the exit status is 1 then. Missing a
+// target is a result, not an error: the exit status stays 0.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Port plan. The ephemeral pool holds 1024 blocks of 32; the static ports lie
+// below it; the sandbox hosts' own ip_local_port_range (61000-61999) lies
+// above it; the host servers listen on a port nobody manages.
+const (
+	ephemeralPool  = "20480-53247"
+	blockSize      = 32
+	staticPorts    = "10000-11023"
+	firstStatic    = 10000 // container i of SN holds firstStatic+i
+	cyclePort      = 11000 // the static port of the cycle containers
+	hostServerPort = 9000
+	maxContainers  = 1000
+	metricsAddr    = "127.0.0.1:9617" // inside each sandbox host
+)
+
+type options struct {
+	quick      bool
+	n          int
+	cycles     int
+	rounds     int
+	dur        time.Duration
+	bin        string
+	isotraffic string
+	out        string
+	micro      string
+	timeout    time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("isobench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.quick, "quick", false, "small and short run (N=100, short measurements) to check the tool itself")
+	fs.IntVar(&o.n, "n", 0, "containers present for the N figures (default 1000, 100 with --quick; at most 1000)")
+	fs.IntVar(&o.cycles, "cycles", 0, "setup/teardown samples at N=1 and at N (default 100, 20 with --quick)")
+	fs.IntVar(&o.rounds, "rounds", 0, "interleaved data-plane rounds (default 5, 2 with --quick)")
+	fs.DurationVar(&o.dur, "dur", 0, "length of one data-plane measurement (default 1s, 200ms with --quick)")
+	fs.StringVar(&o.bin, "bin", "bin", "directory holding the built isolatord (make build)")
+	fs.StringVar(&o.isotraffic, "isotraffic", "", "isotraffic binary (default: next to isobench)")
+	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
+	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
+	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	def := func(v *int, full, quick int) {
+		if *v == 0 {
+			*v = full
+			if o.quick {
+				*v = quick
+			}
+		}
+	}
+	def(&o.n, 1000, 100)
+	def(&o.cycles, 100, 20)
+	def(&o.rounds, 5, 2)
+	if o.dur == 0 {
+		o.dur = time.Second
+		if o.quick {
+			o.dur = 200 * time.Millisecond
+		}
+	}
+	if o.timeout == 0 {
+		o.timeout = 20 * time.Minute
+		if o.quick {
+			o.timeout = 3 * time.Minute
+		}
+	}
+	switch {
+	case o.n < 2 || o.n > maxContainers:
+		return nil, fmt.Errorf("--n %d: must be 2..%d (the static ports %s give one to each)", o.n, maxContainers, staticPorts)
+	case o.cycles < 1 || o.cycles > 10000:
+		return nil, fmt.Errorf("--cycles %d: must be 1..10000", o.cycles)
+	case o.rounds < 1 || o.rounds > 100:
+		return nil, fmt.Errorf("--rounds %d: must be 1..100", o.rounds)
+	case o.dur < 10*time.Millisecond || o.dur > time.Minute:
+		return nil, fmt.Errorf("--dur %v: must be 10ms..1m", o.dur)
+	}
+	if o.isotraffic == "" {
+		if exe, err := os.Executable(); err == nil {
+			o.isotraffic = filepath.Join(filepath.Dir(exe), "isotraffic")
+		}
+	}
+	return o, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "isobench:", err)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "isobench: must run as root: it creates network namespaces and starts isolatord inside them (never touching the real eth0)")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	b := newBench(o, stderr)
+	b.run(ctx)
+	cleanupErr := b.cleanup()
+	if cleanupErr != nil {
+		b.fail("cleanup: %v", cleanupErr)
+	}
+	b.res.TotalSeconds = time.Since(b.began).Seconds()
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		fmt.Fprintln(stderr, "isobench: interrupted; nothing written")
+		return 130
+	}
+	b.res.computeRatios()
+	b.res.evaluate()
+	b.res.writeMarkdown(stdout)
+	if o.out != "" {
+		paths, err := writeJSON(o.out, b.res)
+		if err != nil {
+			fmt.Fprintf(stderr, "isobench: write results: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nJSON: %s\n", strings.Join(paths, ", "))
+	}
+	if len(b.res.Errors) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// writeJSON writes r to dir/<time>.json and dir/latest.json (with -quick in
+// both names in quick mode, so a quick run never replaces the full figures).
+func writeJSON(dir string, r *Results) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	data = append(data, '\n')
+	t, _ := time.Parse(time.RFC3339, r.Date)
+	suffix := ""
+	if r.Quick {
+		suffix = "-quick"
+	}
+	stamp := filepath.Join(dir, t.UTC().Format("2006-01-02T150405Z")+suffix+".json")
+	latest := filepath.Join(dir, "latest"+suffix+".json")
+	for _, p := range []string{stamp, latest} {
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return nil, err
+		}
+	}
+	return []string{stamp, latest}, nil
+}
+
+// machine describes this machine.
+func machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	m.Hostname, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if m.CPU == "" {
+		m.CPU = runtime.GOARCH
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				m.MemoryMiB = kb >> 10
+			}
+		}
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	return m
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/traffic"
+)
+
+// TestQuickRun runs the whole benchmark in quick mode (N=100, short
+// measurements) against a freshly built isolatord and checks that the JSON
+// has every figure, the targets are all evaluated and nothing failed. It
+// asserts nothing about the figures' values (those belong in `make bench`).
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick benchmark (~15 s plus a build); skipped with -short")
+	}
+	sandbox.RequireRoot(t)
+	binDir := t.TempDir()
+	build := exec.Command("go", "build", "-o", binDir+"/", "github.com/isolatord/isolatord/cmd/isolatord")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build isolatord: %v\n%s", err, out)
+	}
+	outDir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	t0 := time.Now()
+	code := run([]string{"--quick", "--bin", binDir, "--isotraffic", traffic.BinaryPath(t), "--out", outDir}, &stdout, &stderr)
+	t.Logf("quick run took %v", time.Since(t0).Round(time.Millisecond))
+	if code != 0 {
+		t.Fatalf("isobench --quick exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"| Setup, N=1 |", "| (a) host, no isolator state |", "| (d)/(a) |", "Targets: "} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, stdout.String())
+		}
+	}
+
+	data, err := os.ReadFile(filepath.Join(outDir, "latest-quick.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped, _ := filepath.Glob(filepath.Join(outDir, "*Z-quick.json"))
+	if len(stamped) != 1 {
+		t.Errorf("want one time-stamped JSON file, got %v", stamped)
+	}
+	if _, err := os.Stat(filepath.Join(outDir, "latest.json")); err == nil {
+		t.Errorf("a quick run replaced latest.json")
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("bad JSON: %v", err)
+	}
+	checkFields(t, doc)
+}
+
+// checkFields checks that every figure of a quick run is present.
+func checkFields(t *testing.T, doc map[string]any) {
+	t.Helper()
+	positive := []string{
+		"schema", "machine.cores", "machine.memory_mib", "config.containers", "config.cycles",
+		"config.rounds", "config.duration_seconds", "config.block_size", "total_seconds",
+		"control_plane.setup_all_seconds", "control_plane.teardown_all_seconds",
+		"control_plane.namespaces_seconds", "control_plane.recovery_seconds",
+		"control_plane.recovery_reported_seconds", "control_plane.recovered_containers",
+		"control_plane.rss_mib", "control_plane.rss_peak_mib", "control_plane.rss_after_restart_mib",
+		"control_plane.setup_ratio", "control_plane.teardown_ratio",
+	}
+	for _, l := range []string{"setup_n1", "teardown_n1", "setup_nn", "teardown_nn", "setup_all_first_tenth", "setup_all_last_tenth"} {
+		for _, f := range []string{"samples", "p50_ms", "p99_ms", "mean_ms", "max_ms"} {
+			positive = append(positive, "control_plane."+l+"."+f)
+		}
+	}
+	for _, m := range metrics {
+		for _, c := range cases {
+			positive = append(positive, fmt.Sprintf("data_plane.rates.%s.%s.median", m, c))
+		}
+		for _, r := range ratioNames {
+			positive = append(positive, fmt.Sprintf("data_plane.ratios.%s.%s", m, r))
+		}
+	}
+	for _, p := range []string{"prepare", "one_container", "n_containers", "data_plane", "restart", "teardown"} {
+		positive = append(positive, "phase_seconds."+p)
+	}
+	for _, p := range positive {
+		v, ok := lookup(doc, p)
+		f, isNum := v.(float64)
+		if !ok || !isNum || f <= 0 {
+			t.Errorf("%s = %v, want a positive number", p, v)
+		}
+	}
+	for _, p := range []string{"date", "machine.hostname", "machine.cpu", "machine.kernel", "machine.go", "config.ephemeral_pool", "config.static_ports", "config.namespaces"} {
+		if v, _ := lookup(doc, p); v == nil || v == "" {
+			t.Errorf("%s is empty", p)
+		}
+	}
+	if v, _ := lookup(doc, "quick"); v != true {
+		t.Errorf("quick = %v, want true", v)
+	}
+	if v, _ := lookup(doc, "control_plane.recovered_containers"); v != float64(100) {
+		t.Errorf("recovered_containers = %v, want 100", v)
+	}
+	for _, m := range metrics {
+		for _, c := range cases {
+			s, _ := lookup(doc, fmt.Sprintf("data_plane.rates.%s.%s.samples", m, c))
+			if l, ok := s.([]any); !ok || len(l) != 2 {
+				t.Errorf("%s/%s samples = %v, want 2 (one per round)", m, c, s)
+			}
+		}
+	}
+	targets, _ := doc["targets"].([]any)
+	if len(targets) != 16 {
+		t.Errorf("%d targets, want 16", len(targets))
+	}
+	for _, x := range targets {
+		tg, _ := x.(map[string]any)
+		if st := tg["status"]; st != "PASS" && st != "MISS" {
+			t.Errorf("target %v: status %v, want PASS or MISS", tg["name"], st)
+		}
+		if _, ok := tg["value"].(float64); !ok {
+			t.Errorf("target %v has no value", tg["name"])
+		}
+	}
+	if errs, _ := doc["errors"].([]any); len(errs) != 0 {
+		t.Errorf("errors: %v", errs)
+	}
+	if _, ok := doc["micro_benchmarks"].([]any); !ok {
+		t.Errorf("micro_benchmarks is not a list")
+	}
+}
+
+// lookup follows a dotted path through nested JSON objects.
+func lookup(doc map[string]any, path string) (any, bool) {
+	var cur any = doc
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func TestParseGoBench(t *testing.T) {
+	out := `goos: linux
+pkg: github.com/isolatord/isolatord/ephemeral
+cpu: AMD EPYC
+BenchmarkAllocateRelease-2   	 5000000	       231.5 ns/op	       0 B/op	       0 allocs/op
+BenchmarkSplit/aligned-2     	 100	 12.5 ns/op
+--- FAIL: BenchmarkBroken
+PASS
+ok  	github.com/isolatord/isolatord/ephemeral	3.1s
+pkg: github.com/isolatord/isolatord/tcfilter
+BenchmarkAddDelRanges/present=1000/1port-2  	 300	 41000 ns/op	 52.1 add-µs	 40.3 del-µs
+`
+	got := parseGoBench(strings.NewReader(out))
+	if len(got) != 3 {
+		t.Fatalf("got %d benchmarks, want 3: %+v", len(got), got)
+	}
+	if got[0].Name != "BenchmarkAllocateRelease" || got[0].Package != "github.com/isolatord/isolatord/ephemeral" ||
+		got[0].Iterations != 5000000 || got[0].Metrics["ns/op"] != 231.5 || got[0].Metrics["allocs/op"] != 0 {
+		t.Errorf("first: %+v", got[0])
+	}
+	if got[1].Name != "BenchmarkSplit/aligned" {
+		t.Errorf("second name %q", got[1].Name)
+	}
+	if got[2].Package != "github.com/isolatord/isolatord/tcfilter" || got[2].Metrics["add-µs"] != 52.1 || got[2].Name != "BenchmarkAddDelRanges/present=1000/1port" {
+		t.Errorf("third: %+v", got[2])
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	l := summarize(ds)
+	if l.Samples != 100 || l.P50Ms != 50 || l.P99Ms != 99 || l.MaxMs != 100 || l.MeanMs != 50.5 {
+		t.Errorf("summarize 1..100 ms: %+v", l)
+	}
+	if summarize(nil) != nil {
+		t.Errorf("summarize(nil) should be nil")
+	}
+	if m := median([]float64{3, 1, 2}); m == nil || *m != 2 {
+		t.Errorf("median odd: %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m == nil || *m != 2.5 {
+		t.Errorf("median even: %v", m)
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	r := &Results{Config: Config{Containers: 1000}, DataPlane: newDataPlane()}
+	r.ControlPlane.SetupN1 = &Latency{P50Ms: 2}
+	r.ControlPlane.SetupNN = &Latency{P50Ms: 3}
+	r.ControlPlane.RSSMiB = ptr(80.0)
+	r.DataPlane.Rates[metricRR][caseA].Median = ptr(100.0)
+	r.DataPlane.Rates[metricRR][caseB].Median = ptr(96.0)
+	r.DataPlane.Rates[metricRR][caseD].Median = ptr(90.0)
+	r.computeRatios()
+	r.evaluate()
+	want := map[string]string{
+		"setup p50, N=1":             "PASS",
+		"setup p50, N=1000":          "PASS",
+		"setup p50 N=1000 / N=1":     "MISS", // 1.5x
+		"daemon RSS with 1000":       "MISS",
+		"request/response (b)/(a)":   "PASS",
+		"request/response (d)/(a)":   "MISS",
+		"bulk (b)/(a)":               "NOT MEASURED",
+		"teardown p50, N=1":          "NOT MEASURED",
+		"restart recovery with 1000": "NOT MEASURED",
+		"request/response (c)/(b)":   "NOT MEASURED",
+		"new connections (d)/(a)":    "NOT MEASURED",
+		"teardown p50 N=1000 / N=1":  "NOT MEASURED",
+		"teardown p50, N=1000":       "NOT MEASURED",
+		"bulk (c)/(b)":               "NOT MEASURED",
+		"new connections (c)/(b)":    "NOT MEASURED",
+		"bulk (d)/(a)":               "NOT MEASURED",
+	}
+	if len(r.Targets) != len(want) {
+		t.Errorf("%d targets, want %d", len(r.Targets), len(want))
+	}
+	for _, tg := range r.Targets {
+		if want[tg.Name] != tg.Status {
+			t.Errorf("%s: %s, want %s", tg.Name, tg.Status, want[tg.Name])
+		}
+	}
+	var b bytes.Buffer
+	r.Date = "2026-01-02T03:04:05Z"
+	r.writeMarkdown(&b)
+	for _, s := range []string{"| Setup p50, 1,000 / 1 | 1.50x | <= 1.3x | **MISS** |", "| Daemon RSS with 1,000 | 80.0 MiB | <= 64 MiB | **MISS** |", "96.0/s (0.96)"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("markdown lacks %q:\n%s", s, b.String())
+		}
+	}
+}
