@@ -284,25 +284,26 @@ func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSp
 		}
 		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", id, portsString(r.Ports, r.Shared), portsString(excl, shared))
 	}
+	// The ports first: a conflict says more than an exhausted pool.
+	if err := s.ledger.Reserve(id, ephemeral.Request{Exclusive: excl, Shared: shared}); err != nil {
+		s.mu.Unlock()
+		return Record{}, ledgerError(id, err)
+	}
 	slot, ok := s.slots.take()
 	if !ok {
+		s.ledger.Release(id)
 		s.mu.Unlock()
 		return Record{}, errorf(codes.ResourceExhausted, "no container slot left (at most %d containers)", dataplane.MaxSlot)
 	}
 	block, err := s.alloc.Allocate()
 	if err != nil {
+		s.ledger.Release(id)
 		s.slots.put(slot)
 		s.mu.Unlock()
 		if errors.Is(err, ephemeral.ErrExhausted) {
 			return Record{}, errorf(codes.ResourceExhausted, "no ephemeral port block left: all %d blocks of %d ports in %s are in use", s.alloc.Total(), s.alloc.BlockSize(), s.cfg.EphemeralPool)
 		}
 		return Record{}, wrapf(codes.Internal, err, "allocate ephemeral block")
-	}
-	if err := s.ledger.Reserve(id, ephemeral.Request{Exclusive: excl, Shared: shared}); err != nil {
-		_ = s.alloc.Release(block)
-		s.slots.put(slot)
-		s.mu.Unlock()
-		return Record{}, ledgerError(id, err)
 	}
 	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels}
 	s.records[id] = r

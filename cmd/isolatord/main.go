@@ -29,6 +29,7 @@ import (
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/metrics"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -42,6 +43,7 @@ type options struct {
 	allowUIDs                     string
 	logLevel                      string
 	shutdownTimeout               time.Duration
+	metricsPerContainer           bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -60,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.allowUIDs, "allow-uid", "0", "comma-separated uids allowed to call the API")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.hostNetNS, "host-netns", "", "run the host side inside this network namespace (path; for sandboxes)")
+	fs.BoolVar(&o.metricsPerContainer, "metrics-per-container", false, "export per-container traffic series (label container_id; off by default: cardinality)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -204,7 +207,9 @@ func serve(o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, Logger: log})
+	m := metrics.New(version)
+	cfg.Observer = m
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, Logger: log, Observer: m.FilterOp})
 	if err != nil {
 		return err
 	}
@@ -214,9 +219,17 @@ func serve(o *options, log *slog.Logger) error {
 		return err
 	}
 	defer iso.Close()
+	m.WatchState(iso, o.metricsPerContainer)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+
+	// Metrics first, so that a long recovery is visible.
+	stopMetrics, _, err := metrics.Serve(ctx, o.metricsAddr, m.Handler(), log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	start := time.Now()
 	rep, err := iso.Start(ctx)
@@ -229,7 +242,7 @@ func serve(o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	gs, hs := newGRPCServer(iso, uids, log)
+	gs, hs := newGRPCServer(iso, uids, log, m)
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
@@ -260,20 +273,24 @@ func serve(o *options, log *slog.Logger) error {
 
 // newGRPCServer builds the gRPC server: peer-credential transport, uid
 // authorization, call logging, the Isolator service and the health service.
-func newGRPCServer(iso *isolator.Isolator, uids []uint32, log *slog.Logger) (*grpc.Server, *health.Server) {
+func newGRPCServer(iso *isolator.Isolator, uids []uint32, log *slog.Logger, m *metrics.Metrics) (*grpc.Server, *health.Server) {
 	allowed := map[uint32]bool{}
+	var uidLabels []string
 	for _, u := range uids {
 		allowed[u] = true
+		uidLabels = append(uidLabels, strconv.FormatUint(uint64(u), 10))
 	}
+	// Metrics first, so refused calls count as PermissionDenied with the caller's uid.
 	gs := grpc.NewServer(
 		grpc.Creds(peerCreds{}),
-		grpc.ChainUnaryInterceptor(logCalls(log), authorize(allowed)),
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(uidLabel), logCalls(log), authorize(allowed)),
 	)
-	pb.RegisterIsolatorServer(gs, &server{iso: iso})
+	pb.RegisterIsolatorServer(gs, &server{iso: iso, log: log})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.Isolator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	m.InitRPC(gs, uidLabels...)
 	return gs, hs
 }
 

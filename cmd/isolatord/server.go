@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/nsstats"
 )
 
 // server maps the gRPC API onto the lifecycle. Validation lives in the
@@ -20,6 +22,7 @@ import (
 type server struct {
 	pb.UnimplementedIsolatorServer
 	iso *isolator.Isolator
+	log *slog.Logger
 }
 
 // toStatus turns a lifecycle error into a gRPC status with its code.
@@ -133,12 +136,32 @@ func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResp
 		EphemeralPorts: &pb.EphemeralRange{Begin: uint32(r.Ephemeral.Begin), End: uint32(r.Ephemeral.End)},
 		CollectedAt:    timestamppb.New(time.Now()),
 	}
-	if r.State == isolator.StateIsolated {
-		resp.Traffic = &pb.TrafficStats{
-			RxBytes: st.RxBytes, RxPackets: st.RxPackets, RxErrors: st.RxErrors, RxDropped: st.RxDropped,
-			TxBytes: st.TxBytes, TxPackets: st.TxPackets, TxErrors: st.TxErrors, TxDropped: st.TxDropped,
+	if r.State != isolator.StateIsolated {
+		return resp, nil
+	}
+	resp.Traffic = &pb.TrafficStats{
+		RxBytes: st.RxBytes, RxPackets: st.RxPackets, RxErrors: st.RxErrors, RxDropped: st.RxDropped,
+		TxBytes: st.TxBytes, TxPackets: st.TxPackets, TxErrors: st.TxErrors, TxDropped: st.TxDropped,
+	}
+	// Socket and SNMP figures are read inside the container's namespace
+	// (through its bind mount, safe against pid reuse), without forking.
+	path := r.Mount
+	if path == "" {
+		path = r.NetNSPath
+	}
+	ns, err := nsstats.Collect(path)
+	if err != nil {
+		s.log.Debug("usage: namespace statistics", "container_id", r.ID, "err", err.Error())
+		return resp, nil
+	}
+	resp.Tcp = &pb.TcpStats{ActiveConnections: ns.Connections(), TimeWaitConnections: ns.TCPTimeWait}
+	if x := ns.RTT; x != nil {
+		resp.Tcp.Rtt = &pb.RttPercentiles{
+			P50Us: uint64(x.P50.Microseconds()), P90Us: uint64(x.P90.Microseconds()),
+			P95Us: uint64(x.P95.Microseconds()), P99Us: uint64(x.P99.Microseconds()), Samples: uint64(x.Samples),
 		}
 	}
+	resp.Snmp = &pb.SnmpStats{Ip: ns.SNMP["Ip"], Icmp: ns.SNMP["Icmp"], Tcp: ns.SNMP["Tcp"], Udp: ns.SNMP["Udp"]}
 	return resp, nil
 }
 

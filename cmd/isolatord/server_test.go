@@ -20,6 +20,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/isolator/isolatortest"
+	"github.com/isolatord/isolatord/metrics"
 )
 
 // startServer runs the real gRPC server over the lifecycle with a fake data
@@ -48,7 +49,7 @@ func startServer(t *testing.T, uids []uint32) (pb.IsolatorClient, *isolatortest.
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, uids, log)
+	gs, _ := newGRPCServer(iso, uids, log, metrics.New("test"))
 	go gs.Serve(lis)
 	conn, err := api.Dial(context.Background(), sock)
 	if err != nil {
