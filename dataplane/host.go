@@ -9,7 +9,6 @@ import (
 
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
-	"golang.org/x/sys/unix"
 )
 
 // hostSysctls are the host-namespace settings the traffic paths need. Each
@@ -40,9 +39,12 @@ const (
 // PrepareHost prepares the host namespace once (later calls return the same
 // HostInfo): it reads the public interface's address, MAC, MTU and gateway,
 // applies the host settings the paths need (recording each original value in
-// HostInfo.Originals; settings already right are not recorded), creates
-// clsact on eth0 and lo, initialises the host demuxes, reads the host sysctls
-// containers copy and detects kernel features.
+// HostInfo.Originals; settings already right are not recorded), makes the
+// netns directory a shared mount point, creates clsact on eth0 and lo,
+// initialises the host demuxes, reads the host sysctls containers copy and
+// detects kernel features. A restarted daemon's PrepareHost finds the host
+// already prepared and records nothing: the lifecycle keeps the Originals of
+// the first run.
 func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err := checkCtx(ctx); err != nil {
 		return HostInfo{}, err
@@ -88,6 +90,13 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}
 	if err != nil {
 		return info, fmt.Errorf("host sysctls: %w", err)
+	}
+
+	// The netns directory is a shared mount point (as iproute2 makes it), so
+	// the namespace pins created under it propagate to mount namespaces
+	// cloned from ours (`ip netns exec` makes one) and their removal does too.
+	if err := netns.EnsureSharedDir(d.cfg.NetNSDir); err != nil {
+		return info, err
 	}
 
 	for _, l := range []struct {
@@ -136,9 +145,3 @@ func renameLo(kvs []netns.Sysctl, lo string) []netns.Sysctl {
 }
 
 func macEqual(a, b net.HardwareAddr) bool { return a.String() == b.String() }
-
-// isNoQdisc reports the errors the kernel gives when deleting a qdisc or
-// filter that does not exist.
-func isNoQdisc(err error) bool {
-	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENODEV)
-}

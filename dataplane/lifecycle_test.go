@@ -16,6 +16,7 @@ import (
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 var errInjected = errors.New("injected failure")
@@ -111,10 +112,7 @@ func TestNotPreparedAndDuplicates(t *testing.T) {
 
 // hostState is everything Setup may create on the host side.
 func (e *env) hostState() string {
-	var links []string
-	for _, n := range e.hostLinks() {
-		links = append(links, n)
-	}
+	links := e.hostLinks()
 	slices.Sort(links)
 	return strings.Join(links, ",") + "\n" + e.hostFilters()
 }
@@ -500,5 +498,61 @@ func setMAC(t *testing.T, h *netlink.Handle, l netlink.Link, mac string) {
 	}
 	if err := h.LinkSetHardwareAddr(l, hw); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCustomNetNSDir: a data plane whose netns directory is not iproute2's
+// makes it a shared mount point, pins namespaces there and cleans up.
+func TestCustomNetNSDir(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	dir := filepath.Join(t.TempDir(), "netns")
+	t.Cleanup(func() {
+		for i := 0; i < 4; i++ { // the self-bind (and anything stacked on it)
+			if unix.Unmount(dir, unix.MNT_DETACH) != nil {
+				break
+			}
+		}
+	})
+	d, err := New(Config{HostNS: e.sb.Host.Path, NetNSDir: dir, Logger: quietLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.PrepareHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := netns.ReadMountInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := false
+	for _, m := range ms {
+		if m.MountPoint == dir {
+			shared = m.Shared()
+		}
+	}
+	if !shared {
+		t.Fatalf("%s is not a shared mount point after PrepareHost", dir)
+	}
+	p := e.spawn("D", []uint16{31000}, false)
+	c := e.spec("D", p, 4, "40960-41983", "31000", "")
+	t.Cleanup(func() { netns.Unmount(dir, c.ID) })
+	pl, err := d.Setup(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Mount != filepath.Join(dir, c.ID) {
+		t.Errorf("mount %s, want it under %s", pl.Mount, dir)
+	}
+	if got, _ := netns.NsMounts(dir); len(got) != 1 || got[c.ID] != pl.NetNSIno {
+		t.Errorf("NsMounts(%s) = %v, want %s -> %d", dir, got, c.ID, pl.NetNSIno)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "D")
+	if _, err := d.Teardown(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := netns.NsMounts(dir); len(got) != 0 {
+		t.Errorf("mounts left in %s: %v", dir, got)
 	}
 }

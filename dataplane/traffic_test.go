@@ -177,6 +177,17 @@ func TestTwoContainersTraffic(t *testing.T) {
 		if f := e.hostFilters(); slotRE(1).MatchString(f) || strings.Contains(f, veth) {
 			t.Errorf("host filters still reference A (slot 1 / %s):\n%s", veth, f)
 		}
+		for _, dm := range e.d.demuxes() {
+			es, err := dm.d.Entries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, en := range es {
+				if en.Slot == a.c.Slot {
+					t.Errorf("%s demux entry of A survived teardown: %+v", dm.name, en)
+				}
+			}
+		}
 		ms, _ := netns.NsMounts(netns.DefaultDir)
 		if _, ok := ms[a.c.ID]; ok {
 			t.Errorf("mount of %s survived teardown", a.c.ID)
