@@ -556,3 +556,56 @@ func TestCustomNetNSDir(t *testing.T) {
 		t.Errorf("mounts left in %s: %v", dir, got)
 	}
 }
+
+// TestSetPortsRollForward: a daemon that died in the middle of SetPorts
+// (veth and container filters grown to old ∪ new, the new ranges added to
+// the host demuxes, the old ones not yet removed) is restarted; Adopt with
+// the old ports, then SetPorts to the new ports finishes the job.
+func TestSetPortsRollForward(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000, 31020, 31029)
+	serveIn(t, e.sb.Client, clientAddr(9000), "client")
+	ctx := context.Background()
+	newPorts := ephemeral.MustParseSet("31020-31029")
+
+	// The partial state, built with the same calls SetPorts makes.
+	rec := e.d.ctrs[a.c.ID]
+	eph := a.c.Ephemeral
+	oldAll, unionAll := allRanges(eph, a.c.Ports, a.c.Shared), allRanges(eph, a.c.Ports.Union(newPorts), a.c.Shared)
+	if err := e.d.vethFilters(a.c.Slot, rec.veth).SetRanges(oldAll, unionAll); err != nil {
+		t.Fatal(err)
+	}
+	addEx := rangeDiff(exclusiveRanges(eph, newPorts), exclusiveRanges(eph, a.c.Ports))
+	if err := e.d.eth0.AddRanges(a.c.Slot, rec.veth, addEx[:1]); err != nil { // died after the first range on eth0
+		t.Fatal(err)
+	}
+
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Adopt(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.SetPorts(ctx, a.c, newPorts, ephemeral.Set{}); err != nil {
+		t.Fatalf("rolling the update forward: %v", err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31020), "A")
+	mustEcho(t, e.sb.Client, "udp", hostAddr(31029), "A")
+	if got, err := echo(e.sb.Client, "tcp", hostAddr(31000)); err == nil {
+		t.Errorf("old port 31000 still answered by %s", got)
+	}
+	mustEcho(t, a.proc, "tcp", clientAddr(9000), "client", traffic.WithSource("198.18.0.1:31022"))
+	c := a.c
+	c.Ports = newPorts
+	if miss, err := d2.Check(ctx, c); err != nil || len(miss) != 0 {
+		t.Errorf("Check after the roll-forward: %v %v", miss, err)
+	}
+	if _, err := d2.Teardown(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if f := e.hostFilters(); slotRE(1).MatchString(f) {
+		t.Errorf("filters of slot 1 survived:\n%s", f)
+	}
+}

@@ -91,14 +91,14 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 
 	// 2. host demuxes: new exclusive ranges.
 	if len(addEx) > 0 {
-		if err := d.eth0.AddRanges(old.Slot, rec.veth, addEx); err != nil {
-			return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
+		// AddRanges keeps ranges the slot already has, so an update that
+		// was interrupted after some of these adds is rolled forward here.
+		for _, dm := range d.demuxes() {
+			if err := dm.d.AddRanges(old.Slot, rec.veth, addEx); err != nil {
+				return fmt.Errorf("container %s: %s demux: %w", c.ID, dm.name, err)
+			}
+			undo.push(dm.name+" demux add", func() error { _, err := dm.d.DelRanges(old.Slot, addEx); return err })
 		}
-		undo.push("eth0 demux add", func() error { _, err := d.eth0.DelRanges(old.Slot, addEx); return err })
-		if err := d.lo.AddRanges(old.Slot, rec.veth, addEx); err != nil {
-			return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
-		}
-		undo.push("lo demux add", func() error { _, err := d.lo.DelRanges(old.Slot, addEx); return err })
 	}
 	if err := d.step("add"); err != nil {
 		return err
