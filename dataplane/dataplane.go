@@ -47,6 +47,9 @@ var (
 	ErrUnknown = errors.New("container not set up")
 	// ErrInvalid wraps every validation error of a Container or port change.
 	ErrInvalid = errors.New("invalid container")
+	// ErrClosed: the data plane was closed. (Its netlink handle is gone; a
+	// closed netlink.Handle would silently act on the caller's namespace.)
+	ErrClosed = errors.New("data plane closed")
 )
 
 // Config configures New.
@@ -244,6 +247,17 @@ func (u *undoStack) run() error {
 	return errors.Join(errs...)
 }
 
+// ready fails unless the data plane is open and prepared; call with d.mu held.
+func (d *DataPlane) ready() error {
+	if d.closed {
+		return ErrClosed
+	}
+	if !d.prepared {
+		return ErrNotPrepared
+	}
+	return nil
+}
+
 func (d *DataPlane) step(name string) error {
 	if d.trace != nil {
 		d.trace(name)
@@ -327,11 +341,8 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return p, errors.New("data plane closed")
-	}
-	if !d.prepared {
-		return p, ErrNotPrepared
+	if err := d.ready(); err != nil {
+		return p, err
 	}
 	if _, ok := d.ctrs[c.ID]; ok {
 		return p, fmt.Errorf("%w: %s", ErrExists, c.ID)

@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -52,7 +51,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return HostInfo{}, errors.New("data plane closed")
+		return HostInfo{}, ErrClosed
 	}
 	if d.prepared {
 		return d.info, nil

@@ -609,3 +609,43 @@ func TestSetPortsRollForward(t *testing.T) {
 		t.Errorf("filters of slot 1 survived:\n%s", f)
 	}
 }
+
+// TestClosed: every call on a closed data plane fails with ErrClosed and
+// does nothing (a closed netlink handle would act on the caller's namespace,
+// here the root namespace).
+func TestClosed(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	a := e.start("A", 1, "40960-41983", "31000", "", 31000)
+	d := e.newDataPlane()
+	if _, err := d.PrepareHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Adopt(context.Background(), a.c); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p := e.spawn("B", []uint16{31010}, false)
+	b := e.spec("B", p, 2, "41984-43007", "31010", "")
+	e.cleanupMount(b.ID)
+	_, err1 := d.Setup(ctx, b)
+	err2 := d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31001"), ephemeral.Set{})
+	_, err3 := d.Stats(ctx, a.c)
+	_, err4 := d.Teardown(ctx, a.c)
+	_, err5 := d.Check(ctx, a.c)
+	_, err6 := d.Snapshot(ctx)
+	_, err7 := d.RemoveStrays(ctx, nil)
+	_, err8 := d.PrepareHost(ctx)
+	for i, err := range []error{err1, err2, err3, err4, err5, err6, err7, err8} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("call %d on a closed data plane: %v", i+1, err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+}

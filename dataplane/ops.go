@@ -24,6 +24,9 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.ready(); err != nil {
+		return err
+	}
 	rec, ok := d.ctrs[c.ID]
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknown, c.ID)
@@ -192,11 +195,14 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		return LinkStats{}, err
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return LinkStats{}, ErrClosed
+	}
 	idx := 0
 	if rec, ok := d.ctrs[c.ID]; ok {
 		idx = rec.veth
 	}
-	d.mu.Unlock()
 	if idx == 0 {
 		l, err := d.h.LinkByName(VethName(c.ID))
 		if err != nil {
@@ -226,8 +232,8 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.prepared {
-		return rep, ErrNotPrepared
+	if err := d.ready(); err != nil {
+		return rep, err
 	}
 	veth := 0
 	if rec, ok := d.ctrs[c.ID]; ok {
@@ -330,8 +336,8 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.prepared {
-		return ErrNotPrepared
+	if err := d.ready(); err != nil {
+		return err
 	}
 	if _, ok := d.ctrs[c.ID]; ok {
 		return fmt.Errorf("%w: %s", ErrExists, c.ID)

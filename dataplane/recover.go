@@ -29,8 +29,8 @@ func (d *DataPlane) SnapshotFor(ctx context.Context, ids []string) (Snapshot, er
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.prepared {
-		return Snapshot{}, ErrNotPrepared
+	if err := d.ready(); err != nil {
+		return Snapshot{}, err
 	}
 	s := Snapshot{Veths: map[string]int{}, Mounts: map[string]bool{}, Slots: map[uint16][]string{}}
 	veths, err := d.ourVeths()
@@ -112,8 +112,8 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.prepared {
-		return nil, ErrNotPrepared
+	if err := d.ready(); err != nil {
+		return nil, err
 	}
 	if rec, ok := d.ctrs[c.ID]; ok {
 		c = rec.c
@@ -210,8 +210,8 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.prepared {
-		return nil, ErrNotPrepared
+	if err := d.ready(); err != nil {
+		return nil, err
 	}
 	veths, err := d.ourVeths()
 	if err != nil {
