@@ -33,6 +33,7 @@ type HostInfo struct {
 	Gateway   net.IP            // default gateway via eth0, nil if none
 	Features  map[string]bool   // kernel features detected (clsact, htb, tbf, ifb, ...)
 	Originals map[string]string // host settings changed by preparation: key -> original value
+	NetNSIno  uint64            // inode of the host's network namespace (0 if unknown)
 }
 
 // LinkStats are a container's traffic counters from the container's point of view.

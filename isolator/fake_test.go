@@ -4,13 +4,55 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/isolatortest"
 )
 
 type fakeDP = isolatortest.DataPlane
+
+// fakeNSDir holds files that unit tests use as distinct "network
+// namespaces" (they cannot create real ones without root).
+var fakeNSDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "isolator-fakens-")
+	if err != nil {
+		panic(err)
+	}
+	fakeNSDir = dir
+	real := netnsInode
+	netnsInode = func(p string) (uint64, error) {
+		if !strings.HasPrefix(p, fakeNSDir+"/") {
+			return real(p)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return 0, err
+		}
+		return st.Ino, nil
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// nsTarget returns an isolate target that is a distinct fake namespace.
+func nsTarget(t testing.TB, name string) IsolateTarget {
+	p := filepath.Join(fakeNSDir, name)
+	if _, err := os.Stat(p); err != nil {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return IsolateTarget{NetNSPath: p}
+}
 
 func newFakeDP() *fakeDP { return isolatortest.New() }
 

@@ -387,11 +387,23 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 		}
 		next.NetNSPath = t.NetNSPath
 	}
-	ino, err := nsInode(next.NetNSPath)
+	ino, err := netnsInode(next.NetNSPath)
 	if err != nil {
 		return Record{}, errorf(codes.NotFound, "%s: %s is not a network namespace: %v", targetField(t), next.NetNSPath, err)
 	}
 	next.NetNSIno = ino
+	if s.host.NetNSIno != 0 && ino == s.host.NetNSIno {
+		return Record{}, errorf(codes.FailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
+	}
+	// One namespace holds one container: its eth0 is ours.
+	s.mu.Lock()
+	for _, o := range s.records {
+		if o.ID != id && o.NetNSIno == ino && (o.State == StateIsolated || o.State == StateIsolating || o.State == StateUpdating) {
+			s.mu.Unlock()
+			return Record{}, errorf(codes.FailedPrecondition, "%s: network namespace %s already holds container %s", targetField(t), next.NetNSPath, o.ID)
+		}
+	}
+	s.mu.Unlock()
 	next.State = StateIsolating
 	next.Veth = dataplane.VethName(id)
 	if err := s.commit(&next); err != nil {

@@ -91,6 +91,15 @@ func TestLifecycle(t *testing.T) {
 	}
 	_, err = s.Isolate(bg, "c1", IsolateTarget{Pid: os.Getppid()})
 	wantCode(t, err, codes.AlreadyExists, "already isolated")
+	// One namespace holds one container.
+	if _, err := s.Prepare(bg, "c3", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Isolate(bg, "c3", self())
+	wantCode(t, err, codes.FailedPrecondition, "already holds container c1")
+	if err := s.Cleanup(bg, "c3"); err != nil {
+		t.Fatal(err)
+	}
 
 	// Update moves the kernel filters and the ledger.
 	r, err = s.Update(bg, "c1", ports("31100-31101"))
@@ -220,6 +229,10 @@ func TestBadInput(t *testing.T) {
 		{"isolate missing pid", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{Pid: 1 << 30}); return err }, codes.NotFound, "pid"},
 		{"isolate missing netns", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/nonexistent/ns"}); return err }, codes.NotFound, "netns_path"},
 		{"isolate not a netns", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/etc/hostname"}); return err }, codes.NotFound, "not a network namespace"},
+		{"isolate non-network namespace", func() error {
+			_, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/proc/self/ns/uts"})
+			return err
+		}, codes.NotFound, "not a network namespace"},
 		{"update unknown", func() error { _, err := s.Update(bg, "nope", nil); return err }, codes.NotFound, "nope"},
 		{"get unknown", func() error { _, err := s.Get(bg, "nope"); return err }, codes.NotFound, "nope"},
 		{"usage unknown", func() error { _, _, err := s.Usage(bg, "nope"); return err }, codes.NotFound, "nope"},
@@ -309,7 +322,7 @@ func TestConcurrentClients(t *testing.T) {
 				case 0, 1:
 					_, _ = s.Prepare(bg, id, spec)
 				case 2:
-					if _, err := s.Isolate(bg, id, self()); err == nil {
+					if _, err := s.Isolate(bg, id, nsTarget(t, id)); err == nil {
 						isolated.Add(1)
 					}
 				case 3:
@@ -355,14 +368,14 @@ func TestCrashRecovery(t *testing.T) {
 			if _, err := s.Prepare(bg, "keep", ports("31000")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Isolate(bg, "keep", self()); err != nil {
+			if _, err := s.Isolate(bg, "keep", nsTarget(t, "keep")); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Prepare(bg, "c1", ports("31001")); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.HasPrefix(point, "isolate") {
-				if _, err := s.Isolate(bg, "c1", self()); err != nil {
+				if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -379,7 +392,7 @@ func TestCrashRecovery(t *testing.T) {
 				}()
 				switch {
 				case strings.HasPrefix(point, "isolate"):
-					_, _ = s.Isolate(bg, "c1", self())
+					_, _ = s.Isolate(bg, "c1", nsTarget(t, "c1"))
 				case strings.HasPrefix(point, "update"):
 					_, _ = s.Update(bg, "c1", ports("31002-31003"))
 				default:
@@ -419,10 +432,10 @@ func TestRecoveryDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Isolate(bg, "alive", self()); err != nil {
+	if _, err := s.Isolate(bg, "alive", nsTarget(t, "alive")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Isolate(bg, "broken", self()); err != nil {
+	if _, err := s.Isolate(bg, "broken", nsTarget(t, "broken")); err != nil {
 		t.Fatal(err)
 	}
 	// "gone": isolated into a namespace whose owner has disappeared.

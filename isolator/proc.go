@@ -30,18 +30,35 @@ func procStart(procRoot string, pid int) (uint64, error) {
 	return strconv.ParseUint(fields[19], 10, 64)
 }
 
-// nsInode returns the inode of a network namespace file and checks it is one.
+// netnsInode identifies a network namespace file by its inode; a variable
+// so that unit tests, which cannot create namespaces, can stand in for it.
+var netnsInode = nsInode
+
+// nsInode returns the inode of a network namespace file and checks that it
+// is one (an nsfs file whose namespace type is CLONE_NEWNET).
 func nsInode(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return 0, err
 	}
 	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil {
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
 		return 0, err
 	}
 	if fs.Type != unix.NSFS_MAGIC {
 		return 0, fmt.Errorf("not a namespace file")
+	}
+	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
+	if err != nil {
+		return 0, fmt.Errorf("namespace type: %w", err)
+	}
+	if t != unix.CLONE_NEWNET {
+		return 0, fmt.Errorf("a namespace, but not a network namespace")
 	}
 	return st.Ino, nil
 }
@@ -56,6 +73,6 @@ func alive(procRoot string, r *Record) bool {
 	if r.NetNSPath == "" {
 		return false
 	}
-	ino, err := nsInode(r.NetNSPath)
+	ino, err := netnsInode(r.NetNSPath)
 	return err == nil && ino == r.NetNSIno
 }

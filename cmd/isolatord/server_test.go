@@ -26,10 +26,13 @@ import (
 // startServer runs the real gRPC server over the lifecycle with a fake data
 // plane on a unix socket, and returns a real client.
 func startServer(t *testing.T, uids []uint32) (pb.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
+	return startServerWith(t, uids, isolatortest.New())
+}
+
+func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (pb.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dp := isolatortest.New()
 	iso, err := isolator.New(isolator.Config{
 		ManagedPorts:  ephemeral.MustParseSet("31000-31999"),
 		EphemeralPool: ephemeral.MustParseSet("32768-33791"),
@@ -107,7 +110,7 @@ func TestPermissionDenied(t *testing.T) {
 // gRPC client: each gets its specific code and a message naming the field or
 // holder, and none changes the daemon's state.
 func TestBadRequests(t *testing.T) {
-	c, dp, _ := startServer(t, []uint32{uint32(os.Getuid())})
+	c, _, _ := startServer(t, []uint32{uint32(os.Getuid())})
 	ctx := context.Background()
 	must := func(_ any, err error) {
 		t.Helper()
@@ -119,12 +122,7 @@ func TestBadRequests(t *testing.T) {
 	must(c.Prepare(ctx, &pb.PrepareRequest{ContainerId: "sharer", Ports: []*pb.PortRange{pr(31600, 31600, true)}}))
 	must(c.Prepare(ctx, &pb.PrepareRequest{ContainerId: "live"}))
 	must(c.Isolate(ctx, &pb.IsolateRequest{ContainerId: "live", Target: &pb.IsolateRequest_Pid{Pid: int32(os.Getpid())}}))
-	// The fake data plane treats this namespace as the host's.
-	hostIno, err := nsInodeForTest("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(c.Prepare(ctx, &pb.PrepareRequest{ContainerId: "hostns"}))
+	must(c.Prepare(ctx, &pb.PrepareRequest{ContainerId: "other"}))
 
 	long := strings.Repeat("a", 129)
 	pid := func(id string, p int32) *pb.IsolateRequest {
@@ -177,11 +175,7 @@ func TestBadRequests(t *testing.T) {
 		{"isolate before prepare", iso(pid("unknown", int32(os.Getpid()))), codes.FailedPrecondition, "not prepared"},
 		{"isolate bad id", iso(pid("a/b", int32(os.Getpid()))), codes.InvalidArgument, "container_id"},
 		{"isolate again elsewhere", iso(pid("live", int32(os.Getppid()))), codes.AlreadyExists, "already isolated"},
-		{"isolate into host namespace", func() error {
-			dp.HostIno = hostIno
-			defer func() { dp.HostIno = 0 }()
-			return iso(pid("hostns", int32(os.Getpid())))()
-		}, codes.FailedPrecondition, "host's own network namespace"},
+		{"isolate into a namespace already used", iso(pid("other", int32(os.Getpid()))), codes.FailedPrecondition, "already holds container live"},
 		{"update unknown", upd("unknown"), codes.NotFound, "unknown"},
 		{"update to held port", upd("live", pr(31500, 31500, false)), codes.FailedPrecondition, "held"},
 		{"update bad range", upd("live", pr(31000, 70000, false)), codes.InvalidArgument, "ports[0].end"},
@@ -220,6 +214,28 @@ func TestBadRequests(t *testing.T) {
 	}
 	if len(cases) < 25 {
 		t.Fatalf("only %d bad requests", len(cases))
+	}
+}
+
+func TestIsolateIntoHostNamespace(t *testing.T) {
+	dp := isolatortest.New()
+	ino, err := nsInodeForTest("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp.HostIno = ino // the fake data plane's host namespace is ours
+	c, _, _ := startServerWith(t, []uint32{uint32(os.Getuid())}, dp)
+	ctx := context.Background()
+	if _, err := c.Prepare(ctx, &pb.PrepareRequest{ContainerId: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Isolate(ctx, &pb.IsolateRequest{ContainerId: "h", Target: &pb.IsolateRequest_Pid{Pid: int32(os.Getpid())}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "host's own network namespace") {
+		t.Fatalf("got %v", err)
+	}
+	g, _ := c.Get(ctx, &pb.GetRequest{ContainerId: "h"})
+	if g.GetContainer().GetState() != pb.ContainerState_CONTAINER_STATE_PREPARED {
+		t.Fatalf("state changed: %v", g)
 	}
 }
 

@@ -54,7 +54,7 @@ func (f *DataPlane) record(op, id string) error {
 func (f *DataPlane) PrepareHost(ctx context.Context) (dataplane.HostInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return dataplane.HostInfo{Eth0: "eth0", Lo: "lo"}, f.record("prepare-host", "")
+	return dataplane.HostInfo{Eth0: "eth0", Lo: "lo", NetNSIno: f.HostIno}, f.record("prepare-host", "")
 }
 
 func (f *DataPlane) setPortsLocked(c dataplane.Container, ports, shared ephemeral.Set) {
