@@ -310,13 +310,14 @@ func (b *bench) phaseOne(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("isolatord in %s: %w", b.sb1.Name, err)
 	}
-	setup, teardown, err := b.cycles(ctx, b.c1, "one")
+	ct, err := b.cycles(ctx, b.c1, "one")
 	if err != nil {
 		b.fail("setup/teardown cycles at N=1: %v", err)
 	} else {
-		b.res.ControlPlane.SetupN1 = summarize(setup)
-		b.res.ControlPlane.TeardownN1 = summarize(teardown)
-		b.logf("N=1: setup %s, teardown %s", fmtMs(b.res.ControlPlane.SetupN1), fmtMs(b.res.ControlPlane.TeardownN1))
+		cp := &b.res.ControlPlane
+		cp.SetupN1, cp.TeardownN1 = summarize(ct.setup), summarize(ct.teardown)
+		cp.PrepareN1, cp.IsolateN1 = summarize(ct.prepare), summarize(ct.isolate)
+		b.logf("N=1: setup %s (prepare %s, isolate %s), teardown %s", fmtMs(cp.SetupN1), fmtMs(cp.PrepareN1), fmtMs(cp.IsolateN1), fmtMs(cp.TeardownN1))
 	}
 	if err := b.serverContainer(ctx, b.sb1, b.c1, caseB, "ctr-b", firstStatic); err != nil {
 		return fmt.Errorf("container of case (b): %w", err)
@@ -342,9 +343,15 @@ func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pb.
 }
 
 // setup prepares and isolates one container (by netns path, or by pid when
-// pid > 0) and returns the time the two calls took. On failure it cleans
-// the container up again.
+// pid > 0) and returns the time the two calls took together. On failure it
+// cleans the container up again.
 func (b *bench) setup(ctx context.Context, cl pb.IsolatorClient, id string, port int, nsPath string, pid int) (time.Duration, error) {
+	p, i, err := b.setupSplit(ctx, cl, id, port, nsPath, pid)
+	return p + i, err
+}
+
+// setupSplit is setup returning the time of Prepare and of Isolate.
+func (b *bench) setupSplit(ctx context.Context, cl pb.IsolatorClient, id string, port int, nsPath string, pid int) (prep, iso time.Duration, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := &pb.IsolateRequest{ContainerId: id}
@@ -355,13 +362,14 @@ func (b *bench) setup(ctx context.Context, cl pb.IsolatorClient, id string, port
 	}
 	t0 := time.Now()
 	if _, err := cl.Prepare(cctx, &pb.PrepareRequest{ContainerId: id, Ports: []*pb.PortRange{{Begin: uint32(port), End: uint32(port)}}}); err != nil {
-		return 0, fmt.Errorf("prepare %s: %w", id, err)
+		return 0, 0, fmt.Errorf("prepare %s: %w", id, err)
 	}
+	t1 := time.Now()
 	if _, err := cl.Isolate(cctx, req); err != nil {
 		cl.Cleanup(cctx, &pb.CleanupRequest{ContainerId: id})
-		return 0, fmt.Errorf("isolate %s: %w", id, err)
+		return 0, 0, fmt.Errorf("isolate %s: %w", id, err)
 	}
-	return time.Since(t0), nil
+	return t1.Sub(t0), time.Since(t1), nil
 }
 
 func (b *bench) teardown(ctx context.Context, cl pb.IsolatorClient, id string) (time.Duration, error) {
@@ -374,10 +382,15 @@ func (b *bench) teardown(ctx context.Context, cl pb.IsolatorClient, id string) (
 	return time.Since(t0), nil
 }
 
+// cycleTimes are the samples of the setup/teardown cycles.
+type cycleTimes struct {
+	setup, prepare, isolate, teardown []time.Duration
+}
+
 // cycles sets up and tears down one more container, o.cycles times (after
 // a few warm-up cycles that are not counted), each in a fresh namespace
 // made beforehand.
-func (b *bench) cycles(ctx context.Context, cl pb.IsolatorClient, label string) (setup, teardown []time.Duration, err error) {
+func (b *bench) cycles(ctx context.Context, cl pb.IsolatorClient, label string) (*cycleTimes, error) {
 	warm := 3
 	if b.o.quick {
 		warm = 1
@@ -385,29 +398,33 @@ func (b *bench) cycles(ctx context.Context, cl pb.IsolatorClient, label string) 
 	n := warm + b.o.cycles
 	paths := make([]string, n)
 	for i := range paths {
+		var err error
 		if paths[i], err = b.pool.create(fmt.Sprintf("%s-cycle-%d", label, i)); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
+	ct := &cycleTimes{}
 	for i, p := range paths {
 		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return nil, ctx.Err()
 		}
 		id := fmt.Sprintf("%s-cycle-%d", label, i)
-		s, err := b.setup(ctx, cl, id, cyclePort, p, 0)
+		prep, iso, err := b.setupSplit(ctx, cl, id, cyclePort, p, 0)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		t, err := b.teardown(ctx, cl, id)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if i >= warm {
-			setup = append(setup, s)
-			teardown = append(teardown, t)
+			ct.setup = append(ct.setup, prep+iso)
+			ct.prepare = append(ct.prepare, prep)
+			ct.isolate = append(ct.isolate, iso)
+			ct.teardown = append(ct.teardown, t)
 		}
 	}
-	return setup, teardown, nil
+	return ct, nil
 }
 
 // phaseN: isolatord in SN with N containers (the last one runs the server
@@ -467,13 +484,13 @@ func (b *bench) phaseN(ctx context.Context) error {
 	cp.SetupAllLast = summarize(each[n-tenth:])
 	b.logf("%d containers set up in %.2fs of API calls", n, total.Seconds())
 
-	setup, teardown, err := b.cycles(ctx, b.cN, "many")
+	ct, err := b.cycles(ctx, b.cN, "many")
 	if err != nil {
 		b.fail("setup/teardown cycles with N=%d: %v", n, err)
 	} else {
-		cp.SetupNN = summarize(setup)
-		cp.TeardownNN = summarize(teardown)
-		b.logf("N=%d: setup %s, teardown %s", n, fmtMs(cp.SetupNN), fmtMs(cp.TeardownNN))
+		cp.SetupNN, cp.TeardownNN = summarize(ct.setup), summarize(ct.teardown)
+		cp.PrepareNN, cp.IsolateNN = summarize(ct.prepare), summarize(ct.isolate)
+		b.logf("N=%d: setup %s (prepare %s, isolate %s), teardown %s", n, fmtMs(cp.SetupNN), fmtMs(cp.PrepareNN), fmtMs(cp.IsolateNN), fmtMs(cp.TeardownNN))
 	}
 	if rss, hwm, err := b.dN.rssBytes(); err != nil {
 		b.fail("RSS: %v", err)
@@ -596,7 +613,14 @@ func (b *bench) phaseRestart(ctx context.Context) error {
 	if err := b.dN.stop(syscall.SIGKILL); err != nil {
 		return err
 	}
-	took, err := b.dN.start(60 * time.Second)
+	// Bounded, but long enough to measure a slow recovery rather than
+	// report none.
+	limit := 5 * time.Minute
+	if b.o.quick {
+		limit = time.Minute
+	}
+	b.logf("killed isolatord with SIGKILL; restarting it with %d containers to recover (waiting at most %v)", b.o.n, limit)
+	took, err := b.dN.start(limit)
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}

@@ -73,7 +73,7 @@ func checkFields(t *testing.T, doc map[string]any) {
 		"control_plane.rss_mib", "control_plane.rss_peak_mib", "control_plane.rss_after_restart_mib",
 		"control_plane.setup_ratio", "control_plane.teardown_ratio",
 	}
-	for _, l := range []string{"setup_n1", "teardown_n1", "setup_nn", "teardown_nn", "setup_all_first_tenth", "setup_all_last_tenth"} {
+	for _, l := range []string{"setup_n1", "teardown_n1", "setup_nn", "teardown_nn", "prepare_n1", "isolate_n1", "prepare_nn", "isolate_nn", "setup_all_first_tenth", "setup_all_last_tenth"} {
 		for _, f := range []string{"samples", "p50_ms", "p99_ms", "mean_ms", "max_ms"} {
 			positive = append(positive, "control_plane."+l+"."+f)
 		}
@@ -99,6 +99,13 @@ func checkFields(t *testing.T, doc map[string]any) {
 	for _, p := range []string{"date", "machine.hostname", "machine.cpu", "machine.kernel", "machine.go", "config.ephemeral_pool", "config.static_ports", "config.namespaces"} {
 		if v, _ := lookup(doc, p); v == nil || v == "" {
 			t.Errorf("%s is empty", p)
+		}
+	}
+	for _, p := range []string{"load_average.start", "load_average.end"} {
+		if v, ok := lookup(doc, p); !ok {
+			t.Errorf("%s missing", p)
+		} else if _, isNum := v.(float64); !isNum {
+			t.Errorf("%s = %v, want a number", p, v)
 		}
 	}
 	if v, _ := lookup(doc, "quick"); v != true {
@@ -196,6 +203,25 @@ func TestSummarize(t *testing.T) {
 	}
 	if m := median([]float64{4, 1, 3, 2}); m == nil || *m != 2.5 {
 		t.Errorf("median even: %v", m)
+	}
+}
+
+func TestPairedRatios(t *testing.T) {
+	r := &Results{DataPlane: newDataPlane()}
+	rates := r.DataPlane.Rates[metricRR]
+	// The machine slows down by half in round 2: paired ratios see 0.9
+	// every round; the ratio of the medians would not.
+	rates[caseA].Samples = []float64{100, 50, 100}
+	rates[caseB].Samples = []float64{90, 45, 90}
+	for _, c := range []string{caseA, caseB} {
+		rates[c].Median = median(rates[c].Samples)
+	}
+	r.computeRatios()
+	if v := r.DataPlane.Ratios[metricRR]["b/a"]; v == nil || *v < 0.8999 || *v > 0.9001 {
+		t.Errorf("b/a = %v, want 0.9", v)
+	}
+	if v := r.DataPlane.Ratios[metricRR]["c/a"]; v != nil {
+		t.Errorf("c/a = %v without samples of c", *v)
 	}
 }
 

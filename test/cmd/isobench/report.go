@@ -24,7 +24,16 @@ type Results struct {
 	Micro        []MicroBenchmark   `json:"micro_benchmarks"`
 	Phases       map[string]float64 `json:"phase_seconds"` // wall time of each phase
 	TotalSeconds float64            `json:"total_seconds"`
-	Errors       []string           `json:"errors"`
+	// The machine's 1-minute load average when the run started and ended:
+	// other work on the machine is the main source of noise.
+	LoadAverage LoadAverage `json:"load_average"`
+	Errors      []string    `json:"errors"`
+}
+
+// LoadAverage is /proc/loadavg's 1-minute figure at two moments.
+type LoadAverage struct {
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
 }
 
 // Machine describes where the run happened.
@@ -65,6 +74,11 @@ type ControlPlane struct {
 	TeardownN1 *Latency `json:"teardown_n1"` // cleanup, the only container
 	SetupNN    *Latency `json:"setup_nn"`    // prepare+isolate with N present
 	TeardownNN *Latency `json:"teardown_nn"` // cleanup with N present
+	// The two calls of a setup, separately.
+	PrepareN1 *Latency `json:"prepare_n1"`
+	IsolateN1 *Latency `json:"isolate_n1"`
+	PrepareNN *Latency `json:"prepare_nn"`
+	IsolateNN *Latency `json:"isolate_nn"`
 	// Ratios of the p50s, N present over N=1.
 	SetupRatio    *float64 `json:"setup_ratio"`
 	TeardownRatio *float64 `json:"teardown_ratio"`
@@ -78,7 +92,8 @@ type ControlPlane struct {
 	// Making the N namespaces (not part of any figure above).
 	NamespacesSeconds *float64 `json:"namespaces_seconds"`
 	// Restart with N containers: wall time from starting the process to its
-	// "serving" log line, and the recovery time the daemon logged.
+	// "serving" log line (the API is down until then), and the recovery time
+	// the daemon logged.
 	RecoverySeconds         *float64 `json:"recovery_seconds"`
 	RecoveryReportedSeconds *float64 `json:"recovery_reported_seconds"`
 	RecoveredContainers     *int     `json:"recovered_containers"`
@@ -220,14 +235,34 @@ func ratio(a, b *float64) *float64 {
 	return ptr(*a / *b)
 }
 
-// computeRatios fills the data-plane ratios from the medians.
+// computeRatios fills the data-plane ratios. Each round measures every case
+// back to back, so a ratio is the median of the per-round ratios (paired
+// samples): the machine's slow load swings hit both sides of a pair alike.
+// When the rounds do not pair up (a case failed), it is the ratio of the
+// medians.
 func (r *Results) computeRatios() {
 	for _, m := range metrics {
-		med := func(c string) *float64 { return r.DataPlane.Rates[m][c].Median }
-		r.DataPlane.Ratios[m]["b/a"] = ratio(med(caseB), med(caseA))
-		r.DataPlane.Ratios[m]["c/b"] = ratio(med(caseC), med(caseB))
-		r.DataPlane.Ratios[m]["c/a"] = ratio(med(caseC), med(caseA))
-		r.DataPlane.Ratios[m]["d/a"] = ratio(med(caseD), med(caseA))
+		rates := r.DataPlane.Rates[m]
+		pair := func(x, y string) *float64 {
+			if rates[x].Median == nil || rates[y].Median == nil {
+				return nil
+			}
+			xs, ys := rates[x].Samples, rates[y].Samples
+			if len(xs) != len(ys) || len(xs) == 0 {
+				return ratio(rates[x].Median, rates[y].Median)
+			}
+			var qs []float64
+			for i := range xs {
+				if ys[i] > 0 {
+					qs = append(qs, xs[i]/ys[i])
+				}
+			}
+			return median(qs)
+		}
+		r.DataPlane.Ratios[m]["b/a"] = pair(caseB, caseA)
+		r.DataPlane.Ratios[m]["c/b"] = pair(caseC, caseB)
+		r.DataPlane.Ratios[m]["c/a"] = pair(caseC, caseA)
+		r.DataPlane.Ratios[m]["d/a"] = pair(caseD, caseA)
 	}
 	cp := &r.ControlPlane
 	if cp.SetupN1 != nil && cp.SetupNN != nil {
@@ -383,8 +418,9 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	if r.Quick {
 		mode = " (quick mode: small N, short runs; not for the README)"
 	}
-	fmt.Fprintf(w, "Run of %s on %s: %s, %d cores, %s GiB RAM, Linux %s, %s%s.\n\n",
-		r.Date[:10], m.Hostname, m.CPU, m.Cores, fmt.Sprintf("%.1f", float64(m.MemoryMiB)/1024), m.Kernel, m.Go, mode)
+	fmt.Fprintf(w, "Run of %s on %s: %s, %d cores, %s GiB RAM, Linux %s, %s; load average %.1f at the start, %.1f at the end%s.\n\n",
+		r.Date[:10], m.Hostname, m.CPU, m.Cores, fmt.Sprintf("%.1f", float64(m.MemoryMiB)/1024), m.Kernel, m.Go,
+		r.LoadAverage.Start, r.LoadAverage.End, mode)
 
 	cp := r.ControlPlane
 	fmt.Fprintf(w, "**Control plane** (through the gRPC API; setup = Prepare+Isolate, teardown = Cleanup; p50 / p99 of %d samples)\n\n", r.Config.Cycles)
@@ -428,7 +464,7 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	}
 	row("Daemon RSS with "+nn, rss, "<= 64 MiB", r.targetStatus(fmt.Sprintf("daemon RSS with %d", n)))
 
-	fmt.Fprintf(w, "\n**Data plane** (from the client namespace, TCP; median of %d interleaved rounds of %gs; ratio to (a) in brackets)\n\n", r.Config.Rounds, r.Config.DurationSeconds)
+	fmt.Fprintf(w, "\n**Data plane** (from the client namespace, TCP; median of %d interleaved rounds of %gs; in brackets the ratio to (a), the median of the per-round ratios)\n\n", r.Config.Rounds, r.Config.DurationSeconds)
 	fmt.Fprintln(w, "| Server | Request/response | New connections | Bulk (1 stream) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	label := map[string]string{
@@ -442,7 +478,7 @@ func (r *Results) writeMarkdown(w io.Writer) {
 		for _, mt := range metrics {
 			cell := fmtRate(mt, r.DataPlane.Rates[mt][c].Median)
 			if c != caseA {
-				if v := ratio(r.DataPlane.Rates[mt][c].Median, r.DataPlane.Rates[mt][caseA].Median); v != nil {
+				if v := r.DataPlane.Ratios[mt][c+"/a"]; v != nil {
 					cell += fmt.Sprintf(" (%.2f)", *v)
 				}
 			}
