@@ -305,7 +305,7 @@ func (d *demo) stepDaemon(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.ui.linef("   serving after %s (pid %d)", round(took), d.d.pid())
+	d.ui.linef("   serving after %s (pid %d); the isolatorctl commands below pass --socket %s (left out here)", round(took), d.d.pid(), d.socket)
 	if hs, err := readHostState(d.sb); err == nil {
 		d.baseline, d.hasBase = hs, true
 	}
@@ -803,9 +803,15 @@ func (d *demo) cleanup(ctx context.Context) error {
 		note("isolatord was not running, so the containers could not be cleaned up through it")
 	}
 
-	// 2. The sandbox host has no veth and no filter of ours left.
+	// 2. The sandbox host has no veth and no filter rule of ours left. The
+	// data plane deletes a hash table that became empty a little later
+	// (the kernel keeps it busy for some milliseconds after its last
+	// link goes): such tables hold no rule, route nothing, and must be
+	// gone once isolatord has stopped.
+	pendingTables := false
 	if d.sb != nil && d.d != nil {
-		if hs, err := readHostState(d.sb); err != nil {
+		hs, err := d.settledHostState(time.Second)
+		if err != nil {
 			note("%v", err)
 		} else {
 			row("veths in the sandbox host", len(hs.veths) == 0, strings.Join(hs.veths, ", "))
@@ -813,11 +819,14 @@ func (d *demo) cleanup(ctx context.Context) error {
 				note("veths left in %s: %s", d.sb.Host.Name, strings.Join(hs.veths, ", "))
 			}
 			if d.hasBase {
-				ok := hs.filters <= d.baseline.filters
-				row("tc filters on the host's eth0/lo", ok, fmt.Sprintf("%d, as before the containers: %d", hs.filters, d.baseline.filters))
-				if !ok {
-					note("%d tc filter lines on the sandbox host's eth0/lo ingress, %d before the containers; new ones include:\n%s",
-						hs.filters, d.baseline.filters, strings.Join(newLines(d.baseline.lines, hs.lines, 8), "\n"))
+				rules, tables := splitTables(newLines(d.baseline.lines, hs.lines, 1000))
+				row("tc filter rules on the host's eth0/lo", len(rules) == 0, fmt.Sprintf("%d beyond the %d from before the containers", len(rules), d.baseline.filters))
+				if len(rules) > 0 {
+					note("%d tc filter rules left on the sandbox host's eth0/lo ingress after cleanup, e.g.:\n%s", len(rules), strings.Join(first(rules, 8), "\n"))
+				}
+				if len(tables) > 0 {
+					pendingTables = true
+					row("empty hash tables", true, fmt.Sprintf("%d awaiting deferred deletion", len(tables)))
 				}
 			}
 		}
@@ -829,6 +838,17 @@ func (d *demo) cleanup(ctx context.Context) error {
 			d.ui.command("kill", "-TERM", strconv.Itoa(pid))
 			if err := d.d.stop(syscall.SIGTERM); err != nil {
 				note("%v", err)
+			}
+		}
+	}
+	if pendingTables {
+		if hs, err := readHostState(d.sb); err != nil {
+			note("%v", err)
+		} else {
+			extra := newLines(d.baseline.lines, hs.lines, 1000)
+			row("tc filters after isolatord stopped", len(extra) == 0, fmt.Sprintf("%d beyond the %d from before the containers", len(extra), d.baseline.filters))
+			if len(extra) > 0 {
+				note("%d tc filter lines left on the sandbox host's eth0/lo ingress after isolatord stopped, e.g.:\n%s", len(extra), strings.Join(first(extra, 8), "\n"))
 			}
 		}
 	}
@@ -907,6 +927,39 @@ func (d *demo) cleanup(ctx context.Context) error {
 		return errors.New(strings.Join(problems, "\n"))
 	}
 	return nil
+}
+
+// settledHostState reads the sandbox host's state until its filters are
+// back to the baseline or wait has passed (deferred kernel work).
+func (d *demo) settledHostState(wait time.Duration) (hostState, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		hs, err := readHostState(d.sb)
+		if err != nil || !d.hasBase || hs.filters <= d.baseline.filters || time.Now().After(deadline) {
+			return hs, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// splitTables separates tc filter lines that only declare a u32 hash table
+// ("... fh 200: ht divisor 64") from the rules.
+func splitTables(lines []string) (rules, tables []string) {
+	for _, l := range lines {
+		if strings.Contains(l, " ht divisor ") {
+			tables = append(tables, l)
+		} else {
+			rules = append(rules, l)
+		}
+	}
+	return rules, tables
+}
+
+func first(l []string, n int) []string {
+	if len(l) > n {
+		return l[:n]
+	}
+	return l
 }
 
 // newLines returns up to max lines of after that are not in before (as a
