@@ -414,7 +414,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// Host end: no routing of stray packets (forwarding=0), no IPv6 (the
 	// shared MAC would give every veth the same link-local address).
 	err = d.hostNS.Do(func() error {
-		if err := netns.WriteSysctlHere("net/ipv4/conf/"+p.Veth+"/forwarding", "0"); err != nil {
+		if _, err := netns.EnsureSysctlHere("net/ipv4/conf/"+p.Veth+"/forwarding", "0"); err != nil {
 			return err
 		}
 		return netns.DisableIPv6Here(p.Veth)

@@ -47,10 +47,9 @@ type ContainerLinks struct {
 //     the containers see the requests mirrored to them and must stay silent.
 func ContainerSysctls(eth0, lo string, ports ephemeral.Range) []Sysctl {
 	return []Sysctl{
+		// Writing "all" also sets "default" and every existing device
+		// (addrconf_disable_ipv6), so eth0 and lo need no write of their own.
 		{"net/ipv6/conf/all/disable_ipv6", "1"},
-		{"net/ipv6/conf/default/disable_ipv6", "1"},
-		{"net/ipv6/conf/" + eth0 + "/disable_ipv6", "1"},
-		{"net/ipv6/conf/" + lo + "/disable_ipv6", "1"},
 		{"net/ipv4/ip_local_port_range", fmt.Sprintf("%d %d", ports.Begin, ports.End)},
 		{"net/ipv4/conf/" + eth0 + "/accept_local", "1"},
 		{"net/ipv4/conf/" + lo + "/accept_local", "1"},

@@ -520,3 +520,21 @@ func TestParseMountInfo(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+func TestEnsureSysctl(t *testing.T) {
+	s := scratch(t)
+	var wrote1, wrote2 bool
+	err := s.Do(func() (err error) {
+		if wrote1, err = EnsureSysctlHere("net/ipv4/ip_local_port_range", "40000\t40999"); err != nil {
+			return err
+		}
+		wrote2, err = EnsureSysctlHere("net/ipv4/ip_local_port_range", "40000 40999")
+		return err
+	})
+	if err != nil || !wrote1 || wrote2 {
+		t.Fatalf("EnsureSysctlHere: first wrote %v, second wrote %v, %v", wrote1, wrote2, err)
+	}
+	if v, _ := s.ReadSysctl("net/ipv4/ip_local_port_range"); normalizeSysctl(v) != "40000 40999" {
+		t.Fatalf("value %q", v)
+	}
+}

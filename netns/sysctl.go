@@ -50,6 +50,22 @@ func WriteSysctlHere(name, value string) error {
 	return nil
 }
 
+// EnsureSysctlHere writes value only if the sysctl (in the calling thread's
+// namespace) holds something else, and reports whether it wrote. Some
+// network sysctls (forwarding, disable_ipv6) take the RTNL lock on write and
+// spin (restart the syscall) while another task holds it; skipping writes
+// that change nothing keeps them off that lock.
+func EnsureSysctlHere(name, value string) (bool, error) {
+	cur, err := ReadSysctlHere(name)
+	if err != nil {
+		return false, err
+	}
+	if normalizeSysctl(cur) == normalizeSysctl(value) {
+		return false, nil
+	}
+	return true, WriteSysctlHere(name, value)
+}
+
 // ReadSysctl reads one sysctl inside namespace n.
 func (n *NS) ReadSysctl(name string) (string, error) {
 	var v string

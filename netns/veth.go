@@ -114,7 +114,7 @@ func isNoDevice(err error) bool {
 // DisableIPv6Here turns IPv6 off for interface ifname in the calling
 // thread's namespace (use inside NS.Do). A kernel without IPv6 is fine.
 func DisableIPv6Here(ifname string) error {
-	err := WriteSysctlHere("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
+	_, err := EnsureSysctlHere("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
 	if err != nil && errors.Is(err, fs.ErrNotExist) && !ipv6Present() {
 		return nil
 	}
