@@ -91,7 +91,7 @@ func TestNotPreparedAndDuplicates(t *testing.T) {
 	e := newEnv(t)
 	d2 := e.newDataPlane()
 	p := e.spawn("N", []uint16{31000}, false)
-	c := e.spec("N", p, 3, "40960-41983", "", "")
+	c := e.spec("N", p, 3, "40960-41983", "31000", "")
 	if _, err := d2.Setup(context.Background(), c); !errors.Is(err, ErrNotPrepared) {
 		t.Errorf("Setup before PrepareHost: %v", err)
 	}
@@ -107,6 +107,16 @@ func TestNotPreparedAndDuplicates(t *testing.T) {
 	}
 	if err := e.d.SetPorts(context.Background(), c2, ephemeral.Set{}, ephemeral.Set{}); !errors.Is(err, ErrUnknown) {
 		t.Errorf("SetPorts of an unknown container: %v", err)
+	}
+	// Tearing down an unknown container that claims a live container's
+	// slot leaves the live one's host filters alone.
+	rep, err := e.d.Teardown(context.Background(), c2)
+	if err != nil || len(rep.Missing) == 0 || !strings.Contains(strings.Join(rep.Missing, ";"), "belongs to container "+c.ID) {
+		t.Errorf("teardown of an unknown container on a used slot: %v %v", rep, err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "N")
+	if miss, err := e.d.Check(context.Background(), c); err != nil || len(miss) != 0 {
+		t.Errorf("the live container lost objects: %v %v", miss, err)
 	}
 }
 

@@ -242,7 +242,11 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	var errs []error
 	miss := func(format string, args ...any) { rep.Missing = append(rep.Missing, fmt.Sprintf(format, args...)) }
 
-	if c.Slot >= 1 && c.Slot <= MaxSlot {
+	// Host filters are tagged by slot; never touch those of a slot that
+	// now belongs to another (known) container.
+	if other, ok := d.slots[c.Slot]; ok && other != c.ID {
+		miss("host filters of slot %d (the slot belongs to container %s)", c.Slot, other)
+	} else if c.Slot >= 1 && c.Slot <= MaxSlot {
 		if c.Ephemeral.Size() > 0 {
 			excl := exclusiveRanges(c.Ephemeral, c.Ports)
 			for _, dm := range []struct {
