@@ -62,8 +62,18 @@ fi
 
 echo "== system benchmark: isobench $*" >&2
 set +e
-"$tmp/isobench" --bin bin --isotraffic "$tmp/isotraffic" --micro "$tmp/micro.txt" "$@"
+# In the background so that a signal sent to this script alone reaches
+# isobench (by pid), which then cleans up its sandboxes before exiting.
+"$tmp/isobench" --bin bin --isotraffic "$tmp/isotraffic" --micro "$tmp/micro.txt" "$@" &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null' INT TERM HUP
+wait "$pid"
 rc=$?
+while kill -0 "$pid" 2>/dev/null; do # wait was interrupted by a signal
+  wait "$pid"
+  rc=$?
+done
+trap - INT TERM HUP
 set -e
 echo "bench: total $(( $(date +%s) - started ))s" >&2
 if [ "$rc" -eq 0 ] && [ "$micro_rc" -ne 0 ]; then

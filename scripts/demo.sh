@@ -26,9 +26,17 @@ tmp=$(mktemp -d /tmp/isodemo-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 # The demo program and the small traffic tool its "containers" run.
 go build -o "$tmp/" ./test/cmd/isodemo ./test/cmd/isotraffic
-# Not exec: the trap removes the temp binaries afterwards. isodemo handles
-# SIGINT/SIGTERM itself (it cleans up, then exits).
+# isodemo handles SIGINT/SIGTERM/SIGHUP itself: it stops, cleans up and exits.
+# It runs in the background so that a signal sent to this script alone is
+# passed on to it (by pid) instead of leaving it running without us.
 set +e
-"$tmp/isodemo" --bin bin --isotraffic "$tmp/isotraffic" "$@"
+"$tmp/isodemo" --bin bin --isotraffic "$tmp/isotraffic" "$@" &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null' INT TERM HUP
+wait "$pid"
 rc=$?
+while kill -0 "$pid" 2>/dev/null; do # wait was interrupted by a signal
+  wait "$pid"
+  rc=$?
+done
 exit $rc

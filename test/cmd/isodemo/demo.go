@@ -190,6 +190,9 @@ func (d *demo) run(ctx context.Context) bool {
 	if len(failed) > 1 {
 		msg += fmt.Sprintf("; %d more step(s) did not work", len(failed)-1)
 	}
+	if ctx.Err() != nil {
+		msg = fmt.Sprintf("interrupted (%v), cleanup %s; %s", context.Cause(ctx), map[bool]string{true: "done", false: "incomplete"}[co.err == nil], msg)
+	}
 	d.ui.verdict(false, msg+"; "+timing)
 	return false
 }
