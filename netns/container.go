@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/vishvananda/netlink"
@@ -89,17 +90,22 @@ func ConfigureContainer(ns *NS, h *netlink.Handle, cfg ContainerConfig) (Contain
 
 	sysctls := ContainerSysctls(cfg.Eth0, cfg.Lo, cfg.Ports)
 	err = ns.Do(func() error {
-		v6 := ipv6Present()
+		sd, err := OpenSysctlDir()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
+		v6 := sd.ipv6Present()
 		for _, kv := range sysctls {
-			if !v6 && len(kv.Name) > 9 && kv.Name[:9] == "net/ipv6/" {
+			if !v6 && strings.HasPrefix(kv.Name, "net/ipv6/") {
 				continue
 			}
-			if err := WriteSysctlHere(kv.Name, kv.Value); err != nil {
+			if err := sd.Write(kv.Name, kv.Value); err != nil {
 				return err
 			}
 		}
 		for _, kv := range cfg.Copy {
-			err := WriteSysctlHere(kv.Name, kv.Value)
+			err := sd.Write(kv.Name, kv.Value)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}

@@ -2,7 +2,9 @@ package netns
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -518,7 +520,6 @@ func TestParseMountInfo(t *testing.T) {
 	if _, ok := parseMountInfoLine("garbage"); ok {
 		t.Fatal("garbage parsed")
 	}
-	_ = fmt.Sprint()
 }
 
 func TestEnsureSysctl(t *testing.T) {
@@ -536,5 +537,36 @@ func TestEnsureSysctl(t *testing.T) {
 	}
 	if v, _ := s.ReadSysctl("net/ipv4/ip_local_port_range"); normalizeSysctl(v) != "40000 40999" {
 		t.Fatalf("value %q", v)
+	}
+}
+
+func TestSysctlDir(t *testing.T) {
+	s := scratch(t)
+	err := s.Do(func() error {
+		sd, err := OpenSysctlDir()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
+		if err := sd.Write("net/ipv4/ip_local_port_range", "41000 41999"); err != nil {
+			return err
+		}
+		if v, err := sd.Read("net.ipv4.ip_local_port_range"); err != nil || normalizeSysctl(v) != "41000 41999" {
+			return fmt.Errorf("read back %q %v", v, err)
+		}
+		if _, err := sd.Read("kernel/ostype"); err != nil { // not under net/: full path
+			return err
+		}
+		if _, err := sd.Read("net/ipv4/conf/nope0/forwarding"); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("missing sysctl: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The write happened in the scratch namespace only.
+	if v, _ := ReadSysctlHere("net/ipv4/ip_local_port_range"); normalizeSysctl(v) == "41000 41999" {
+		t.Fatal("the write leaked into the process's namespace")
 	}
 }

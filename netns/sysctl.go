@@ -3,9 +3,12 @@ package netns
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sysctl is one sysctl, named by its path under /proc/sys
@@ -27,16 +30,73 @@ func SysctlPath(name string) string {
 // ReadSysctlHere reads a sysctl in the calling thread's namespace. Call it
 // inside NS.Do (or from an ordinary goroutine for the process's namespace).
 func ReadSysctlHere(name string) (string, error) {
-	b, err := os.ReadFile(SysctlPath(name))
+	return SysctlDir{}.Read(name)
+}
+
+// WriteSysctlHere writes a sysctl in the calling thread's namespace.
+func WriteSysctlHere(name, value string) error {
+	return SysctlDir{}.Write(name, value)
+}
+
+// SysctlDir reads and writes sysctls of the calling thread's namespace,
+// resolving "net/..." names relative to a /proc/sys/net directory opened
+// once. Every namespace has its own /proc/sys/net dentry under the one
+// /proc/sys, all with the same name, so a full-path lookup of "net" walks a
+// hash chain as long as the number of namespaces that ever looked; opening
+// it once per batch pays that walk once. The zero SysctlDir uses full paths.
+type SysctlDir struct {
+	net *os.File
+}
+
+// OpenSysctlDir opens /proc/sys/net of the calling thread's namespace; use
+// it on that thread (inside NS.Do) and Close it before leaving.
+func OpenSysctlDir() (SysctlDir, error) {
+	f, err := os.Open("/proc/sys/net")
+	if err != nil {
+		return SysctlDir{}, fmt.Errorf("open /proc/sys/net: %w", err)
+	}
+	return SysctlDir{net: f}, nil
+}
+
+// Close releases the directory.
+func (s SysctlDir) Close() error {
+	if s.net == nil {
+		return nil
+	}
+	return s.net.Close()
+}
+
+func (s SysctlDir) open(name string, flag int) (*os.File, error) {
+	p := SysctlPath(name)
+	if s.net != nil {
+		if rel, ok := strings.CutPrefix(p, "/proc/sys/net/"); ok {
+			fd, err := unix.Openat(int(s.net.Fd()), rel, flag|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, &fs.PathError{Op: "openat", Path: p, Err: err}
+			}
+			return os.NewFile(uintptr(fd), p), nil
+		}
+	}
+	return os.OpenFile(p, flag, 0)
+}
+
+// Read reads one sysctl.
+func (s SysctlDir) Read(name string) (string, error) {
+	f, err := s.open(name, os.O_RDONLY)
+	if err != nil {
+		return "", fmt.Errorf("read sysctl %s: %w", name, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return "", fmt.Errorf("read sysctl %s: %w", name, err)
 	}
 	return strings.TrimSpace(string(b)), nil
 }
 
-// WriteSysctlHere writes a sysctl in the calling thread's namespace.
-func WriteSysctlHere(name, value string) error {
-	f, err := os.OpenFile(SysctlPath(name), os.O_WRONLY, 0)
+// Write writes one sysctl.
+func (s SysctlDir) Write(name, value string) error {
+	f, err := s.open(name, os.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("write sysctl %s=%q: %w", name, value, err)
 	}
@@ -50,20 +110,26 @@ func WriteSysctlHere(name, value string) error {
 	return nil
 }
 
-// EnsureSysctlHere writes value only if the sysctl (in the calling thread's
-// namespace) holds something else, and reports whether it wrote. Some
-// network sysctls (forwarding, disable_ipv6) take the RTNL lock on write and
-// spin (restart the syscall) while another task holds it; skipping writes
-// that change nothing keeps them off that lock.
-func EnsureSysctlHere(name, value string) (bool, error) {
-	cur, err := ReadSysctlHere(name)
+// Ensure writes value only if the sysctl holds something else (see
+// EnsureSysctlHere) and reports whether it wrote.
+func (s SysctlDir) Ensure(name, value string) (bool, error) {
+	cur, err := s.Read(name)
 	if err != nil {
 		return false, err
 	}
 	if normalizeSysctl(cur) == normalizeSysctl(value) {
 		return false, nil
 	}
-	return true, WriteSysctlHere(name, value)
+	return true, s.Write(name, value)
+}
+
+// EnsureSysctlHere writes value only if the sysctl (in the calling thread's
+// namespace) holds something else, and reports whether it wrote. Some
+// network sysctls (forwarding, disable_ipv6) take the RTNL lock on write and
+// spin (restart the syscall) while another task holds it; skipping writes
+// that change nothing keeps them off that lock.
+func EnsureSysctlHere(name, value string) (bool, error) {
+	return SysctlDir{}.Ensure(name, value)
 }
 
 // ReadSysctl reads one sysctl inside namespace n.
@@ -81,8 +147,13 @@ func (n *NS) ReadSysctl(name string) (string, error) {
 // switch for all of them) and stops at the first error.
 func (n *NS) WriteSysctls(kvs ...Sysctl) error {
 	return n.Do(func() error {
+		sd, err := OpenSysctlDir()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
 		for _, kv := range kvs {
-			if err := WriteSysctlHere(kv.Name, kv.Value); err != nil {
+			if err := sd.Write(kv.Name, kv.Value); err != nil {
 				return err
 			}
 		}
@@ -96,8 +167,13 @@ func (n *NS) WriteSysctls(kvs ...Sysctl) error {
 func (n *NS) ReadSysctls(names ...string) ([]Sysctl, error) {
 	var out []Sysctl
 	err := n.Do(func() error {
+		sd, err := OpenSysctlDir()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
 		for _, name := range names {
-			v, err := ReadSysctlHere(name)
+			v, err := sd.Read(name)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -117,15 +193,20 @@ func (n *NS) ReadSysctls(names ...string) ([]Sysctl, error) {
 // Sysctls already at the wanted value are not written and not returned.
 func (n *NS) SetSysctlsSaving(kvs ...Sysctl) (changed []Sysctl, err error) {
 	err = n.Do(func() error {
+		sd, err := OpenSysctlDir()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
 		for _, kv := range kvs {
-			old, err := ReadSysctlHere(kv.Name)
+			old, err := sd.Read(kv.Name)
 			if err != nil {
 				return err
 			}
 			if normalizeSysctl(old) == normalizeSysctl(kv.Value) {
 				continue
 			}
-			if err := WriteSysctlHere(kv.Name, kv.Value); err != nil {
+			if err := sd.Write(kv.Name, kv.Value); err != nil {
 				return err
 			}
 			changed = append(changed, Sysctl{kv.Name, old})

@@ -113,15 +113,18 @@ func isNoDevice(err error) bool {
 
 // DisableIPv6Here turns IPv6 off for interface ifname in the calling
 // thread's namespace (use inside NS.Do). A kernel without IPv6 is fine.
-func DisableIPv6Here(ifname string) error {
-	_, err := EnsureSysctlHere("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
-	if err != nil && errors.Is(err, fs.ErrNotExist) && !ipv6Present() {
+func DisableIPv6Here(ifname string) error { return SysctlDir{}.DisableIPv6(ifname) }
+
+// DisableIPv6 is DisableIPv6Here through s.
+func (s SysctlDir) DisableIPv6(ifname string) error {
+	_, err := s.Ensure("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
+	if err != nil && errors.Is(err, fs.ErrNotExist) && !s.ipv6Present() {
 		return nil
 	}
 	return err
 }
 
-func ipv6Present() bool {
-	_, err := ReadSysctlHere("net/ipv6/conf/all/disable_ipv6")
+func (s SysctlDir) ipv6Present() bool {
+	_, err := s.Read("net/ipv6/conf/all/disable_ipv6")
 	return err == nil
 }
