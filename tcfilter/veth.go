@@ -120,14 +120,36 @@ func (s rangeSet) apply(add, del []ephemeral.Range) error {
 // protocol) stops at the veth's own stack, which drops it. Non-first IPv4
 // fragments carry no ports: they go to host lo when the destination is
 // local, else out through eth0.
+//
+// With Via set (a container with an egress limit), every IP redirect goes
+// to Via, the entry of the container's egress shaper, instead of host eth0
+// or lo; the shaper's exit (ShaperExit) then forwards by destination the
+// way these filters would have. ARP always goes to host eth0 directly.
 type VethFilters struct {
 	H      *netlink.Handle // host namespace
 	Veth   int             // host-side veth ifindex
 	Eth0   int             // host eth0 ifindex
 	Lo     int             // host lo ifindex
+	Via    int             // egress shaper entry ifindex; 0: none (straight to eth0/lo)
 	HostIP net.IP
 	Slot   uint16
 	Obs    Observer
+}
+
+// out and local are the redirect targets of IP packets that leave the
+// host and of those for the host itself (or another container).
+func (v VethFilters) out() int {
+	if v.Via != 0 {
+		return v.Via
+	}
+	return v.Eth0
+}
+
+func (v VethFilters) local() int {
+	if v.Via != 0 {
+		return v.Via
+	}
+	return v.Lo
 }
 
 var (
@@ -144,8 +166,8 @@ func (v VethFilters) check() error {
 	if v.HostIP.To4() == nil {
 		return fmt.Errorf("veth filters: host IP %v is not IPv4", v.HostIP)
 	}
-	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 {
-		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d must be positive", v.Veth, v.Eth0, v.Lo)
+	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 || v.Via < 0 {
+		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d via=%d must be positive", v.Veth, v.Eth0, v.Lo, v.Via)
 	}
 	return nil
 }
@@ -172,7 +194,7 @@ func (v VethFilters) rootNodes() []node {
 	hip := dstKey(v.HostIP)
 	return withKinds([]node{
 		{prio: PrioARP, handle: nodeARPRoot, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: v.Eth0},
-		{prio: PrioIP, handle: 1, classid: c, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP)), act: actRedirect, target: v.Eth0, kind: KindICMP},
+		{prio: PrioIP, handle: 1, classid: c, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP)), act: actRedirect, target: v.out(), kind: KindICMP},
 		{prio: PrioIP, handle: 2, sel: l4(ipprotoTCP, hip), link: vethLocal.hashTable},
 		{prio: PrioIP, handle: 3, sel: l4(ipprotoUDP, hip), link: vethLocal.hashTable},
 		{prio: PrioIP, handle: 4, sel: l4(ipprotoTCP, dstLoopbackKey()), link: vethLocal.hashTable},
@@ -183,16 +205,16 @@ func (v VethFilters) rootNodes() []node {
 		// from a port the container does not own, or are another protocol
 		{prio: PrioIP, handle: 8, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey())},
 		// non-first fragments
-		{prio: PrioIP, handle: 9, classid: c, sel: sel(nl.TC_U32_TERMINAL, hip), act: actRedirect, target: v.Lo},
-		{prio: PrioIP, handle: 10, classid: c, sel: sel(nl.TC_U32_TERMINAL, dstLoopbackKey()), act: actRedirect, target: v.Lo},
-		{prio: PrioIP, handle: 11, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: v.Eth0},
+		{prio: PrioIP, handle: 9, classid: c, sel: sel(nl.TC_U32_TERMINAL, hip), act: actRedirect, target: v.local()},
+		{prio: PrioIP, handle: 10, classid: c, sel: sel(nl.TC_U32_TERMINAL, dstLoopbackKey()), act: actRedirect, target: v.local()},
+		{prio: PrioIP, handle: 11, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: v.out()},
 	})
 }
 
 func (v VethFilters) rangeSet() rangeSet {
 	c := ClassID(v.Slot)
 	return rangeSet{d: v.dev(), nodes: func(r ephemeral.Range) []node {
-		return append(vethLocal.nodes(r, c, actRedirect, v.Lo), vethOut.nodes(r, c, actRedirect, v.Eth0)...)
+		return append(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out())...)
 	}}
 }
 
@@ -241,6 +263,63 @@ func (v VethFilters) SetRanges(old, new []ephemeral.Range) error {
 		}
 	}
 	return v.rangeSet().apply(rangeDiff(new, old), rangeDiff(old, new))
+}
+
+// Retarget points every IP redirect of the veth (its fixed nodes and the
+// nodes of the container's ranges rs) where v says: host eth0/lo, or v.Via.
+// It only replaces actions (FilterReplace keeps a node's keys and handle),
+// so a packet is never unmatched: it takes the old path or the new one.
+// Nodes already pointing right are left alone.
+func (v VethFilters) Retarget(rs []ephemeral.Range) error {
+	if err := v.check(); err != nil {
+		return err
+	}
+	if err := checkRanges(rs); err != nil {
+		return err
+	}
+	d := v.dev()
+	fs, err := d.list()
+	if err != nil {
+		return err
+	}
+	have := map[uint32]*netlink.U32{}
+	root := map[uint32]*netlink.U32{} // root nodes by node id
+	for _, f := range fs {
+		if f.Priority != PrioIP {
+			continue
+		}
+		htid, _, nid := SplitU32Handle(f.Handle)
+		if htid >= 0x800 {
+			root[nid] = f
+		} else {
+			have[f.Handle] = f
+		}
+	}
+	var errs []error
+	for _, r := range rs {
+		for _, n := range v.rangeSet().nodes(r) {
+			if f, ok := have[n.handle]; ok && sameNode(d.build(n), f) {
+				continue
+			}
+			if err := d.replace(KindIP, n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, n := range v.rootNodes() {
+		f, ok := root[n.handle]
+		if n.prio != PrioIP || n.act != actRedirect || !ok {
+			continue
+		}
+		n.handle = f.Handle // the kernel's 80x: table id
+		if sameNode(d.build(n), f) {
+			continue
+		}
+		if err := d.replace(n.metricKind(), n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ContainerFilters are the filters inside the container's namespace (H is
