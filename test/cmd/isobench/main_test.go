@@ -80,10 +80,12 @@ func checkFields(t *testing.T, doc map[string]any) {
 	}
 	for _, m := range metrics {
 		for _, c := range cases {
-			positive = append(positive, fmt.Sprintf("data_plane.rates.%s.%s.median", m, c))
+			positive = append(positive, fmt.Sprintf("data_plane.rates.%s.%s.median", m, c), fmt.Sprintf("data_plane.rates.%s.%s.best", m, c))
 		}
 		for _, r := range ratioNames {
-			positive = append(positive, fmt.Sprintf("data_plane.ratios.%s.%s", m, r))
+			for _, kind := range []string{"ratios", "ratios_paired", "ratios_best"} {
+				positive = append(positive, fmt.Sprintf("data_plane.%s.%s.%s", kind, m, r))
+			}
 		}
 	}
 	for _, p := range []string{"prepare", "one_container", "n_containers", "data_plane", "restart", "teardown"} {
@@ -206,19 +208,29 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-func TestPairedRatios(t *testing.T) {
+func TestRatios(t *testing.T) {
 	r := &Results{DataPlane: newDataPlane()}
 	rates := r.DataPlane.Rates[metricRR]
-	// The machine slows down by half in round 2: paired ratios see 0.9
-	// every round; the ratio of the medians would not.
-	rates[caseA].Samples = []float64{100, 50, 100}
-	rates[caseB].Samples = []float64{90, 45, 90}
+	// The machine slows down by half in round 2: the paired ratios see
+	// 0.9 every round.
+	rates[caseA].Samples = []float64{100, 50, 100, 120}
+	rates[caseB].Samples = []float64{90, 45, 90, 108}
 	for _, c := range []string{caseA, caseB} {
 		rates[c].Median = median(rates[c].Samples)
 	}
 	r.computeRatios()
-	if v := r.DataPlane.Ratios[metricRR]["b/a"]; v == nil || *v < 0.8999 || *v > 0.9001 {
-		t.Errorf("b/a = %v, want 0.9", v)
+	near := func(v *float64, want float64) bool { return v != nil && *v > want-1e-9 && *v < want+1e-9 }
+	if v := r.DataPlane.Ratios[metricRR]["b/a"]; !near(v, 0.9) {
+		t.Errorf("b/a of the medians = %v, want 0.9", v)
+	}
+	if v := r.DataPlane.RatiosPaired[metricRR]["b/a"]; !near(v, 0.9) {
+		t.Errorf("paired b/a = %v, want 0.9", v)
+	}
+	if v := r.DataPlane.RatiosBest[metricRR]["b/a"]; !near(v, 0.9) {
+		t.Errorf("best b/a = %v, want 0.9", v)
+	}
+	if a := rates[caseA]; !near(a.Best, 120) || !near(a.Spread, (100.0-100.0)/100) {
+		t.Errorf("a: best %v spread %v", a.Best, a.Spread)
 	}
 	if v := r.DataPlane.Ratios[metricRR]["c/a"]; v != nil {
 		t.Errorf("c/a = %v without samples of c", *v)

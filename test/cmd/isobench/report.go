@@ -122,18 +122,29 @@ const (
 
 var metrics = []string{metricRR, metricCRR, metricBulk}
 
-// Rate is one case of one metric: every round's sample and their median.
+// Rate is one case of one metric: every round's sample, their median, the
+// best round and the spread (interquartile range / median), which says how
+// noisy the machine was.
 type Rate struct {
 	Median  *float64  `json:"median"`
+	Best    *float64  `json:"best"`
+	Spread  *float64  `json:"spread"`
 	Samples []float64 `json:"samples"`
 }
 
 // DataPlane holds, per metric, the rate of each case and the ratios.
 type DataPlane struct {
-	Units  map[string]string              `json:"units"`
-	Rates  map[string]map[string]*Rate    `json:"rates"`  // metric -> case -> rate
-	Ratios map[string]map[string]*float64 `json:"ratios"` // metric -> "b/a", "c/a", "d/a", "c/b"
-	Paths  map[string]string              `json:"paths"`  // case -> what it measures
+	Units map[string]string           `json:"units"`
+	Rates map[string]map[string]*Rate `json:"rates"` // metric -> case -> rate
+	// Ratios are ratios of the medians (what the targets are checked on):
+	// metric -> "b/a", "c/b", "c/a", "d/a".
+	Ratios map[string]map[string]*float64 `json:"ratios"`
+	// RatiosPaired are medians of the per-round ratios, RatiosBest ratios
+	// of the best rounds: two other views of the same samples, for judging
+	// how much the noise moves the ratios.
+	RatiosPaired map[string]map[string]*float64 `json:"ratios_paired"`
+	RatiosBest   map[string]map[string]*float64 `json:"ratios_best"`
+	Paths        map[string]string              `json:"paths"` // case -> what it measures
 }
 
 var ratioNames = []string{"b/a", "c/b", "c/a", "d/a"}
@@ -157,9 +168,11 @@ type MicroBenchmark struct {
 
 func newDataPlane() DataPlane {
 	dp := DataPlane{
-		Units:  map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
-		Rates:  map[string]map[string]*Rate{},
-		Ratios: map[string]map[string]*float64{},
+		Units:        map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
+		Rates:        map[string]map[string]*Rate{},
+		Ratios:       map[string]map[string]*float64{},
+		RatiosPaired: map[string]map[string]*float64{},
+		RatiosBest:   map[string]map[string]*float64{},
 		Paths: map[string]string{
 			caseA: "client -> server in the host namespace, no isolator state (physical limit)",
 			caseB: "client -> server in a container through the isolator, 1 container",
@@ -170,11 +183,15 @@ func newDataPlane() DataPlane {
 	for _, m := range metrics {
 		dp.Rates[m] = map[string]*Rate{}
 		dp.Ratios[m] = map[string]*float64{}
+		dp.RatiosPaired[m] = map[string]*float64{}
+		dp.RatiosBest[m] = map[string]*float64{}
 		for _, c := range cases {
 			dp.Rates[m][c] = &Rate{Samples: []float64{}}
 		}
 		for _, r := range ratioNames {
 			dp.Ratios[m][r] = nil
+			dp.RatiosPaired[m][r] = nil
+			dp.RatiosBest[m][r] = nil
 		}
 	}
 	return dp
@@ -235,21 +252,28 @@ func ratio(a, b *float64) *float64 {
 	return ptr(*a / *b)
 }
 
-// computeRatios fills the data-plane ratios. Each round measures every case
-// back to back, so a ratio is the median of the per-round ratios (paired
-// samples): the machine's slow load swings hit both sides of a pair alike.
-// When the rounds do not pair up (a case failed), it is the ratio of the
-// medians.
+// computeRatios fills the best round and spread of every rate that has a
+// median, and the three kinds of ratios (see DataPlane).
 func (r *Results) computeRatios() {
 	for _, m := range metrics {
 		rates := r.DataPlane.Rates[m]
-		pair := func(x, y string) *float64 {
-			if rates[x].Median == nil || rates[y].Median == nil {
-				return nil
+		for _, c := range cases {
+			rt := rates[c]
+			if rt.Median == nil || len(rt.Samples) == 0 {
+				continue
 			}
+			s := append([]float64(nil), rt.Samples...)
+			sort.Float64s(s)
+			rt.Best = ptr(s[len(s)-1])
+			if *rt.Median > 0 {
+				q := func(p float64) float64 { return s[int(math.Round(p*float64(len(s)-1)))] }
+				rt.Spread = ptr((q(0.75) - q(0.25)) / *rt.Median)
+			}
+		}
+		paired := func(x, y string) *float64 {
 			xs, ys := rates[x].Samples, rates[y].Samples
-			if len(xs) != len(ys) || len(xs) == 0 {
-				return ratio(rates[x].Median, rates[y].Median)
+			if rates[x].Median == nil || rates[y].Median == nil || len(xs) != len(ys) || len(xs) == 0 {
+				return nil
 			}
 			var qs []float64
 			for i := range xs {
@@ -259,10 +283,12 @@ func (r *Results) computeRatios() {
 			}
 			return median(qs)
 		}
-		r.DataPlane.Ratios[m]["b/a"] = pair(caseB, caseA)
-		r.DataPlane.Ratios[m]["c/b"] = pair(caseC, caseB)
-		r.DataPlane.Ratios[m]["c/a"] = pair(caseC, caseA)
-		r.DataPlane.Ratios[m]["d/a"] = pair(caseD, caseA)
+		for _, rn := range ratioNames {
+			x, y := rn[:1], rn[2:]
+			r.DataPlane.Ratios[m][rn] = ratio(rates[x].Median, rates[y].Median)
+			r.DataPlane.RatiosPaired[m][rn] = paired(x, y)
+			r.DataPlane.RatiosBest[m][rn] = ratio(rates[x].Best, rates[y].Best)
+		}
 	}
 	cp := &r.ControlPlane
 	if cp.SetupN1 != nil && cp.SetupNN != nil {
@@ -464,7 +490,7 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	}
 	row("Daemon RSS with "+nn, rss, "<= 64 MiB", r.targetStatus(fmt.Sprintf("daemon RSS with %d", n)))
 
-	fmt.Fprintf(w, "\n**Data plane** (from the client namespace, TCP; median of %d interleaved rounds of %gs; in brackets the ratio to (a), the median of the per-round ratios)\n\n", r.Config.Rounds, r.Config.DurationSeconds)
+	fmt.Fprintf(w, "\n**Data plane** (from the client namespace, TCP; median of %d interleaved rounds of %gs; ± half the interquartile range of the rounds; in brackets the ratio to (a))\n\n", r.Config.Rounds, r.Config.DurationSeconds)
 	fmt.Fprintln(w, "| Server | Request/response | New connections | Bulk (1 stream) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	label := map[string]string{
@@ -476,7 +502,11 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	for _, c := range cases {
 		fmt.Fprintf(w, "| %s |", label[c])
 		for _, mt := range metrics {
-			cell := fmtRate(mt, r.DataPlane.Rates[mt][c].Median)
+			rt := r.DataPlane.Rates[mt][c]
+			cell := fmtRate(mt, rt.Median)
+			if rt.Spread != nil {
+				cell += fmt.Sprintf(" ±%.0f%%", *rt.Spread*50)
+			}
 			if c != caseA {
 				if v := r.DataPlane.Ratios[mt][c+"/a"]; v != nil {
 					cell += fmt.Sprintf(" (%.2f)", *v)
@@ -503,6 +533,18 @@ func (r *Results) writeMarkdown(w io.Writer) {
 			fmt.Fprintf(w, " %s |", cell)
 		}
 		fmt.Fprintf(w, " %s |\n", goals[rn])
+	}
+
+	var spreads []float64
+	for _, mt := range metrics {
+		for _, c := range cases {
+			if sp := r.DataPlane.Rates[mt][c].Spread; sp != nil {
+				spreads = append(spreads, *sp*50)
+			}
+		}
+	}
+	if sm := median(spreads); sm != nil {
+		fmt.Fprintf(w, "\nNoise: the rounds of a case typically differ by ±%.0f%% (median of the ± above; load average %.1f-%.1f from other work on the machine), so a ratio within that distance of its target is not conclusive; the JSON also has the medians of the per-round ratios and the ratios of the best rounds.\n", *sm, r.LoadAverage.Start, r.LoadAverage.End)
 	}
 
 	pass, miss, nm := 0, 0, 0
