@@ -44,9 +44,9 @@ var ErrBadLimit = errors.New("invalid bandwidth limit")
 
 // Limit is a bandwidth limit in one direction. The zero Limit means none.
 type Limit struct {
-	Rate  uint64 // sustained bytes per second; 0 = no limit
-	Burst uint64 // bytes allowed above the rate after an idle time; 0 = DefaultBurst(Rate)
-	Ceil  uint64 // peak bytes per second while bursting; 0 = no peak limit (line speed)
+	Rate  uint64 `json:"rate"`            // sustained bytes per second; 0 = no limit
+	Burst uint64 `json:"burst,omitempty"` // bytes allowed above the rate after an idle time; 0 = DefaultBurst(Rate)
+	Ceil  uint64 `json:"ceil,omitempty"`  // peak bytes per second while bursting; 0 = no peak limit (line speed)
 }
 
 // IsZero reports whether l is "no limit".
