@@ -414,15 +414,10 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// Host end: no routing of stray packets (forwarding=0), no IPv6 (the
 	// shared MAC would give every veth the same link-local address).
 	err = d.hostNS.Do(func() error {
-		sd, err := netns.OpenSysctlDir()
-		if err != nil {
+		if err := netns.SetIPv4ConfHere(veth, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
 			return err
 		}
-		defer sd.Close()
-		if _, err := sd.Ensure("net/ipv4/conf/"+p.Veth+"/forwarding", "0"); err != nil {
-			return err
-		}
-		return sd.DisableIPv6(p.Veth)
+		return netns.DisableIPv6Here(p.Veth)
 	})
 	if err != nil {
 		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)

@@ -115,9 +115,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
 	}
 
-	cp, err := d.hostNS.ReadSysctls(netns.HostSysctlsToCopy...)
+	cp, err := d.sysctlsToCopy()
 	if err != nil {
-		return info, fmt.Errorf("read host sysctls to copy: %w", err)
+		return info, err
 	}
 
 	feats, source := detectFeatures()
@@ -144,3 +144,34 @@ func renameLo(kvs []netns.Sysctl, lo string) []netns.Sysctl {
 }
 
 func macEqual(a, b net.HardwareAddr) bool { return a.String() == b.String() }
+
+// sysctlsToCopy reads the host values of netns.HostSysctlsToCopy and keeps
+// those a new namespace does not already start with (checked on a scratch
+// namespace): writing a value that is already there costs a /proc/sys
+// lookup per container for nothing.
+func (d *DataPlane) sysctlsToCopy() ([]netns.Sysctl, error) {
+	host, err := d.hostNS.ReadSysctls(netns.HostSysctlsToCopy...)
+	if err != nil {
+		return nil, fmt.Errorf("read host sysctls to copy: %w", err)
+	}
+	scratch, err := netns.New()
+	if err != nil {
+		return host, nil // cannot compare: copy them all
+	}
+	defer scratch.Close()
+	fresh, err := scratch.ReadSysctls(netns.HostSysctlsToCopy...)
+	if err != nil {
+		return host, nil
+	}
+	def := map[string]string{}
+	for _, kv := range fresh {
+		def[kv.Name] = strings.Join(strings.Fields(kv.Value), " ")
+	}
+	var out []netns.Sysctl
+	for _, kv := range host {
+		if v, ok := def[kv.Name]; !ok || v != strings.Join(strings.Fields(kv.Value), " ") {
+			out = append(out, kv)
+		}
+	}
+	return out, nil
+}

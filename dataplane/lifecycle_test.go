@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -656,6 +658,42 @@ func TestClosed(t *testing.T) {
 	}
 	if err := d.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+}
+
+// TestCopiesHostSysctls: host sysctls that differ from a new namespace's
+// defaults are copied into containers; the others are not written at all.
+func TestCopiesHostSysctls(t *testing.T) {
+	checkRootUnchanged(t)
+	sb := sandbox.New(t)
+	if err := sb.Host.Do(func() error {
+		if err := netns.WriteSysctlHere("net/core/somaxconn", "777"); err != nil {
+			return err
+		}
+		return netns.WriteSysctlHere("net/ipv4/tcp_keepalive_time", "1234")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64)}
+	e.d = e.newDataPlane()
+	var err error
+	if e.info, err = e.d.PrepareHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range e.d.copy {
+		got[kv.Name] = kv.Value
+	}
+	if len(got) != 2 || got["net/core/somaxconn"] != "777" || got["net/ipv4/tcp_keepalive_time"] != "1234" {
+		t.Errorf("sysctls to copy = %v, want only the two changed ones", e.d.copy)
+	}
+	a := e.start("A", 1, "40960-41983", "31000", "", 31000)
+	for k, want := range map[string]string{"net/core/somaxconn": "777", "net/ipv4/tcp_keepalive_time": "1234"} {
+		var v string
+		if err := a.proc.Do(func() (err error) { v, err = netns.ReadSysctlHere(k); return err }); err != nil || v != want {
+			t.Errorf("container %s = %q (%v), want %s", k, v, err, want)
+		}
 	}
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
 }

@@ -31,8 +31,7 @@ type ContainerLinks struct {
 	Lo   int
 }
 
-// ContainerSysctls is the list of sysctls ConfigureContainer writes, in order.
-// Each one is needed by a traffic path:
+// Container settings. Each one is needed by a traffic path:
 //
 //   - IPv6 off for the whole namespace: the shared MAC would give every
 //     container the same link-local address (DAD failures, duplicates), and
@@ -43,27 +42,33 @@ type ContainerLinks struct {
 //     IP as source; without it the kernel drops it as IP_LOCAL_SOURCE.
 //   - lo route_localnet=1: 127.0.0.1 traffic redirected between namespaces.
 //   - rp_filter 0 on all/eth0/lo: redirected frames arrive on an interface
-//     the reverse route does not point to.
+//     the reverse route does not point to (a new namespace copies "all" and
+//     "default" from the initial one, where distributions turn it on).
 //   - eth0 arp_ignore=8: only the host answers ARP for the shared address;
 //     the containers see the requests mirrored to them and must stay silent.
-func ContainerSysctls(eth0, lo string, ports ephemeral.Range) []Sysctl {
+//
+// ContainerSysctls are the ones written through /proc/sys, in order;
+// ContainerDevconf the per-device IPv4 ones, set over netlink.
+func ContainerSysctls(ports ephemeral.Range) []Sysctl {
 	return []Sysctl{
 		// Writing "all" also sets "default" and every existing device
 		// (addrconf_disable_ipv6), so eth0 and lo need no write of their own.
 		{"net/ipv6/conf/all/disable_ipv6", "1"},
 		{"net/ipv4/ip_local_port_range", fmt.Sprintf("%d %d", ports.Begin, ports.End)},
-		{"net/ipv4/conf/" + eth0 + "/accept_local", "1"},
-		{"net/ipv4/conf/" + lo + "/accept_local", "1"},
-		{"net/ipv4/conf/" + lo + "/route_localnet", "1"},
 		{"net/ipv4/conf/all/rp_filter", "0"},
-		{"net/ipv4/conf/" + eth0 + "/rp_filter", "0"},
-		{"net/ipv4/conf/" + lo + "/rp_filter", "0"},
-		{"net/ipv4/conf/" + eth0 + "/arp_ignore", "8"},
 	}
 }
 
+// ContainerDevconf are the per-device IPv4 settings of the container's eth0
+// and lo (see ContainerSysctls for why each is needed).
+func ContainerDevconf() (eth0, lo map[int]uint32) {
+	return map[int]uint32{DevconfAcceptLocal: 1, DevconfRPFilter: 0, DevconfArpIgnore: 8},
+		map[int]uint32{DevconfAcceptLocal: 1, DevconfRouteLocalnet: 1, DevconfRPFilter: 0}
+}
+
 // ConfigureContainer configures the namespace ns through h (a netlink handle
-// opened inside ns): sysctls (ContainerSysctls, then cfg.Copy), lo gets the
+// opened inside ns): settings (ContainerDevconf, ContainerSysctls, then
+// cfg.Copy), lo gets the
 // host MAC and MTU and is set up, eth0 gets the host address and is set up,
 // and the default route goes via cfg.Gateway. Sysctls are written before any
 // link goes up, so no IPv6 address or ARP reply ever appears.
@@ -88,8 +93,15 @@ func ConfigureContainer(ns *NS, h *netlink.Handle, cfg ContainerConfig) (Contain
 	}
 	cl.Eth0, cl.Lo = eth.Attrs().Index, lo.Attrs().Index
 
-	sysctls := ContainerSysctls(cfg.Eth0, cfg.Lo, cfg.Ports)
+	sysctls := ContainerSysctls(cfg.Ports)
+	ethConf, loConf := ContainerDevconf()
 	err = ns.Do(func() error {
+		if err := SetIPv4ConfHere(cl.Eth0, ethConf); err != nil {
+			return err
+		}
+		if err := SetIPv4ConfHere(cl.Lo, loConf); err != nil {
+			return err
+		}
 		sd, err := OpenSysctlDir()
 		if err != nil {
 			return err

@@ -38,7 +38,7 @@ func scratch(t *testing.T) *NS {
 	return ns
 }
 
-func nl(t *testing.T, ns *NS) *netlink.Handle {
+func nlh(t *testing.T, ns *NS) *netlink.Handle {
 	t.Helper()
 	h, err := ns.Netlink()
 	if err != nil {
@@ -174,7 +174,7 @@ var testMAC = net.HardwareAddr{0x02, 0x18, 0x00, 0x00, 0x00, 0x01}
 // route via 198.18.0.2) is a veth to a scratch "client".
 func hostWithEth0(t *testing.T) (host, client *NS, hh *netlink.Handle) {
 	host, client = scratch(t), scratch(t)
-	hh = nl(t, host)
+	hh = nlh(t, host)
 	idx, err := CreateVeth(hh, client, VethSpec{Name: "eth0", PeerName: "eth0", MAC: testMAC, MTU: 1400})
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func hostWithEth0(t *testing.T) (host, client *NS, hh *netlink.Handle) {
 	if err := LinkUp(hh, idx); err != nil {
 		t.Fatal(err)
 	}
-	ch := nl(t, client)
+	ch := nlh(t, client)
 	ceth, err := ch.LinkByName("eth0")
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestReadHostLinks(t *testing.T) {
 func TestVethAndContainerConfig(t *testing.T) {
 	host, _, hh := hostWithEth0(t)
 	ctr := scratch(t)
-	ch := nl(t, ctr)
+	ch := nlh(t, ctr)
 
 	idx, err := CreateVeth(hh, ctr, VethSpec{Name: "isotest0", PeerName: "eth0", MAC: testMAC, MTU: 1400})
 	if err != nil {
@@ -350,7 +350,7 @@ func TestVethAndContainerConfig(t *testing.T) {
 
 func TestPeerCounters(t *testing.T) {
 	host, ctr := scratch(t), scratch(t)
-	hh, ch := nl(t, host), nl(t, ctr)
+	hh, ch := nlh(t, host), nlh(t, ctr)
 	idx, err := CreateVeth(hh, ctr, VethSpec{Name: "isocnt0", PeerName: "eth0", MAC: testMAC, MTU: 1500})
 	if err != nil {
 		t.Fatal(err)
@@ -568,5 +568,33 @@ func TestSysctlDir(t *testing.T) {
 	// The write happened in the scratch namespace only.
 	if v, _ := ReadSysctlHere("net/ipv4/ip_local_port_range"); normalizeSysctl(v) == "41000 41999" {
 		t.Fatal("the write leaked into the process's namespace")
+	}
+}
+
+func TestSetIPv4ConfHere(t *testing.T) {
+	s := scratch(t)
+	h := nlh(t, s)
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteSysctls(Sysctl{"net/ipv4/conf/lo/rp_filter", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Do(func() error {
+		return SetIPv4ConfHere(lo.Attrs().Index, map[int]uint32{
+			DevconfRPFilter: 0, DevconfArpIgnore: 8, DevconfAcceptLocal: 1, DevconfRouteLocalnet: 1, DevconfForwarding: 1,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"rp_filter": "0", "arp_ignore": "8", "accept_local": "1", "route_localnet": "1", "forwarding": "1"} {
+		if v, err := s.ReadSysctl("net/ipv4/conf/lo/" + k); err != nil || v != want {
+			t.Errorf("lo %s = %q (%v), want %s", k, v, err, want)
+		}
+	}
+	if err := s.Do(func() error { return SetIPv4ConfHere(99999, map[int]uint32{DevconfForwarding: 0}) }); err == nil {
+		t.Error("setting a missing link succeeded")
 	}
 }
