@@ -102,8 +102,10 @@ func (b *bench) run(ctx context.Context) {
 		fn   func(context.Context) error
 	}{
 		{"prepare", b.prepare},
-		{"one_container", b.phaseOne},
+		{"daemons", b.phaseDaemons},
 		{"n_containers", b.phaseN},
+		{"cycles", b.phaseCycles},
+		{"one_container", b.phaseOne},
 		{"data_plane", b.phaseData},
 		{"restart", b.phaseRestart},
 		{"teardown", b.phaseTeardown},
@@ -302,22 +304,116 @@ func unmountDir(dir string) error {
 	return errors.Join(errs...)
 }
 
-// phaseOne: isolatord in S1, the N=1 setup/teardown cycles, then the
-// container of case (b).
-func (b *bench) phaseOne(ctx context.Context) error {
+// phaseDaemons starts isolatord in S1 and in SN.
+func (b *bench) phaseDaemons(ctx context.Context) error {
 	var err error
-	b.d1, b.c1, err = b.startDaemon(ctx, b.sb1, "s1")
-	if err != nil {
-		return fmt.Errorf("isolatord in %s: %w", b.sb1.Name, err)
+	if b.d1, b.c1, err = b.startDaemon(ctx, b.sb1, "s1"); err != nil {
+		b.d1, b.c1 = nil, nil
+		b.fail("isolatord in %s: %v", b.sb1.Name, err)
 	}
-	ct, err := b.cycles(ctx, b.c1, "one")
-	if err != nil {
-		b.fail("setup/teardown cycles at N=1: %v", err)
-	} else {
-		cp := &b.res.ControlPlane
-		cp.SetupN1, cp.TeardownN1 = summarize(ct.setup), summarize(ct.teardown)
-		cp.PrepareN1, cp.IsolateN1 = summarize(ct.prepare), summarize(ct.isolate)
-		b.logf("N=1: setup %s (prepare %s, isolate %s), teardown %s", fmtMs(cp.SetupN1), fmtMs(cp.PrepareN1), fmtMs(cp.IsolateN1), fmtMs(cp.TeardownN1))
+	if b.dN, b.cN, err = b.startDaemon(ctx, b.sbN, "sn"); err != nil {
+		b.dN, b.cN = nil, nil
+		b.fail("isolatord in %s: %v", b.sbN.Name, err)
+	}
+	return nil
+}
+
+// phaseCycles measures setup and teardown of a lone container (in S1, empty
+// so far) and of one more container with N present (in SN), alternating
+// between the two daemons cycle by cycle so that both see the same machine.
+func (b *bench) phaseCycles(ctx context.Context) error {
+	type side struct {
+		cl    pb.IsolatorClient
+		label string
+		ct    *cycleTimes
+		err   error
+		paths []string
+	}
+	var sides []*side
+	if b.c1 != nil {
+		sides = append(sides, &side{cl: b.c1, label: "one"})
+	}
+	if b.cN != nil && b.res.ControlPlane.SetupAllSeconds != nil {
+		sides = append(sides, &side{cl: b.cN, label: "many"})
+	}
+	if len(sides) == 0 {
+		return errors.New("no daemon to measure")
+	}
+	warm := 3
+	if b.o.quick {
+		warm = 1
+	}
+	n := warm + b.o.cycles
+	for _, sd := range sides {
+		sd.ct = &cycleTimes{}
+		for i := 0; i < n; i++ {
+			p, err := b.pool.create(fmt.Sprintf("%s-cycle-%d", sd.label, i))
+			if err != nil {
+				return err
+			}
+			sd.paths = append(sd.paths, p)
+		}
+	}
+	for i := 0; i < n; i++ {
+		for k := range sides {
+			sd := sides[(k+i)%len(sides)]
+			if sd.err != nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			id := fmt.Sprintf("%s-cycle-%d", sd.label, i)
+			prep, iso, err := b.setupSplit(ctx, sd.cl, id, cyclePort, sd.paths[i], 0)
+			if err != nil {
+				sd.err = err
+				continue
+			}
+			t, err := b.teardown(ctx, sd.cl, id)
+			if err != nil {
+				sd.err = err
+				continue
+			}
+			if i >= warm {
+				sd.ct.setup = append(sd.ct.setup, prep+iso)
+				sd.ct.prepare = append(sd.ct.prepare, prep)
+				sd.ct.isolate = append(sd.ct.isolate, iso)
+				sd.ct.teardown = append(sd.ct.teardown, t)
+			}
+		}
+	}
+	cp := &b.res.ControlPlane
+	for _, sd := range sides {
+		if sd.err != nil {
+			b.fail("setup/teardown cycles (%s): %v", sd.label, sd.err)
+			continue
+		}
+		if sd.label == "one" {
+			cp.SetupN1, cp.TeardownN1 = summarize(sd.ct.setup), summarize(sd.ct.teardown)
+			cp.PrepareN1, cp.IsolateN1 = summarize(sd.ct.prepare), summarize(sd.ct.isolate)
+			b.logf("N=1: setup %s (prepare %s, isolate %s), teardown %s", fmtMs(cp.SetupN1), fmtMs(cp.PrepareN1), fmtMs(cp.IsolateN1), fmtMs(cp.TeardownN1))
+		} else {
+			cp.SetupNN, cp.TeardownNN = summarize(sd.ct.setup), summarize(sd.ct.teardown)
+			cp.PrepareNN, cp.IsolateNN = summarize(sd.ct.prepare), summarize(sd.ct.isolate)
+			b.logf("N=%d: setup %s (prepare %s, isolate %s), teardown %s", b.o.n, fmtMs(cp.SetupNN), fmtMs(cp.PrepareNN), fmtMs(cp.IsolateNN), fmtMs(cp.TeardownNN))
+		}
+	}
+	if b.dN != nil && b.dN.pid() != 0 {
+		if rss, hwm, err := b.dN.rssBytes(); err != nil {
+			b.fail("RSS: %v", err)
+		} else {
+			cp.RSSMiB = ptr(float64(rss) / (1 << 20))
+			cp.RSSPeakMiB = ptr(float64(hwm) / (1 << 20))
+			b.logf("daemon RSS with %d containers: %.1f MiB (peak %.1f MiB)", b.o.n, *cp.RSSMiB, *cp.RSSPeakMiB)
+		}
+	}
+	return nil
+}
+
+// phaseOne sets up the container of case (b) in S1, after the cycles.
+func (b *bench) phaseOne(ctx context.Context) error {
+	if b.c1 == nil {
+		return errors.New("no isolatord in S1")
 	}
 	if err := b.serverContainer(ctx, b.sb1, b.c1, caseB, "ctr-b", firstStatic); err != nil {
 		return fmt.Errorf("container of case (b): %w", err)
@@ -387,55 +483,14 @@ type cycleTimes struct {
 	setup, prepare, isolate, teardown []time.Duration
 }
 
-// cycles sets up and tears down one more container, o.cycles times (after
-// a few warm-up cycles that are not counted), each in a fresh namespace
-// made beforehand.
-func (b *bench) cycles(ctx context.Context, cl pb.IsolatorClient, label string) (*cycleTimes, error) {
-	warm := 3
-	if b.o.quick {
-		warm = 1
-	}
-	n := warm + b.o.cycles
-	paths := make([]string, n)
-	for i := range paths {
-		var err error
-		if paths[i], err = b.pool.create(fmt.Sprintf("%s-cycle-%d", label, i)); err != nil {
-			return nil, err
-		}
-	}
-	ct := &cycleTimes{}
-	for i, p := range paths {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		id := fmt.Sprintf("%s-cycle-%d", label, i)
-		prep, iso, err := b.setupSplit(ctx, cl, id, cyclePort, p, 0)
-		if err != nil {
-			return nil, err
-		}
-		t, err := b.teardown(ctx, cl, id)
-		if err != nil {
-			return nil, err
-		}
-		if i >= warm {
-			ct.setup = append(ct.setup, prep+iso)
-			ct.prepare = append(ct.prepare, prep)
-			ct.isolate = append(ct.isolate, iso)
-			ct.teardown = append(ct.teardown, t)
-		}
-	}
-	return ct, nil
-}
-
-// phaseN: isolatord in SN with N containers (the last one runs the server
-// of case c), the setup/teardown cycles with N present, the RSS.
+// phaseN sets up N containers in SN, one by one (the last one runs the
+// server of case c).
 func (b *bench) phaseN(ctx context.Context) error {
 	n := b.o.n
-	var err error
-	b.dN, b.cN, err = b.startDaemon(ctx, b.sbN, "sn")
-	if err != nil {
-		return fmt.Errorf("isolatord in %s: %w", b.sbN.Name, err)
+	if b.cN == nil {
+		return errors.New("no isolatord in SN")
 	}
+	var err error
 	t0 := time.Now()
 	paths := make([]string, n-1)
 	for i := range paths {
@@ -472,7 +527,7 @@ func (b *bench) phaseN(ctx context.Context) error {
 		}
 		each = append(each, d)
 		total += d
-		if (i+1)%(n/4) == 0 {
+		if (i+1)%maxInt(n/4, 1) == 0 {
 			b.logf("set up %d/%d containers", i+1, n)
 		}
 	}
@@ -483,22 +538,6 @@ func (b *bench) phaseN(ctx context.Context) error {
 	cp.SetupAllFirst = summarize(each[:tenth])
 	cp.SetupAllLast = summarize(each[n-tenth:])
 	b.logf("%d containers set up in %.2fs of API calls", n, total.Seconds())
-
-	ct, err := b.cycles(ctx, b.cN, "many")
-	if err != nil {
-		b.fail("setup/teardown cycles with N=%d: %v", n, err)
-	} else {
-		cp.SetupNN, cp.TeardownNN = summarize(ct.setup), summarize(ct.teardown)
-		cp.PrepareNN, cp.IsolateNN = summarize(ct.prepare), summarize(ct.isolate)
-		b.logf("N=%d: setup %s (prepare %s, isolate %s), teardown %s", n, fmtMs(cp.SetupNN), fmtMs(cp.PrepareNN), fmtMs(cp.IsolateNN), fmtMs(cp.TeardownNN))
-	}
-	if rss, hwm, err := b.dN.rssBytes(); err != nil {
-		b.fail("RSS: %v", err)
-	} else {
-		cp.RSSMiB = ptr(float64(rss) / (1 << 20))
-		cp.RSSPeakMiB = ptr(float64(hwm) / (1 << 20))
-		b.logf("daemon RSS with %d containers: %.1f MiB (peak %.1f MiB)", n, *cp.RSSMiB, *cp.RSSPeakMiB)
-	}
 	return nil
 }
 

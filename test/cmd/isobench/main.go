@@ -20,16 +20,17 @@
 // namespace of the sandbox. Each case is measured in `--rounds` rounds whose
 // case order rotates (a,b,c,d then b,c,d,a ...), and the median is kept.
 //
-// Control plane. In S1, before its server container exists, `--cycles`
-// setups (Prepare + Isolate) and teardowns (Cleanup) of a lone container
-// give the N=1 latencies; in SN the N containers are set up one by one (the
-// total time is reported), then the same cycles run with N present. Each
-// cycle uses a fresh namespace made beforehand. The N containers' namespaces
-// are bind-mounted namespace files (no process), isolated by path; the
-// servers' containers are processes (sandbox.Spawn) isolated by pid. With N
-// present the daemon's RSS is read from /proc, then it is killed with
-// SIGKILL and restarted: the time until it logs "serving", and the recovery
-// time it logs itself, are the restart figures.
+// Control plane. The N containers are set up in SN one by one (the total
+// time is reported); then `--cycles` setups (Prepare + Isolate) and
+// teardowns (Cleanup) of a lone container in S1 (still empty) and of one
+// more container in SN (N present) alternate cycle by cycle, so that both
+// latencies see the same machine; each cycle uses a fresh namespace made
+// beforehand. The N containers' namespaces are bind-mounted namespace files
+// (no process), isolated by path; the servers' containers are processes
+// (sandbox.Spawn) isolated by pid. With N present the daemon's RSS is read
+// from /proc; after the data plane is measured it is killed with SIGKILL
+// and restarted: the time until it logs "serving", and the recovery time it
+// logs itself, are the restart figures.
 //
 // Figures that cannot be measured (a feature missing, an error) are
 // reported as n/a with the reason; the exit status is 1 then. Missing a

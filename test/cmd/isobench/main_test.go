@@ -88,7 +88,7 @@ func checkFields(t *testing.T, doc map[string]any) {
 			}
 		}
 	}
-	for _, p := range []string{"prepare", "one_container", "n_containers", "data_plane", "restart", "teardown"} {
+	for _, p := range []string{"prepare", "daemons", "n_containers", "cycles", "one_container", "data_plane", "restart", "teardown"} {
 		positive = append(positive, "phase_seconds."+p)
 	}
 	for _, p := range positive {
