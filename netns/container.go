@@ -107,12 +107,12 @@ func ConfigureContainer(ns *NS, h *netlink.Handle, cfg ContainerConfig) (Contain
 			return err
 		}
 		defer sd.Close()
-		v6 := sd.ipv6Present()
 		for _, kv := range sysctls {
-			if !v6 && strings.HasPrefix(kv.Name, "net/ipv6/") {
-				continue
+			err := sd.Write(kv.Name, kv.Value)
+			if err != nil && errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(kv.Name, "net/ipv6/") && !sd.ipv6Present() {
+				continue // no IPv6 in this kernel: nothing to turn off
 			}
-			if err := sd.Write(kv.Name, kv.Value); err != nil {
+			if err != nil {
 				return err
 			}
 		}

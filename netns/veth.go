@@ -117,7 +117,7 @@ func DisableIPv6Here(ifname string) error { return SysctlDir{}.DisableIPv6(ifnam
 
 // DisableIPv6 is DisableIPv6Here through s.
 func (s SysctlDir) DisableIPv6(ifname string) error {
-	_, err := s.Ensure("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
+	err := s.Write("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
 	if err != nil && errors.Is(err, fs.ErrNotExist) && !s.ipv6Present() {
 		return nil
 	}
