@@ -40,7 +40,8 @@
 // (2..511). Distinct aligned ranges meeting a chunk never share an id, so
 // deletion needs no saved state, and a container's old and new ranges may
 // coexist during an update. Other ids: the H1->H2 link node 0x800, a shared
-// port's link node 0x400|(port&0xff), root nodes 1..n.
+// port's link node 0x400|(port&0xff), in a spread table pins 1..0x100 and
+// the bucket node 0x800, root nodes 1..n.
 //
 // # Host demux (HostDemux, host eth0 and host lo ingress)
 //
@@ -80,20 +81,42 @@
 //     container, so echo replies and ICMP errors (frag-needed) reach every
 //     container and then the host. Root node 4 fans out non-first ICMP
 //     fragments (large echo replies) the same way.
-//   - Shared ports (SetShared): the port's node in its H2 bucket (key
-//     dport == P) links to its own spread table, hashed on source-port bits
-//     1..6 (bit 0 is skipped: Linux connect() prefers even ports) into
-//     SpreadBuckets buckets, each one redirect node to a holder. Buckets are
-//     assigned by rendezvous hashing on (port, bucket, slot) (Assign):
-//     adding a holder moves ~1/(n+1) of the buckets, removing one moves only
-//     its buckets; changes are FilterReplace of the match-all bucket nodes.
+//   - Shared ports (SetShared, SetSpread): the port's node in its H2 bucket
+//     (key dport == P) links to its own spread table, hashed on source-port
+//     bits 1..8 (bit 0 is skipped: Linux connect() prefers even ports) into
+//     SpreadBuckets (256) buckets (SpreadBucket). Each bucket ends with one
+//     match-all redirect node to its holder (node id 0x800); before it, a
+//     bucket may hold pins: one node per pinned client source port (key
+//     sport == s, node id pinID(s) in 1..0x100) redirecting to the holder
+//     that has that flow's socket. Buckets are assigned by rendezvous
+//     hashing on (port, bucket, slot) (Assign): adding a holder moves
+//     ~1/(n+1) of the buckets, removing one moves only its buckets.
+//     PlanSpread makes a change keep live flows: a bucket whose holder stays
+//     moves only with its live flows pinned (at most MaxPinsPerBucket, else
+//     it stays until they end), and pins go once their flow has ended; the
+//     caller (the data plane) reads the flows from the holders' namespaces.
+//     Changes add pins, then replace bucket nodes (FilterReplace), then
+//     delete pins, so a pinned flow never meets its moved bucket unpinned.
+//     Per packet: one hash, then at most MaxPinsPerBucket key checks in a
+//     bucket in the middle of a move (none once settled).
+//     A port may lie in an exclusive range of slot s while s alone holds its
+//     whole spread (a container switching the port between exclusive and
+//     shared): the range node has the lower id and wins; both lead to s.
 //     Unsharing unlinks the port's node, then deletes the spread table, or,
-//     while the kernel holds it busy, deletes its bucket nodes and leaves
-//     the empty table to the stale list.
-//     The source address is not hashed: after the IHL eat it sits at an
-//     offset that depends on IHL (u32 hashes one word at a fixed offset from
-//     the eaten header), and folding it in would split a flow's packets when
-//     IP options appear; source ports of clients are random enough.
+//     while the kernel holds it busy, deletes its nodes and leaves the empty
+//     table to the stale list.
+//     The source address is not hashed. u32 hashes one word at a fixed
+//     offset from the current offset, which after the root's IHL eat is the
+//     L4 header. The source address is at a fixed offset only before that
+//     eat, where a hash picks a bucket of the next table; every path then
+//     meets again in L, H1 and H2, so carrying that choice to the spread
+//     table would take a copy of the port lookup per source-address bucket
+//     (and a changed root layout, paid by every packet). Hashing the word 8
+//     bytes before the L4 header reads the source address only when IHL is
+//     5: a flow whose packets carry options would hash another word, and
+//     one whose options change would be split. Clients' source ports are
+//     random enough; clients that all send from one fixed port (NAT, some
+//     UDP protocols) land on one holder.
 //
 // HostDemux keeps an index of its nodes in memory (rebuilt from one dump by
 // Init, which also repairs a half-done structure left by a crash), so adds

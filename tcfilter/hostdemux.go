@@ -46,7 +46,7 @@ type owned struct {
 // Entry is one thing of ours found on the device. A range that takes
 // several nodes (one per 256- or 16-port chunk) is one Entry whose Handle is
 // its first node; a shared port is one Entry per holder that owns at least
-// one spread bucket (Handle: its first bucket node).
+// one spread bucket or pin (Handle: the first such node).
 type Entry struct {
 	Kind   string // range | shared | arp | icmp
 	Slot   uint16
@@ -327,16 +327,7 @@ func (x *HostDemux) index(fs []*netlink.U32) {
 			x.addStale(tableRef{KindIP, PrioIP, t})
 			continue
 		}
-		sp := x.shared[p]
-		for _, f := range nodes {
-			_, bkt, nid := SplitU32Handle(f.Handle)
-			s, ok := slotOf(f.ClassId)
-			if !ok || nid != nodeSpread || bkt >= SpreadBuckets {
-				continue
-			}
-			sp.buckets[bkt] = Holder{Slot: s, Target: mirredTarget(f)}
-			sp.present[bkt] = true
-		}
+		indexSpread(x.shared[p], nodes)
 	}
 	// ICMP fan-out nodes (IP prio) complete the fan-out index
 	for _, f := range fs {
@@ -615,7 +606,8 @@ add:
 	return nil
 }
 
-// checkFree fails if r meets ports routed to another slot or a shared port.
+// checkFree fails if r meets ports routed to another slot or a shared port
+// (unless slot alone holds that port: see SetSpread).
 func (x *HostDemux) checkFree(slot uint16, r ephemeral.Range) error {
 	first, last := chunks(r)
 	for c := first; c <= last; c++ {
@@ -625,12 +617,7 @@ func (x *HostDemux) checkFree(slot uint16, r ephemeral.Range) error {
 			}
 		}
 	}
-	for p := range x.shared {
-		if r.Contains(p) {
-			return fmt.Errorf("range %s contains shared port %d: %w", r, p, ErrOverlap)
-		}
-	}
-	return nil
+	return x.sharedConflict(slot, r)
 }
 
 // DelRanges removes the nodes of slot's ranges rs. It is tolerant: nodes
@@ -819,7 +806,7 @@ func (x *HostDemux) Entries() ([]Entry, error) {
 		case htid >= TableSpreadFirst && htid <= TableSpreadLast:
 			p, linked := links[htid]
 			s, ok := slotOf(f.ClassId)
-			if linked && ok && nid == nodeSpread {
+			if _, bkt, _ := SplitU32Handle(f.Handle); linked && ok && isSpreadNode(bkt, nid) {
 				addOnce(Entry{Kind: EntryShared, Slot: s, Target: mirredTarget(f),
 					Range: ephemeral.Range{Begin: p, End: p}, Handle: f.Handle})
 			}

@@ -453,7 +453,7 @@ func TestFanoutAndShared(t *testing.T) {
 		t.Fatalf("shared port inside a range: %v", err)
 	}
 	show = e.tcShow(t, "eth0")
-	for _, s := range []string{"fh 11f:9:490 ", "link 200:", "hash mask 007e0000 at 0", "fh 200:3f:1 ", "fh 200::1 "} {
+	for _, s := range []string{"fh 11f:9:490 ", "link 200:", "hash mask 01fe0000 at 0", "fh 200:ff:800 ", "fh 200::800 "} {
 		if !strings.Contains(show, s) {
 			t.Errorf("shared layout lacks %q", s)
 		}

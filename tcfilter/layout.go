@@ -46,7 +46,7 @@ const (
 	TableARPFan = 0x005 // ARP prio, divisor 1: one mirror node per container (node id = slot)
 	TableH2Base = 0x100 // IP prio, 0x100+b, divisor 16: bucket = (dport >> 4) & 15, for dport>>8 == b
 	// TableSpreadFirst..TableSpreadLast: one table per shared port, divisor
-	// SpreadBuckets, hashed on source-port bits 1..6.
+	// SpreadBuckets, hashed on source-port bits 1..8.
 	TableSpreadFirst = 0x200
 	TableSpreadLast  = 0x7ff
 
@@ -77,15 +77,18 @@ const (
 	nodeICMPFan      = 0x2 // TableICMP: everything else -> TableICMPFn
 	nodeH2Link       = 0x800
 	nodeSharedBase   = 0x400 // shared-port link node in H2: 0x400 | (port & 0xff)
-	nodeSpread       = 0x1   // the single node in each spread-table bucket
+	// Spread-table bucket b holds pin nodes 1..0x100 (one per pinned source
+	// port, see pinID) before its match-all default node.
+	nodeSpread = 0x800
 )
 
 // SpreadBuckets is the number of virtual buckets a shared port's flows are
-// hashed into (source-port bits 1..6; bit 0 is skipped because Linux
-// connect() prefers even source ports).
-const SpreadBuckets = 64
+// hashed into (source-port bits 1..8; bit 0 is skipped because Linux
+// connect() prefers even source ports). 256 is the largest u32 divisor; it
+// keeps the holders' shares within a few percent of 1/n.
+const SpreadBuckets = 256
 
-const spreadHmask = uint32(SpreadBuckets-1) << 17 // sport bits 1..6 in the first L4 word
+const spreadHmask = uint32(SpreadBuckets-1) << 17 // sport bits 1..8 in the first L4 word
 
 // MakeU32Handle builds a u32 handle htid:bucket:node.
 func MakeU32Handle(htid, bucket, node uint32) uint32 {
