@@ -607,6 +607,24 @@ func (b *bench) phaseData(ctx context.Context) error {
 	if len(avail) == 0 {
 		return errors.New("no server reachable")
 	}
+	cpu0 := map[string]float64{}
+	daemons := map[string]*daemon{"s1": b.d1, "sn": b.dN}
+	for k, d := range daemons {
+		if d != nil {
+			if v, err := d.cpuSeconds(); err == nil {
+				cpu0[k] = v
+			}
+		}
+	}
+	defer func() {
+		for k, d := range daemons {
+			if v0, ok := cpu0[k]; ok && d != nil {
+				if v, err := d.cpuSeconds(); err == nil {
+					b.res.DataPlane.DaemonCPUSeconds[k] = ptr(v - v0)
+				}
+			}
+		}
+	}()
 	failed := map[string]bool{}
 	for r := 0; r < b.o.rounds; r++ {
 		for _, m := range metrics {

@@ -240,3 +240,34 @@ func (d *daemon) logField(msg, key string) (any, bool) {
 	}
 	return nil, false
 }
+
+// cpuSeconds returns the CPU time (user + system) the daemon used so far,
+// from /proc/<pid>/stat.
+func (d *daemon) cpuSeconds() (float64, error) {
+	pid := d.pid()
+	if pid == 0 {
+		return 0, errors.New("not running")
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short stat")
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64) // field 14: utime
+	st, err2 := strconv.ParseFloat(f[12], 64) // field 15: stime
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("malformed stat")
+	}
+	return (ut + st) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTicks = 100

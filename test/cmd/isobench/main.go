@@ -90,8 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "small and short run (N=100, short measurements) to check the tool itself")
 	fs.IntVar(&o.n, "n", 0, "containers present for the N figures (default 1000, 100 with --quick; at most 1000)")
 	fs.IntVar(&o.cycles, "cycles", 0, "setup/teardown samples at N=1 and at N (default 100, 20 with --quick)")
-	fs.IntVar(&o.rounds, "rounds", 0, "interleaved data-plane rounds (default 9, 2 with --quick)")
-	fs.DurationVar(&o.dur, "dur", 0, "length of one data-plane measurement (default 600ms, 200ms with --quick)")
+	fs.IntVar(&o.rounds, "rounds", 0, "interleaved data-plane rounds (default 15, 2 with --quick)")
+	fs.DurationVar(&o.dur, "dur", 0, "length of one data-plane measurement (default 400ms, 200ms with --quick)")
 	fs.StringVar(&o.bin, "bin", "bin", "directory holding the built isolatord (make build)")
 	fs.StringVar(&o.isotraffic, "isotraffic", "", "isotraffic binary (default: next to isobench)")
 	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
@@ -113,9 +113,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	def(&o.n, 1000, 100)
 	def(&o.cycles, 100, 20)
-	def(&o.rounds, 9, 2)
+	def(&o.rounds, 15, 2)
 	if o.dur == 0 {
-		o.dur = 600 * time.Millisecond
+		o.dur = 400 * time.Millisecond
 		if o.quick {
 			o.dur = 200 * time.Millisecond
 		}
@@ -179,6 +179,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "isobench: interrupted; nothing written")
 		return 130
 	}
+	b.res.Busy = b.res.isBusy()
 	b.res.computeRatios()
 	b.res.evaluate()
 	b.res.writeMarkdown(stdout)

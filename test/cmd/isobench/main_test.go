@@ -103,7 +103,7 @@ func checkFields(t *testing.T, doc map[string]any) {
 			t.Errorf("%s is empty", p)
 		}
 	}
-	for _, p := range []string{"load_average.start", "load_average.end"} {
+	for _, p := range []string{"load_average.start", "load_average.end", "data_plane.daemon_cpu_seconds.s1", "data_plane.daemon_cpu_seconds.sn"} {
 		if v, ok := lookup(doc, p); !ok {
 			t.Errorf("%s missing", p)
 		} else if _, isNum := v.(float64); !isNum {

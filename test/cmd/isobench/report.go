@@ -28,6 +28,9 @@ type Results struct {
 	// other work on the machine is the main source of noise.
 	LoadAverage LoadAverage `json:"load_average"`
 	Errors      []string    `json:"errors"`
+	// Busy: the load average says other work shared the machine (see
+	// isBusy); the figures are then not conclusive.
+	Busy bool `json:"busy"`
 }
 
 // LoadAverage is /proc/loadavg's 1-minute figure at two moments.
@@ -145,6 +148,9 @@ type DataPlane struct {
 	RatiosPaired map[string]map[string]*float64 `json:"ratios_paired"`
 	RatiosBest   map[string]map[string]*float64 `json:"ratios_best"`
 	Paths        map[string]string              `json:"paths"` // case -> what it measures
+	// CPU time each daemon used while the data plane was measured (it
+	// should be idle: the data plane is all in the kernel).
+	DaemonCPUSeconds map[string]*float64 `json:"daemon_cpu_seconds"` // "s1", "sn"
 }
 
 var ratioNames = []string{"b/a", "c/b", "c/a", "d/a"}
@@ -168,11 +174,12 @@ type MicroBenchmark struct {
 
 func newDataPlane() DataPlane {
 	dp := DataPlane{
-		Units:        map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
-		Rates:        map[string]map[string]*Rate{},
-		Ratios:       map[string]map[string]*float64{},
-		RatiosPaired: map[string]map[string]*float64{},
-		RatiosBest:   map[string]map[string]*float64{},
+		Units:            map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
+		Rates:            map[string]map[string]*Rate{},
+		Ratios:           map[string]map[string]*float64{},
+		RatiosPaired:     map[string]map[string]*float64{},
+		RatiosBest:       map[string]map[string]*float64{},
+		DaemonCPUSeconds: map[string]*float64{"s1": nil, "sn": nil},
 		Paths: map[string]string{
 			caseA: "client -> server in the host namespace, no isolator state (physical limit)",
 			caseB: "client -> server in a container through the isolator, 1 container",
@@ -357,6 +364,15 @@ func metricLabel(m string) string {
 	return m
 }
 
+// isBusy reports whether other work loaded the machine during the run: a
+// 1-minute load average above half the cores at the start or the end (the
+// benchmark itself keeps about one core busy).
+func (r *Results) isBusy() bool {
+	return r.LoadAverage.Start > r.busyLimit() || r.LoadAverage.End > r.busyLimit()
+}
+
+func (r *Results) busyLimit() float64 { return float64(r.Machine.Cores)/2 + 1 }
+
 // targetStatus returns the status of the named target ("" if none).
 func (r *Results) targetStatus(name string) string {
 	for _, t := range r.Targets {
@@ -447,6 +463,9 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Run of %s on %s: %s, %d cores, %s GiB RAM, Linux %s, %s; load average %.1f at the start, %.1f at the end%s.\n\n",
 		r.Date[:10], m.Hostname, m.CPU, m.Cores, fmt.Sprintf("%.1f", float64(m.MemoryMiB)/1024), m.Kernel, m.Go,
 		r.LoadAverage.Start, r.LoadAverage.End, mode)
+	if r.Busy {
+		fmt.Fprintf(w, "> **The machine was busy with other work** (load average above %g on %d cores, of which the benchmark itself uses about one): latencies and rates are inflated and noisy, and the data-plane ratios are not conclusive. Run `make bench` on an idle machine for figures to compare against the targets.\n\n", r.busyLimit(), m.Cores)
+	}
 
 	cp := r.ControlPlane
 	fmt.Fprintf(w, "**Control plane** (through the gRPC API; setup = Prepare+Isolate, teardown = Cleanup; p50 / p99 of %d samples)\n\n", r.Config.Cycles)
@@ -545,6 +564,10 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	}
 	if sm := median(spreads); sm != nil {
 		fmt.Fprintf(w, "\nNoise: the rounds of a case typically differ by ±%.0f%% (median of the ± above; load average %.1f-%.1f from other work on the machine), so a ratio within that distance of its target is not conclusive; the JSON also has the medians of the per-round ratios and the ratios of the best rounds.\n", *sm, r.LoadAverage.Start, r.LoadAverage.End)
+	}
+
+	if c1, cn := r.DataPlane.DaemonCPUSeconds["s1"], r.DataPlane.DaemonCPUSeconds["sn"]; c1 != nil && cn != nil {
+		fmt.Fprintf(w, "CPU time isolatord used while the data plane was measured: %.2f s with 1 container, %.2f s with %s.\n", *c1, *cn, nn)
 	}
 
 	pass, miss, nm := 0, 0, 0
