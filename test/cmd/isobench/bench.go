@@ -107,6 +107,7 @@ func (b *bench) run(ctx context.Context) {
 		{"cycles", b.phaseCycles},
 		{"one_container", b.phaseOne},
 		{"data_plane", b.phaseData},
+		{"shared_ports", b.phaseShared},
 		{"restart", b.phaseRestart},
 		{"teardown", b.phaseTeardown},
 	}

@@ -20,6 +20,7 @@ type Results struct {
 	Config       Config             `json:"config"`
 	ControlPlane ControlPlane       `json:"control_plane"`
 	DataPlane    DataPlane          `json:"data_plane"`
+	Shared       *SharedPorts       `json:"shared_ports"` // see shared.go
 	Targets      []Target           `json:"targets"`
 	Micro        []MicroBenchmark   `json:"micro_benchmarks"`
 	Phases       map[string]float64 `json:"phase_seconds"` // wall time of each phase
@@ -569,6 +570,7 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	if c1, cn := r.DataPlane.DaemonCPUSeconds["s1"], r.DataPlane.DaemonCPUSeconds["sn"]; c1 != nil && cn != nil {
 		fmt.Fprintf(w, "CPU time isolatord used while the data plane was measured: %.2f s with 1 container, %.2f s with %s.\n", *c1, *cn, nn)
 	}
+	r.Shared.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
 
 	pass, miss, nm := 0, 0, 0
 	var missed []string
