@@ -302,6 +302,13 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		errs = append(errs, err)
 	} else if !existed {
 		miss("veth %s", name)
+		// The veth's own filters (ARP, ICMP, IP redirects) go with the
+		// veth; they were gone before we could remove them.
+		if obs := d.cfg.Observer; obs != nil {
+			for _, kind := range []string{"arp", "icmp", "ip"} {
+				obs(tcfilter.Op{Op: "remove", Device: "veth", Kind: kind, Result: "not_found"})
+			}
+		}
 	}
 
 	if d.trace != nil {
