@@ -62,7 +62,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}
 	info := HostInfo{
 		Eth0: hl.Eth0, Lo: hl.Lo, IP: hl.Addr, MAC: hl.MAC, MTU: hl.MTU, Gateway: hl.Gateway,
-		Originals: map[string]string{},
+		Originals: map[string]string{}, NetNSIno: d.hostNS.Ino(),
 	}
 
 	// Host lo carries the host MAC: frames redirected from the host's lo to a
@@ -129,6 +129,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	d.info, d.links, d.copy, d.eth0, d.lo = info, hl, cp, eth0, lod
 	d.prepared = true
+	d.startReconciler()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
 		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals))
 	return info, nil
