@@ -26,10 +26,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
@@ -60,6 +60,10 @@ type Config struct {
 	NetNSDir string            // where namespaces are bind-mounted; "" = /var/run/netns
 	Observer tcfilter.Observer // sees every tc filter operation (metrics); may be nil
 	Logger   *slog.Logger      // nil = slog.Default()
+	// SharedReconcile is how often shared ports whose spread is not settled
+	// are planned again (pins of ended flows removed, held-back buckets
+	// moved); 0 = DefaultSharedReconcile, negative = never.
+	SharedReconcile time.Duration
 }
 
 // ContainerEth0 is the name of the veth peer inside every container.
@@ -84,6 +88,11 @@ type DataPlane struct {
 	slots    map[uint16]string
 	shared   map[uint16][]tcfilter.Holder
 	closed   bool
+
+	// the shared-port reconciler (shared.go)
+	reconcileStop chan struct{}
+	reconcileDone chan struct{}
+	reconcileNext uint16 // first port of the next pass when one pass was not enough
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.
@@ -139,14 +148,28 @@ func New(cfg Config) (*DataPlane, error) {
 	}, nil
 }
 
-// Close releases the namespace and netlink handles. Kernel objects stay.
+// Close stops the shared-port reconciler and releases the namespace and
+// netlink handles. Kernel objects stay.
 func (d *DataPlane) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return nil
 	}
 	d.closed = true
+	stop, done := d.reconcileStop, d.reconcileDone
+	d.reconcileStop, d.reconcileDone = nil, nil
+	err := d.closeLocked()
+	d.mu.Unlock()
+	// A pass waiting for the lock sees d.closed and does nothing.
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	return err
+}
+
+func (d *DataPlane) closeLocked() error {
 	if d.prepared {
 		if err := d.flush(); err != nil {
 			d.log.Warn("host demux tables not deleted at close", "err", err)
@@ -304,25 +327,6 @@ func holdersWithout(hs []tcfilter.Holder, slot uint16) []tcfilter.Holder {
 		}
 	}
 	return out
-}
-
-// setShared programs port's holder list on both host demuxes and in the
-// index. On failure the demuxes are put back to the previous list.
-func (d *DataPlane) setShared(port uint16, hs []tcfilter.Holder) error {
-	old := d.shared[port]
-	if err := d.eth0.SetShared(port, hs); err != nil {
-		return fmt.Errorf("shared port %d on %s: %w", port, d.links.Eth0, err)
-	}
-	if err := d.lo.SetShared(port, hs); err != nil {
-		rerr := d.eth0.SetShared(port, old)
-		return errors.Join(fmt.Errorf("shared port %d on %s: %w", port, d.links.Lo, err), rerr)
-	}
-	if len(hs) == 0 {
-		delete(d.shared, port)
-	} else {
-		d.shared[port] = slices.Clone(hs)
-	}
-	return nil
 }
 
 // mountPath is where container id's namespace is pinned.

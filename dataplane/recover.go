@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -175,6 +177,18 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 		if err != nil {
 			return missing, fmt.Errorf("%s demux entries: %w", dm.name, err)
 		}
+		// A holder of a shared port may own no spread node for a while (its
+		// buckets wait for other holders' flows to end): the port being
+		// spread to its holders is what counts.
+		holders := map[uint16]bool{}
+		for _, e := range es {
+			if e.Kind == tcfilter.EntryShared && e.Slot != c.Slot && slices.ContainsFunc(d.shared[e.Range.Begin], func(h tcfilter.Holder) bool { return h.Slot == e.Slot }) {
+				holders[e.Range.Begin] = true
+			}
+		}
+		for p := range holders {
+			delete(want, fmt.Sprintf("%s shared port %d", dm.name, p))
+		}
 		for _, e := range es {
 			if e.Slot != c.Slot || (veth != 0 && e.Target != veth) {
 				continue
@@ -230,6 +244,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 	}
 	var removed []string
 	var errs []error
+	sharedPorts := map[uint16][]string{} // ports with stray holders -> demuxes they were found on
 
 	// 1. host filters first, so nothing is steered to a veth about to go.
 	for _, dm := range d.demuxes() {
@@ -239,7 +254,6 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 			continue
 		}
 		fanDone := map[uint16]bool{}
-		sharedPorts := map[uint16]bool{}
 		for _, e := range es {
 			kc, kept := keepBySlot[e.Slot]
 			ok := kept && e.Target == vethOf[e.Slot] && e.Target != 0
@@ -254,8 +268,8 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 				}
 				removed = append(removed, fmt.Sprintf("%s range %s of slot %d", dm.name, e.Range, e.Slot))
 			case tcfilter.EntryShared:
-				if !ok || !kc.Shared.Contains(e.Range.Begin) {
-					sharedPorts[e.Range.Begin] = true
+				if p := e.Range.Begin; (!ok || !kc.Shared.Contains(p)) && !slices.Contains(sharedPorts[p], dm.name) {
+					sharedPorts[p] = append(sharedPorts[p], dm.name)
 				}
 			default:
 				if ok || fanDone[e.Slot] || !dm.eth0 {
@@ -269,24 +283,23 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 				removed = append(removed, fmt.Sprintf("%s fan-out of slot %d", dm.name, e.Slot))
 			}
 		}
-		for port := range sharedPorts {
-			var hs []tcfilter.Holder
-			for slot, kc := range keepBySlot {
-				if kc.Shared.Contains(port) && vethOf[slot] != 0 {
-					hs = append(hs, tcfilter.Holder{Slot: slot, Target: vethOf[slot]})
-				}
+	}
+	// Stray holders leave the way a container does (setShared): the kept
+	// holders' live flows stay where they are, on both demuxes.
+	for _, port := range slices.Sorted(maps.Keys(sharedPorts)) {
+		var hs []tcfilter.Holder
+		for slot, kc := range keepBySlot {
+			if kc.Shared.Contains(port) && vethOf[slot] != 0 {
+				hs = append(hs, tcfilter.Holder{Slot: slot, Target: vethOf[slot]})
 			}
-			sort.Slice(hs, func(i, j int) bool { return hs[i].Slot < hs[j].Slot })
-			if err := dm.d.SetShared(port, hs); err != nil {
-				errs = append(errs, fmt.Errorf("%s shared port %d: %w", dm.name, port, err))
-				continue
-			}
-			if len(hs) == 0 {
-				delete(d.shared, port)
-			} else {
-				d.shared[port] = hs
-			}
-			removed = append(removed, fmt.Sprintf("%s stray holders of shared port %d", dm.name, port))
+		}
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Slot < hs[j].Slot })
+		if err := d.setShared(port, hs); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, name := range sharedPorts[port] {
+			removed = append(removed, fmt.Sprintf("%s stray holders of shared port %d", name, port))
 		}
 	}
 

@@ -1,0 +1,298 @@
+package dataplane
+
+// Shared ports: flow-aware changes of the holder set.
+//
+// d.shared records each shared port's holders; the host demuxes record how
+// its flows are spread (which virtual bucket, and which pinned client
+// source port, goes to which holder: tcfilter.Spread), rebuilt from the
+// kernel when a daemon restarts. Every change of a port's holders (Setup,
+// SetPorts, Teardown, RemoveStrays) goes through setShared, which asks
+// tcfilter.PlanSpread for the next spread:
+//
+//   - the target is the consistent assignment (tcfilter.Assign): a joining
+//     holder is due about 1/(n+1) of the buckets, a leaving holder's
+//     buckets go to the others at once (its connections break anyway: its
+//     sockets are gone from the spread, and a TCP peer that is not the
+//     socket's owner answers with a reset);
+//   - a bucket that would move away from a holder that stays moves only
+//     with that holder's live flows in it pinned to it: the data plane
+//     reads them inside the holder's namespace (nsstats.Conns: TCP sockets
+//     in every state but LISTEN/TIME_WAIT/CLOSE, and connected UDP sockets,
+//     whose local port is the shared port). A bucket with more live flows
+//     than tcfilter.MaxPinsPerBucket stays until enough of them end;
+//   - the same plan goes to the eth0 and lo demuxes, so traffic from the
+//     outside, the host and other containers is spread alike.
+//
+// A reconciler (every Config.SharedReconcile, 5 s by default) walks the
+// shared ports that are not settled (pins left, or buckets away from the
+// consistent assignment), at most maxReconcilePorts per pass, reads the
+// holders' flows once per namespace and pass, and plans again: pins whose
+// flows ended go, held-back buckets move. A port settles once the flows
+// that were live at the change have ended.
+//
+// Limits. Unconnected UDP sockets (the usual UDP server) show no flows, so
+// a UDP flow in a bucket that moves to a joining holder switches holder
+// (datagram protocols re-establish; a QUIC server that connects its
+// per-client sockets is seen and kept). A flow that starts in the moment
+// between the reading of a holder's sockets and the move of its bucket
+// (a millisecond or two) is not pinned and can be reset. A holder whose
+// sockets cannot be read keeps its buckets and pins until they can.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/isolatord/isolatord/nsstats"
+	"github.com/isolatord/isolatord/tcfilter"
+)
+
+// DefaultSharedReconcile is how often the reconciler looks at the shared
+// ports whose spread is not settled (Config.SharedReconcile 0).
+const DefaultSharedReconcile = 5 * time.Second
+
+// maxReconcilePorts bounds the ports one reconciler pass plans (each costs
+// a few filter changes; the namespaces are read once per pass).
+const maxReconcilePorts = 64
+
+// flowCache reads the live flows of holders on a set of local ports, one
+// sock_diag read per holder namespace, and remembers the answers.
+type flowCache struct {
+	d      *DataPlane
+	ports  []uint16
+	got    map[uint16]map[uint16][]uint16 // slot -> local port -> remote ports
+	failed map[uint16]bool
+	reads  int
+}
+
+func (d *DataPlane) newFlowCache(ports ...uint16) *flowCache {
+	return &flowCache{d: d, ports: ports, got: map[uint16]map[uint16][]uint16{}, failed: map[uint16]bool{}}
+}
+
+// source is the tcfilter.FlowSource of port. Call with d.mu held.
+func (fc *flowCache) source(port uint16) tcfilter.FlowSource {
+	return func(slot uint16) ([]uint16, bool) {
+		if fc.failed[slot] {
+			return nil, false
+		}
+		m, ok := fc.got[slot]
+		if !ok {
+			path := fc.d.nsPathOfSlot(slot)
+			if path == "" {
+				fc.d.log.Warn("shared port: holder's namespace unknown; its buckets stay", "slot", slot, "port", port)
+				fc.failed[slot] = true
+				return nil, false
+			}
+			fc.reads++
+			cs, err := nsstats.Conns(path, fc.ports...)
+			if err != nil {
+				fc.d.log.Warn("shared port: cannot read the holder's sockets; its buckets stay", "slot", slot, "port", port, "err", err)
+				fc.failed[slot] = true
+				return nil, false
+			}
+			m = map[uint16][]uint16{}
+			for _, c := range cs {
+				m[c.Local.Port()] = append(m[c.Local.Port()], c.Remote.Port())
+			}
+			fc.got[slot] = m
+		}
+		return m[port], true
+	}
+}
+
+// nsPathOfSlot is the pinned namespace of the container in slot ("" if
+// unknown). Call with d.mu held.
+func (d *DataPlane) nsPathOfSlot(slot uint16) string {
+	id, ok := d.slots[slot]
+	if !ok {
+		return ""
+	}
+	if rec, ok := d.ctrs[id]; ok {
+		return rec.mount
+	}
+	return ""
+}
+
+// setShared gives port the holders hs (none: the port stops being shared),
+// keeping the live flows of the holders that stay (see the notes above),
+// on both host demuxes, and records hs. On failure the demuxes are put back
+// to the spread they had. Call with d.mu held.
+func (d *DataPlane) setShared(port uint16, hs []tcfilter.Holder) error {
+	return d.reshare(port, hs, d.newFlowCache(port))
+}
+
+func (d *DataPlane) reshare(port uint16, hs []tcfilter.Holder, fc *flowCache) error {
+	old, wasShared := d.eth0.Spread(port)
+	if len(hs) == 0 {
+		if err := d.eth0.Unshare(port); err != nil {
+			return fmt.Errorf("shared port %d on %s: %w", port, d.links.Eth0, err)
+		}
+		if err := d.lo.Unshare(port); err != nil {
+			var rerr error
+			if wasShared {
+				rerr = d.eth0.SetSpread(port, old)
+			}
+			return errors.Join(fmt.Errorf("shared port %d on %s: %w", port, d.links.Lo, err), rerr)
+		}
+		delete(d.shared, port)
+		return nil
+	}
+	var cur *tcfilter.Spread
+	if wasShared {
+		cur = &old
+	}
+	plan, err := tcfilter.PlanSpread(port, hs, cur, fc.source(port))
+	if err != nil {
+		return fmt.Errorf("shared port %d: %w", port, err)
+	}
+	if err := d.installSpread(port, plan, cur); err != nil {
+		return err
+	}
+	d.shared[port] = slices.Clone(hs)
+	return nil
+}
+
+// installSpread puts plan on eth0, then lo; if lo fails, eth0 goes back to
+// old (or stops sharing the port if old is nil).
+func (d *DataPlane) installSpread(port uint16, plan tcfilter.Spread, old *tcfilter.Spread) error {
+	if err := d.eth0.SetSpread(port, plan); err != nil {
+		return fmt.Errorf("shared port %d on %s: %w", port, d.links.Eth0, err)
+	}
+	if err := d.lo.SetSpread(port, plan); err != nil {
+		var rerr error
+		if old != nil {
+			rerr = d.eth0.SetSpread(port, *old)
+		} else {
+			rerr = d.eth0.Unshare(port)
+		}
+		return errors.Join(fmt.Errorf("shared port %d on %s: %w", port, d.links.Lo, err), rerr)
+	}
+	return nil
+}
+
+// SharedState is how one shared port's flows are spread now (from the host
+// eth0 demux), for diagnosis and tests.
+type SharedState struct {
+	Holders []tcfilter.Holder
+	Spread  tcfilter.Spread
+	Settled bool // the consistent assignment, no pins
+}
+
+// Shared returns the state of shared port port, and whether it is shared.
+func (d *DataPlane) Shared(port uint16) (SharedState, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	hs, ok := d.shared[port]
+	if !ok || d.eth0 == nil {
+		return SharedState{}, false
+	}
+	st := SharedState{Holders: slices.Clone(hs)}
+	st.Spread, _ = d.eth0.Spread(port)
+	if want, err := tcfilter.Assign(port, hs); err == nil {
+		st.Settled = st.Spread.Settled(&want)
+	}
+	return st, true
+}
+
+// reconcileShared makes one reconciler pass (see the notes above) and
+// returns how many ports it changed and how many remain unsettled. Call
+// with d.mu held.
+func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
+	if d.closed || !d.prepared {
+		return 0, 0, nil
+	}
+	ports := make([]uint16, 0, len(d.shared))
+	for p := range d.shared {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	// Rotate so that a host with more unsettled ports than one pass takes
+	// gets to all of them.
+	if i, _ := slices.BinarySearch(ports, d.reconcileNext); i < len(ports) {
+		ports = append(ports[i:], ports[:i]...)
+	}
+	var todo []uint16
+	for _, p := range ports {
+		cur, ok := d.eth0.Spread(p)
+		want, werr := tcfilter.Assign(p, d.shared[p])
+		loCur, loOK := d.lo.Spread(p)
+		if werr == nil && ok && loOK && cur.Settled(&want) && loCur.Equal(&cur) {
+			continue
+		}
+		if len(todo) == maxReconcilePorts {
+			d.reconcileNext = p
+			break
+		}
+		todo = append(todo, p)
+	}
+	if len(todo) < maxReconcilePorts {
+		d.reconcileNext = 0
+	}
+	fc := d.newFlowCache(todo...)
+	var errs []error
+	for _, p := range todo {
+		cur, ok := d.eth0.Spread(p)
+		loCur, loOK := d.lo.Spread(p)
+		var curp *tcfilter.Spread
+		if ok {
+			curp = &cur
+		}
+		plan, perr := tcfilter.PlanSpread(p, d.shared[p], curp, fc.source(p))
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("shared port %d: %w", p, perr))
+			continue
+		}
+		if ok && loOK && plan.Equal(&cur) && loCur.Equal(&cur) {
+			unsettled++
+			continue
+		}
+		if ierr := d.installSpread(p, plan, curp); ierr != nil {
+			errs = append(errs, ierr)
+			continue
+		}
+		changed++
+		want, _ := tcfilter.Assign(p, d.shared[p])
+		if !plan.Settled(&want) {
+			unsettled++
+		} else {
+			d.log.Debug("shared port settled", "port", p, "holders", len(d.shared[p]))
+		}
+	}
+	return changed, unsettled, errors.Join(errs...)
+}
+
+// startReconciler starts the reconciler goroutine (once, after the host
+// is prepared; Close stops it). Call with d.mu held.
+func (d *DataPlane) startReconciler() {
+	every := d.cfg.SharedReconcile
+	if every == 0 {
+		every = DefaultSharedReconcile
+	}
+	if every < 0 || d.reconcileStop != nil {
+		return
+	}
+	d.reconcileStop = make(chan struct{})
+	d.reconcileDone = make(chan struct{})
+	go func(stop <-chan struct{}, done chan<- struct{}) {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			d.mu.Lock()
+			changed, unsettled, err := d.reconcileShared()
+			d.mu.Unlock()
+			if err != nil {
+				d.log.Warn("shared port reconciler", "err", err)
+			}
+			if changed > 0 {
+				d.log.Debug("shared port reconciler pass", "changed", changed, "unsettled", unsettled)
+			}
+		}
+	}(d.reconcileStop, d.reconcileDone)
+}

@@ -1,0 +1,274 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/test/traffic"
+)
+
+// flowConn is a TCP connection from the sandbox client that stays open.
+type flowConn struct {
+	src  int
+	c    net.Conn
+	r    *bufio.Reader
+	name string // the container that answered first
+}
+
+func (f *flowConn) ask() (string, error) {
+	f.c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := f.c.Write([]byte("again\n")); err != nil {
+		return "", err
+	}
+	line, err := f.r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return traffic.ReplyName(strings.TrimSpace(line)), nil
+}
+
+// openFlow connects from the client's port src to addr and learns who answers.
+func openFlow(t testing.TB, ns doer, addr string, src int) *flowConn {
+	t.Helper()
+	var c net.Conn
+	err := ns.Do(func() (err error) {
+		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{Port: src},
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) })
+				return serr
+			}}
+		c, err = d.Dial("tcp4", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("connect from port %d: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	f := &flowConn{src: src, c: c, r: bufio.NewReader(c)}
+	if f.name, err = f.ask(); err != nil {
+		t.Fatalf("first request from port %d: %v", src, err)
+	}
+	return f
+}
+
+// withReconcile replaces the env's data plane by one whose shared-port
+// reconciler runs every `every` (negative: never).
+func (e *env) withReconcile(every time.Duration) {
+	e.t.Helper()
+	d, err := New(Config{HostNS: e.sb.Host.Path, Logger: quietLogger(e.t), SharedReconcile: every})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { d.Close() })
+	if _, err := d.PrepareHost(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.d = d
+}
+
+// TestSharedJoinLeaveKeepsFlows: 60 TCP connections are open to a port
+// shared by A, B and C. D joins: every connection keeps its container and
+// new connections reach D. B leaves: exactly B's connections break. Once
+// the connections end, one reconciler pass removes every pin.
+func TestSharedJoinLeaveKeepsFlows(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	e.withReconcile(-1) // passes run by hand below
+	const port = 9000
+	ctx := context.Background()
+	a := e.start("A", 1, "40960-41983", "", "9000", port)
+	b := e.start("B", 2, "41984-43007", "", "9000", port)
+	c := e.start("C", 3, "43008-44031", "", "9000", port)
+	d := e.start("D", 4, "44032-45055", "31000", "", port) // not a holder yet
+
+	var flows []*flowConn
+	count := map[string]int{}
+	for i := 0; i < 60; i++ {
+		f := openFlow(t, e.sb.Client, hostAddr(port), 20000+i*6)
+		flows = append(flows, f)
+		count[f.name]++
+	}
+	if count["A"] == 0 || count["B"] == 0 || count["C"] == 0 || count["D"] != 0 {
+		t.Fatalf("60 connections answered by %v", count)
+	}
+
+	// D joins (an update of a running container).
+	if err := e.d.SetPorts(ctx, d.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9000")); err != nil {
+		t.Fatal(err)
+	}
+	d.c.Shared = ephemeral.MustParseSet("9000")
+	st, ok := e.d.Shared(port)
+	if !ok || len(st.Holders) != 4 || len(st.Spread.Pins) == 0 || st.Settled {
+		t.Fatalf("after the join: %d holders, %d pins, settled %v: the join moved no bucket with a live flow", len(st.Holders), len(st.Spread.Pins), st.Settled)
+	}
+	for _, f := range flows {
+		if got, err := f.ask(); err != nil || got != f.name {
+			t.Errorf("connection from port %d answered by %q (%v) after D joined, was %q", f.src, got, err, f.name)
+		}
+	}
+	spread := map[string]int{}
+	for i := 0; i < 100; i++ {
+		got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource("198.18.0.2:"+strconv.Itoa(30000+2*i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spread[got]++
+	}
+	if spread["D"] < 10 {
+		t.Errorf("new connections after the join: %v; D gets too few", spread)
+	}
+
+	// B leaves: only its connections break.
+	if _, err := e.d.Teardown(ctx, b.c); err != nil {
+		t.Fatal(err)
+	}
+	broken := 0
+	for _, f := range flows {
+		got, err := f.ask()
+		switch {
+		case f.name == "B" && err == nil:
+			t.Errorf("B's connection from port %d still answered by %q after B left", f.src, got)
+		case f.name == "B":
+			broken++
+		case err != nil || got != f.name:
+			t.Errorf("connection from port %d answered by %q (%v) after B left, was %q", f.src, got, err, f.name)
+		}
+	}
+	if broken != count["B"] {
+		t.Errorf("%d of B's %d connections broke", broken, count["B"])
+	}
+
+	// The connections end; a reconciler pass settles the port.
+	for _, f := range flows {
+		f.c.Close()
+	}
+	e.d.mu.Lock()
+	changed, unsettled, err := e.d.reconcileShared()
+	e.d.mu.Unlock()
+	if err != nil || changed != 1 || unsettled != 0 {
+		t.Fatalf("reconciler pass: changed %d, unsettled %d, %v", changed, unsettled, err)
+	}
+	if st, _ := e.d.Shared(port); !st.Settled || len(st.Holders) != 3 {
+		t.Fatalf("not settled after the flows ended: %d pins", len(st.Spread.Pins))
+	}
+	if show := e.tcShow("lo"); strings.Count(show, "flowid 1:") == 0 {
+		t.Fatal("lo demux lost the shared port")
+	}
+	for _, x := range []ctr{a, c, d} {
+		e.d.Teardown(ctx, x.c)
+	}
+	if _, ok := e.d.Shared(port); ok {
+		t.Error("port still shared after every holder left")
+	}
+}
+
+// TestSharedReconcilerRuns: the reconciler goroutine settles a port on its
+// own once the pinned flows end, and Close stops it.
+func TestSharedReconcilerRuns(t *testing.T) {
+	e := newEnv(t)
+	e.withReconcile(100 * time.Millisecond)
+	const port = 9100
+	ctx := context.Background()
+	e.start("A", 1, "40960-41983", "", "9100", port)
+	b := e.start("B", 2, "41984-43007", "31000", "", port)
+	var flows []*flowConn
+	for i := 0; i < 40; i++ {
+		flows = append(flows, openFlow(t, e.sb.Client, hostAddr(port), 21000+i*6))
+	}
+	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9100")); err != nil {
+		t.Fatal(err)
+	}
+	// While the flows live, passes keep their pins.
+	time.Sleep(400 * time.Millisecond)
+	st, _ := e.d.Shared(port)
+	if st.Settled || len(st.Spread.Pins) == 0 {
+		t.Fatalf("pins gone while their flows live: settled %v, %d pins", st.Settled, len(st.Spread.Pins))
+	}
+	for _, f := range flows {
+		if got, err := f.ask(); err != nil || got != "A" {
+			t.Errorf("connection from %d answered by %q (%v)", f.src, got, err)
+		}
+		f.c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if st, _ := e.d.Shared(port); st.Settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reconciler did not settle the port within 5s of the flows ending")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	done := e.d.reconcileDone
+	if err := e.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatal("Close returned with the reconciler still running")
+	}
+}
+
+// TestSetPortsExclusiveSharedSwitch moves a port of a running container
+// between exclusive and shared in one SetPorts each way (its old exclusive
+// range covered the port: the make-before-break order needs the demux to
+// let the port's only holder keep both for a moment), with traffic
+// checked after each change; going back to exclusive while another holder
+// shares the port fails and changes nothing.
+func TestSetPortsExclusiveSharedSwitch(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.start("A", 4, "40960-41983", "31000-31001", "", 31000, 31001)
+	both := func(want string) {
+		t.Helper()
+		for _, nw := range []string{"tcp", "udp"} {
+			mustEcho(t, e.sb.Client, nw, hostAddr(31000), want)
+			mustEcho(t, e.sb.Client, nw, hostAddr(31001), "A")
+		}
+	}
+	both("A")
+	if err := e.d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31001"), ephemeral.MustParseSet("31000")); err != nil {
+		t.Fatalf("exclusive -> shared: %v", err)
+	}
+	a.c.Ports, a.c.Shared = ephemeral.MustParseSet("31001"), ephemeral.MustParseSet("31000")
+	both("A")
+	if st, ok := e.d.Shared(31000); !ok || len(st.Holders) != 1 || st.Holders[0].Slot != 4 {
+		t.Fatalf("31000 not shared by A alone: %+v", st)
+	}
+
+	// B shares it too; A cannot take it back exclusively now.
+	b := e.start("B", 5, "41984-43007", "", "31000", 31000)
+	before := e.hostFilters()
+	err := e.d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31000-31001"), ephemeral.Set{})
+	if !errors.Is(err, tcfilter.ErrOverlap) {
+		t.Fatalf("exclusive over a port B shares: %v", err)
+	}
+	if after := e.hostFilters(); after != before {
+		t.Fatalf("failed SetPorts changed the host filters:\n%s", lineDiff(before, after))
+	}
+	if _, err := e.d.Teardown(ctx, b.c); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.SetPorts(ctx, a.c, ephemeral.MustParseSet("31000-31001"), ephemeral.Set{}); err != nil {
+		t.Fatalf("shared -> exclusive: %v", err)
+	}
+	both("A")
+	if _, ok := e.d.Shared(31000); ok {
+		t.Error("31000 still shared")
+	}
+}
