@@ -110,6 +110,9 @@ func checkFields(t *testing.T, doc map[string]any) {
 			t.Errorf("%s = %v, want a number", p, v)
 		}
 	}
+	if _, ok := lookup(doc, "busy"); !ok {
+		t.Errorf("busy missing")
+	}
 	if v, _ := lookup(doc, "quick"); v != true {
 		t.Errorf("quick = %v, want true", v)
 	}

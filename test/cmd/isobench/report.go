@@ -605,8 +605,16 @@ func (r *Results) writeMarkdown(w io.Writer) {
 			sort.Slice(units, func(i, j int) bool {
 				return unitOrder(units[i]) < unitOrder(units[j]) || unitOrder(units[i]) == unitOrder(units[j]) && units[i] < units[j]
 			})
+			hidden := 0
 			for _, u := range units {
+				if strings.HasPrefix(u, "step-") {
+					hidden++ // per-step breakdowns stay in the JSON
+					continue
+				}
 				figs = append(figs, fmtNum(mb.Metrics[u])+" "+u)
+			}
+			if hidden > 0 {
+				figs = append(figs, fmt.Sprintf("(+%d per-step figures in the JSON)", hidden))
 			}
 			pkg := mb.Package[strings.LastIndex(mb.Package, "/")+1:]
 			fmt.Fprintf(w, "| %s | %s | %s |\n", pkg, strings.TrimPrefix(mb.Name, "Benchmark"), strings.Join(figs, ", "))
