@@ -81,6 +81,7 @@ type options struct {
 	out        string
 	micro      string
 	timeout    time.Duration
+	from       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -96,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.isotraffic, "isotraffic", "", "isotraffic binary (default: next to isobench)")
 	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
 	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
+	fs.StringVar(&o.from, "from", "", "print the tables of an earlier run's JSON `file` (e.g. bench/results/latest.json) and exit")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -156,6 +158,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "isobench:", err)
 		return 2
+	}
+	if o.from != "" {
+		data, err := os.ReadFile(o.from)
+		if err != nil {
+			fmt.Fprintln(stderr, "isobench:", err)
+			return 1
+		}
+		var r Results
+		if err := json.Unmarshal(data, &r); err != nil {
+			fmt.Fprintf(stderr, "isobench: %s: %v\n", o.from, err)
+			return 1
+		}
+		r.writeMarkdown(stdout)
+		return 0
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(stderr, "isobench: must run as root: it creates network namespaces and starts isolatord inside them (never touching the real eth0)")

@@ -54,6 +54,14 @@ func TestQuickRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(outDir, "latest.json")); err == nil {
 		t.Errorf("a quick run replaced latest.json")
 	}
+	// The tables can be printed again from the JSON alone.
+	var again bytes.Buffer
+	if code := run([]string{"--from", filepath.Join(outDir, "latest-quick.json")}, &again, &stderr); code != 0 {
+		t.Errorf("--from exited %d: %s", code, stderr.String())
+	}
+	if md, _, _ := strings.Cut(stdout.String(), "\nJSON: "); strings.TrimSpace(again.String()) != strings.TrimSpace(md) {
+		t.Errorf("--from printed other tables:\n%s\nwant:\n%s", again.String(), md)
+	}
 	var doc map[string]any
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatalf("bad JSON: %v", err)
