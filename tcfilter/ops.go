@@ -291,11 +291,10 @@ func EnsureClsact(h *netlink.Handle, ifindex int) error {
 		}
 		return false, nil
 	}
-	ok, err := has()
-	if err != nil || ok {
-		return err
-	}
-	err = h.QdiscAdd(&netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
+	// Add first and list only on EEXIST: the kernel's qdisc dump is not
+	// filtered by device, so listing costs O(all qdiscs on the host), and
+	// the common case (a new veth) has none yet.
+	err := h.QdiscAdd(&netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
 		LinkIndex: ifindex,
 		Handle:    netlink.MakeHandle(0xffff, 0),
 		Parent:    netlink.HANDLE_CLSACT,
