@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/isolatord/isolatord/netns"
 )
 
 // procStart returns the start time (clock ticks since boot, field 22 of
@@ -34,33 +34,15 @@ func procStart(procRoot string, pid int) (uint64, error) {
 // so that unit tests, which cannot create namespaces, can stand in for it.
 var netnsInode = nsInode
 
-// nsInode returns the inode of a network namespace file and checks that it
-// is one (an nsfs file whose namespace type is CLONE_NEWNET).
+// nsInode returns the inode of a network namespace file, refusing anything
+// that is not one.
 func nsInode(path string) (uint64, error) {
-	f, err := os.Open(path)
+	ns, err := netns.Open(path)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return 0, err
-	}
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
-		return 0, err
-	}
-	if fs.Type != unix.NSFS_MAGIC {
-		return 0, fmt.Errorf("not a namespace file")
-	}
-	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
-	if err != nil {
-		return 0, fmt.Errorf("namespace type: %w", err)
-	}
-	if t != unix.CLONE_NEWNET {
-		return 0, fmt.Errorf("a namespace, but not a network namespace")
-	}
-	return st.Ino, nil
+	defer ns.Close()
+	return ns.Ino(), nil
 }
 
 // alive reports whether the namespace a record was isolated into still has

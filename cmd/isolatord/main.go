@@ -14,13 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	vnetns "github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -30,6 +28,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/metrics"
+	"github.com/isolatord/isolatord/netns"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -167,39 +166,14 @@ func readHostLocalRange(hostNS string) (ephemeral.Range, error) {
 	if hostNS == "" {
 		return read()
 	}
-	type result struct {
-		r   ephemeral.Range
-		err error
+	ns, err := netns.Open(hostNS)
+	if err != nil {
+		return ephemeral.Range{}, fmt.Errorf("--host-netns: %w", err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// A dedicated, locked thread: if switching back fails it is never
-		// unlocked, so the runtime discards it.
-		runtime.LockOSThread()
-		orig, err := vnetns.Get()
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		target, err := vnetns.GetFromPath(hostNS)
-		if err != nil {
-			ch <- result{err: fmt.Errorf("--host-netns %s: %w", hostNS, err)}
-			return
-		}
-		defer target.Close()
-		if err := vnetns.Set(target); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		r, err := read()
-		if vnetns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{r, err}
-	}()
-	res := <-ch
-	return res.r, res.err
+	defer ns.Close()
+	var r ephemeral.Range
+	err = ns.Do(func() (err error) { r, err = read(); return err })
+	return r, err
 }
 
 func serve(o *options, log *slog.Logger) error {
