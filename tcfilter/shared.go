@@ -256,6 +256,57 @@ func PlanSpread(port uint16, holders []Holder, cur *Spread, flows FlowSource) (S
 	return out, nil
 }
 
+// PinLate returns s with pins added for flows that began while s was being
+// installed: for every bucket that s moved away from a holder that is still
+// in holders (prev is what was there before), the holder's flows in that
+// bucket (asked of flows now) that s does not pin yet, as long as the
+// bucket stays within MaxPinsPerBucket. The flows PlanSpread saw were read
+// before the move; a connection whose first packet reached the old holder
+// in between is caught here if its next packet has not arrived yet. changed
+// reports whether any pin was added. Only holders that lost a bucket are
+// asked.
+func PinLate(prev, s *Spread, holders []Holder, flows FlowSource) (next Spread, changed bool) {
+	next = s.Clone()
+	byslot := make(map[uint16]Holder, len(holders))
+	for _, h := range holders {
+		byslot[h.Slot] = h
+	}
+	perBucket := map[int]int{}
+	for p := range next.Pins {
+		perBucket[SpreadBucket(p)]++
+	}
+	lost := map[uint16][]int{} // slot -> buckets it lost
+	for b := range s.Buckets {
+		old := prev.Buckets[b]
+		if _, stays := byslot[old.Slot]; stays && old.Slot != s.Buckets[b].Slot {
+			lost[old.Slot] = append(lost[old.Slot], b)
+		}
+	}
+	for _, slot := range slices.Sorted(maps.Keys(lost)) {
+		ps, ok := flows(slot)
+		if !ok {
+			continue
+		}
+		moved := map[int]bool{}
+		for _, b := range lost[slot] {
+			moved[b] = true
+		}
+		for _, p := range ps {
+			b := SpreadBucket(p)
+			if _, pinned := next.Pins[p]; pinned || !moved[b] || perBucket[b] >= MaxPinsPerBucket {
+				continue
+			}
+			if next.Pins == nil {
+				next.Pins = map[uint16]Holder{}
+			}
+			next.Pins[p] = byslot[slot]
+			perBucket[b]++
+			changed = true
+		}
+	}
+	return next, changed
+}
+
 // checkSpread validates a spread to install for port.
 func checkSpread(port uint16, s *Spread) error {
 	perBucket := map[int]int{}

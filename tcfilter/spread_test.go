@@ -268,3 +268,49 @@ func TestCheckSpread(t *testing.T) {
 		t.Error("too many pins in one bucket were accepted")
 	}
 }
+
+func TestPinLate(t *testing.T) {
+	const port = 31000
+	prev, _ := PlanSpread(port, holders(1, 2), nil, nil)
+	// 3 joins with no flows seen: its buckets move without pins.
+	plan, _ := PlanSpread(port, holders(1, 2, 3), &prev, flowsOf(map[uint16][]uint16{1: nil, 2: nil}, nil))
+	var late, stay uint16 // a flow of 1 in a moved bucket, and one in a kept bucket
+	for p := uint16(2000); late == 0 || stay == 0; p += 2 {
+		switch {
+		case late == 0 && prev.Buckets[SpreadBucket(p)].Slot == 1 && plan.Buckets[SpreadBucket(p)].Slot == 3:
+			late = p
+		case stay == 0 && plan.Buckets[SpreadBucket(p)].Slot == 1:
+			stay = p
+		}
+	}
+	asked := map[uint16]int{}
+	next, changed := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, asked))
+	if !changed || next.Pins[late].Slot != 1 || len(next.Pins) != 1 {
+		t.Fatalf("late flow %d not pinned alone: %v", late, next.Pins)
+	}
+	if asked[3] != 0 || asked[1] != 1 {
+		t.Errorf("asked %v: only holders that lost buckets, once", asked)
+	}
+	if len(plan.Pins) != 0 {
+		t.Error("PinLate changed its input")
+	}
+	if _, changed := PinLate(&prev, &next, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, nil)); changed {
+		t.Error("a second PinLate with the same flows changed something")
+	}
+	// A holder that left is not asked; its buckets do not count as lost.
+	gone, _ := PlanSpread(port, holders(2, 3), &next, flowsOf(map[uint16][]uint16{2: nil, 3: nil}, nil))
+	asked = map[uint16]int{}
+	if _, changed := PinLate(&next, &gone, holders(2, 3), flowsOf(map[uint16][]uint16{2: nil, 3: nil}, asked)); changed || asked[1] != 0 {
+		t.Errorf("leaver asked or pinned: %v", asked)
+	}
+	// The bound per bucket holds.
+	b := SpreadBucket(late)
+	var many []uint16
+	for i := 0; i < 2*MaxPinsPerBucket; i++ {
+		many = append(many, uint16(b<<1|(i+1)<<9))
+	}
+	full, _ := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: many, 2: nil}, nil))
+	if len(full.Pins) != MaxPinsPerBucket {
+		t.Errorf("%d pins in one bucket, want the bound %d", len(full.Pins), MaxPinsPerBucket)
+	}
+}
