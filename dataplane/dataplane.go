@@ -100,6 +100,9 @@ type DataPlane struct {
 	// trace, when set (benchmarks), is told when each named step of Setup,
 	// SetPorts and Teardown ends.
 	trace func(step string)
+	// planned, when set (tests), runs between planning a shared port's
+	// spread (its holders' sockets read) and installing it.
+	planned func(port uint16)
 }
 
 // record is what the data plane installed for one container.

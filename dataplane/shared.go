@@ -23,6 +23,11 @@ package dataplane
 //   - the same plan goes to the eth0 and lo demuxes, so traffic from the
 //     outside, the host and other containers is spread alike.
 //
+// The holders' sockets are read before the move; right after it, the
+// holders that lost buckets are read once more and flows that began in
+// between are pinned too (tcfilter.PinLate), which saves them when their
+// next packet has not arrived yet.
+//
 // A reconciler (every Config.SharedReconcile, 5 s by default) walks the
 // shared ports that are not settled (pins left, or buckets away from the
 // consistent assignment), at most maxReconcilePorts per pass, reads the
@@ -33,10 +38,12 @@ package dataplane
 // Limits. Unconnected UDP sockets (the usual UDP server) show no flows, so
 // a UDP flow in a bucket that moves to a joining holder switches holder
 // (datagram protocols re-establish; a QUIC server that connects its
-// per-client sockets is seen and kept). A flow that starts in the moment
-// between the reading of a holder's sockets and the move of its bucket
-// (a millisecond or two) is not pinned and can be reset. A holder whose
-// sockets cannot be read keeps its buckets and pins until they can.
+// per-client sockets is seen and kept). A TCP connection whose SYN reaches
+// the old holder in the few milliseconds between the first reading of its
+// sockets and the move of its bucket, and whose next packet arrives before
+// the second reading has pinned it, is reset (the client sees a refused
+// handshake and may retry). A holder whose sockets cannot be read keeps its
+// buckets and pins until they can.
 
 import (
 	"errors"
@@ -146,11 +153,33 @@ func (d *DataPlane) reshare(port uint16, hs []tcfilter.Holder, fc *flowCache) er
 	if err != nil {
 		return fmt.Errorf("shared port %d: %w", port, err)
 	}
+	if d.planned != nil {
+		d.planned(port)
+	}
 	if err := d.installSpread(port, plan, cur); err != nil {
 		return err
 	}
 	d.shared[port] = slices.Clone(hs)
+	d.pinLate(port, hs, cur, plan)
 	return nil
+}
+
+// pinLate re-reads, after plan was installed over prev, the sockets of the
+// holders that lost buckets and pins the flows that began in between
+// (tcfilter.PinLate). A failure here is logged: the change itself is done.
+func (d *DataPlane) pinLate(port uint16, hs []tcfilter.Holder, prev *tcfilter.Spread, plan tcfilter.Spread) {
+	if prev == nil {
+		return
+	}
+	next, changed := tcfilter.PinLate(prev, &plan, hs, d.newFlowCache(port).source(port))
+	if !changed {
+		return
+	}
+	if err := d.installSpread(port, next, &plan); err != nil {
+		d.log.Warn("shared port: pinning flows that began during a change failed", "port", port, "err", err)
+		return
+	}
+	d.log.Debug("shared port: pinned flows that began during a change", "port", port, "pins", len(next.Pins)-len(plan.Pins))
 }
 
 // installSpread puts plan on eth0, then lo; if lo fails, eth0 goes back to
@@ -251,6 +280,7 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 			errs = append(errs, ierr)
 			continue
 		}
+		d.pinLate(p, d.shared[p], curp, plan)
 		changed++
 		want, _ := tcfilter.Assign(p, d.shared[p])
 		if !plan.Settled(&want) {

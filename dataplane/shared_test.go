@@ -272,3 +272,49 @@ func TestSetPortsExclusiveSharedSwitch(t *testing.T) {
 		t.Error("31000 still shared")
 	}
 }
+
+// TestSharedJoinPinsLateFlows opens a connection in the moment between the
+// reading of the holders' sockets and the move of the buckets (the test
+// hook runs there), from a source port whose bucket moves to the joining
+// holder: the second reading after the move pins it, so it keeps talking
+// to the holder that accepted it.
+func TestSharedJoinPinsLateFlows(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	e.withReconcile(-1)
+	const port = 9200
+	ctx := context.Background()
+	e.start("A", 1, "40960-41983", "", "9200", port)
+	b := e.start("B", 2, "41984-43007", "31000", "", port)
+	want, err := tcfilter.Assign(port, []tcfilter.Holder{{Slot: 1, Target: 1}, {Slot: 2, Target: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := 0
+	for p := 26000; src == 0; p += 2 {
+		if want[tcfilter.SpreadBucket(uint16(p))].Slot == 2 {
+			src = p
+		}
+	}
+	var late *flowConn
+	e.d.planned = func(uint16) { late = openFlow(t, e.sb.Client, hostAddr(port), src) }
+	err = e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9200"))
+	e.d.planned = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late == nil || late.name != "A" {
+		t.Fatalf("the connection opened during the change was not answered by A first: %+v", late)
+	}
+	st, _ := e.d.Shared(port)
+	if h, ok := st.Spread.Pins[uint16(src)]; !ok || h.Slot != 1 {
+		t.Fatalf("source port %d (bucket moved to B) not pinned to A: %v", src, st.Spread.Pins)
+	}
+	if got, err := late.ask(); err != nil || got != "A" {
+		t.Errorf("the late connection answered by %q (%v) after the move", got, err)
+	}
+	// A new connection from the next port of that bucket reaches B.
+	if got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource("198.18.0.2:"+strconv.Itoa(src+512))); err != nil || got != "B" {
+		t.Errorf("new connection in the moved bucket answered by %q (%v), want B", got, err)
+	}
+}
