@@ -94,7 +94,8 @@
 //     PlanSpread makes a change keep live flows: a bucket whose holder stays
 //     moves only with its live flows pinned (at most MaxPinsPerBucket, else
 //     it stays until they end), and pins go once their flow has ended; the
-//     caller (the data plane) reads the flows from the holders' namespaces.
+//     caller (the data plane) reads the flows from the holders' namespaces,
+//     and once more after the move: PinLate pins flows that began between.
 //     Changes add pins, then replace bucket nodes (FilterReplace), then
 //     delete pins, so a pinned flow never meets its moved bucket unpinned.
 //     Per packet: one hash, then at most MaxPinsPerBucket key checks in a
