@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -316,5 +317,50 @@ func TestSharedJoinPinsLateFlows(t *testing.T) {
 	// A new connection from the next port of that bucket reaches B.
 	if got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource("198.18.0.2:"+strconv.Itoa(src+512))); err != nil || got != "B" {
 		t.Errorf("new connection in the moved bucket answered by %q (%v), want B", got, err)
+	}
+}
+
+// BenchmarkSharedJoinLeave times a running container joining a shared port
+// (SetPorts adding it) and leaving it again, with 1 and 15 holders present
+// and no connections open (join-ms, leave-ms), and how long reading one
+// holder's live flows takes (read-ms: the sock_diag dumps of nsstats.Conns
+// inside its namespace; a join reads each staying holder twice).
+func BenchmarkSharedJoinLeave(b *testing.B) {
+	for _, present := range []int{1, 15} {
+		b.Run(fmt.Sprintf("holders=%d", present), func(b *testing.B) {
+			e := newEnv(b)
+			e.withReconcile(-1)
+			const port = 9300
+			ctx := context.Background()
+			for i := 0; i < present; i++ {
+				e.start(fmt.Sprintf("H%d", i), uint16(i+1), fmt.Sprintf("%d-%d", 40960+i*256, 40960+i*256+255), "", "9300", port)
+			}
+			j := e.start("J", 100, "49152-49407", "31000", "", port)
+			var join, leave, read time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := e.d.SetPorts(ctx, j.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9300")); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				j.c.Shared = ephemeral.MustParseSet("9300")
+				if err := e.d.SetPorts(ctx, j.c, ephemeral.MustParseSet("31000"), ephemeral.Set{}); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				j.c.Shared = ephemeral.Set{}
+				e.d.mu.Lock()
+				fc := e.d.newFlowCache(port)
+				fc.source(port)(1)
+				e.d.mu.Unlock()
+				join += t1.Sub(t0)
+				leave += t2.Sub(t1)
+				read += time.Since(t2)
+			}
+			b.ReportMetric(float64(join.Microseconds())/1000/float64(b.N), "join-ms")
+			b.ReportMetric(float64(leave.Microseconds())/1000/float64(b.N), "leave-ms")
+			b.ReportMetric(float64(read.Microseconds())/1000/float64(b.N), "read-ms")
+		})
 	}
 }
