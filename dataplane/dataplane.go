@@ -107,8 +107,9 @@ type DataPlane struct {
 
 // record is what the data plane installed for one container.
 type record struct {
-	c     Container // ports and shared ports as installed
+	c     Container // ports, shared ports and limits as installed
 	veth  int
+	via   int // egress shaper entry ifindex (0: no egress limit)
 	ino   uint64
 	mount string
 }
@@ -218,6 +219,14 @@ func validateContainer(c Container) error {
 	if c.NetNS == "" {
 		return fmt.Errorf("%w: container %s: network namespace path is empty", ErrInvalid, c.ID)
 	}
+	for _, x := range []struct {
+		name string
+		l    Limit
+	}{{"egress", c.Egress}, {"ingress", c.Ingress}} {
+		if err := x.l.Validate(); err != nil {
+			return fmt.Errorf("%w: container %s: %s limit: %v", ErrInvalid, c.ID, x.name, err)
+		}
+	}
 	if !c.Ephemeral.IsAligned() {
 		return fmt.Errorf("%w: container %s: ephemeral range %s is not a power-of-two sized, aligned block", ErrInvalid, c.ID, c.Ephemeral)
 	}
@@ -306,9 +315,11 @@ func checkCtx(ctx context.Context) error {
 // hostIP is the shared IPv4 address.
 func (d *DataPlane) hostIP() net.IP { return d.info.IP.IP }
 
-func (d *DataPlane) vethFilters(slot uint16, veth int) tcfilter.VethFilters {
+// vethFilters are the filters of a container's host veth; via is the
+// ifindex of its egress shaper's entry (0: none).
+func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters {
 	return tcfilter.VethFilters{
-		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex,
+		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
 		HostIP: d.hostIP(), Slot: slot, Obs: d.cfg.Observer,
 	}
 }
@@ -356,6 +367,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 	if other, ok := d.slots[c.Slot]; ok {
 		return p, fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
+	}
+	if err := d.checkLimits(c.Egress, c.Ingress); err != nil {
+		return p, err
 	}
 
 	// Handles are closed only after a rollback has used them: an operation
@@ -432,8 +446,25 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := d.step("host veth sysctls"); err != nil {
 		return p, err
 	}
+	// Bandwidth limits: the egress shaper pair before the veth filters that
+	// point at it; ingress HTB on the veth (it goes with the veth).
+	via := 0
+	if !c.Egress.IsZero() {
+		if via, err = d.createShaper(c.ID, c.Slot, c.Egress); err != nil {
+			return p, fmt.Errorf("container %s: egress limit: %w", c.ID, err)
+		}
+		undo.push("egress shaper", func() error { _, err := netns.DeleteLink(d.h, via); return err })
+	}
+	if !c.Ingress.IsZero() {
+		if err := d.shaper(veth).Apply(c.Ingress); err != nil {
+			return p, fmt.Errorf("container %s: ingress limit on %s: %w", c.ID, p.Veth, err)
+		}
+	}
+	if err := d.step("limits"); err != nil {
+		return p, err
+	}
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
-	if err := d.vethFilters(c.Slot, veth).Install(all); err != nil {
+	if err := d.vethFilters(c.Slot, veth, via).Install(all); err != nil {
 		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
 	}
 	if err := d.step("veth filters"); err != nil {
@@ -507,7 +538,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 
-	d.ctrs[c.ID] = &record{c: c, veth: veth, ino: p.NetNSIno, mount: p.Mount}
+	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, mount: p.Mount}
 	d.slots[c.Slot] = c.ID
 	return p, nil
 }

@@ -123,8 +123,29 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	feats, source := detectFeatures()
 	info.Features = feats
 	if missing := missingFeatures(feats); len(missing) > 0 {
-		d.log.Warn("kernel features missing; the data plane works without them, rate limiting needs htb/tbf/ifb",
+		d.log.Warn("kernel features missing; the data plane works without them (bandwidth limits need htb; fq_codel is their preferred queue)",
 			"missing", strings.Join(missing, ","), "source", source)
+	}
+	// Bandwidth limits: HTB with the best leaf the kernel has, and eth0's
+	// speed as the upper bound of a limit (when the driver knows it).
+	switch {
+	case !feats[FeatureHTB]:
+		d.log.Warn("bandwidth limits unavailable: the kernel has no HTB qdisc; containers asking for one are refused")
+	case feats[FeatureFQCodel]:
+		info.ShapingQueue = tcfilter.LeafFQCodel.String()
+	default:
+		info.ShapingQueue = tcfilter.LeafFIFO.String()
+	}
+	err = d.hostNS.Do(func() (err error) {
+		info.LinkSpeed, err = linkSpeedHere(hl.Eth0)
+		return err
+	})
+	if err != nil {
+		d.log.Warn("could not read the link speed of the host interface; bandwidth limits are not checked against it", "eth0", hl.Eth0, "err", err)
+	}
+	if info.ShapingQueue != "" {
+		d.log.Info("bandwidth limits: HTB on the host side", "queue", info.ShapingQueue,
+			"eth0_speed_mbit", info.LinkSpeed, "speed_known", info.LinkSpeed > 0)
 	}
 
 	d.info, d.links, d.copy, d.eth0, d.lo = info, hl, cp, eth0, lod

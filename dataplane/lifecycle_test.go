@@ -585,7 +585,7 @@ func TestSetPortsRollForward(t *testing.T) {
 	rec := e.d.ctrs[a.c.ID]
 	eph := a.c.Ephemeral
 	oldAll, unionAll := allRanges(eph, a.c.Ports, a.c.Shared), allRanges(eph, a.c.Ports.Union(newPorts), a.c.Shared)
-	if err := e.d.vethFilters(a.c.Slot, rec.veth).SetRanges(oldAll, unionAll); err != nil {
+	if err := e.d.vethFilters(a.c.Slot, rec.veth, rec.via).SetRanges(oldAll, unionAll); err != nil {
 		t.Fatal(err)
 	}
 	addEx := rangeDiff(exclusiveRanges(eph, newPorts), exclusiveRanges(eph, a.c.Ports))

@@ -77,7 +77,7 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 		return fmt.Errorf("container %s: lo: %w", c.ID, err)
 	}
 	cf := tcfilter.ContainerFilters{H: ch, Lo: lo.Attrs().Index, Eth0: eth.Attrs().Index, HostIP: d.hostIP(), Obs: d.cfg.Observer}
-	vf := d.vethFilters(old.Slot, rec.veth)
+	vf := d.vethFilters(old.Slot, rec.veth, rec.via)
 
 	// 1. grow veth and container filters to old ∪ new.
 	if err := vf.SetRanges(oldAll, unionAll); err != nil {
@@ -199,9 +199,9 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	if d.closed {
 		return LinkStats{}, ErrClosed
 	}
-	idx := 0
+	idx, via := 0, 0
 	if rec, ok := d.ctrs[c.ID]; ok {
-		idx = rec.veth
+		idx, via, c = rec.veth, rec.via, rec.c
 	}
 	if idx == 0 {
 		l, err := d.h.LinkByName(VethName(c.ID))
@@ -214,7 +214,25 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
 	}
-	return LinkStats(s), nil
+	st := LinkStats{
+		RxBytes: s.RxBytes, RxPackets: s.RxPackets, RxErrors: s.RxErrors, RxDropped: s.RxDropped,
+		TxBytes: s.TxBytes, TxPackets: s.TxPackets, TxErrors: s.TxErrors, TxDropped: s.TxDropped,
+	}
+	if !c.Ingress.IsZero() {
+		if st.Ingress, err = d.shapeCounters(idx, c.Ingress); err != nil {
+			return st, fmt.Errorf("container %s: ingress shaping: %w", c.ID, err)
+		}
+	}
+	if !c.Egress.IsZero() {
+		if via == 0 {
+			entry, _ := ShaperNames(c.ID)
+			via, _ = d.linkIndex(entry)
+		}
+		if st.Egress, err = d.shapeCounters(via, c.Egress); err != nil {
+			return st, fmt.Errorf("container %s: egress shaping: %w", c.ID, err)
+		}
+	}
+	return st, nil
 }
 
 // Teardown removes everything plumbed for c, tolerating objects that are
@@ -311,6 +329,15 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		}
 	}
 
+	// The egress shaper pair (if any) after the veth: nothing is sent to
+	// it any more.
+	entry, _ := ShaperNames(c.ID)
+	if existed, err := netns.DeleteLinkByName(d.h, entry); err != nil {
+		errs = append(errs, err)
+	} else if !existed && !c.Egress.IsZero() {
+		miss("egress shaper %s", entry)
+	}
+
 	if d.trace != nil {
 		d.trace("teardown veth")
 	}
@@ -336,8 +363,11 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 }
 
 // Adopt registers an existing, complete container (after a daemon restart)
-// in the in-memory indexes without touching the kernel: it looks up the
-// veth and the bind mount and records c's ports and shared holders.
+// in the in-memory indexes: it looks up the veth and the bind mount and
+// records c's ports and shared holders. It then brings the container's
+// bandwidth shaping in line with c's limits, changing nothing when the
+// kernel already enforces them (so a restart causes no glitch); an error
+// there wraps ErrShaping and leaves the container registered.
 func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if err := validateContainer(c); err != nil {
 		return err
@@ -371,7 +401,16 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
 	}
-	d.ctrs[c.ID] = &record{c: c, veth: veth, ino: ino, mount: mp}
+	rec := &record{c: c, veth: veth, ino: ino, mount: mp}
+	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
+	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID
+	err = d.checkLimits(c.Egress, c.Ingress)
+	if err == nil {
+		err = d.applyLimits(rec, c.Egress, c.Ingress)
+	}
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w: %w", c.ID, ErrShaping, err)
+	}
 	return nil
 }

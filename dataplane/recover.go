@@ -214,8 +214,9 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 // RemoveStrays deletes isolatord's objects that belong to no container in
 // keep: host demux entries (ranges, fan-out, shared holders) whose slot is
 // not kept or that point elsewhere than the kept container's veth, veths
-// with our naming shape that are not kept, and the bind mounts of those
-// veths' IDs. It also forgets unkept containers in the in-memory indexes.
+// and egress shaper pairs with our naming shape that are not kept, and the
+// bind mounts of those veths' IDs. It also forgets unkept containers in the
+// in-memory indexes.
 // A bind mount whose veth is already gone cannot be told from someone else's
 // named namespace; the lifecycle removes those by ID with Teardown.
 func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]string, error) {
@@ -328,6 +329,22 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 			continue
 		}
 		removed = append(removed, "veth "+name)
+	}
+	// egress shaper pairs of containers not kept (a kept container's pair
+	// was put in line with its limits by Adopt)
+	shapers, err := d.ourShapers()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for name, idx := range shapers {
+		if keepVeth[VethPrefix+name[len(ShaperEntryPrefix):]] {
+			continue
+		}
+		if _, err := netns.DeleteLink(d.h, idx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, "egress shaper "+name)
 	}
 
 	// 3. forget unkept containers.

@@ -18,6 +18,8 @@ type Container struct {
 	Ephemeral ephemeral.Range // aligned block; becomes the container's ip_local_port_range
 	Ports     ephemeral.Set   // exclusive static ports
 	Shared    ephemeral.Set   // shared static ports (SO_REUSEPORT across containers)
+	Egress    Limit           // bandwidth limit on what the container sends; zero = none
+	Ingress   Limit           // bandwidth limit on what it receives; zero = none
 }
 
 // MaxSlot is the largest container slot: u32 node ids have 12 bits.
@@ -34,12 +36,23 @@ type HostInfo struct {
 	Features  map[string]bool   // kernel features detected (clsact, htb, tbf, ifb, ...)
 	Originals map[string]string // host settings changed by preparation: key -> original value
 	NetNSIno  uint64            // inode of the host's network namespace (0 if unknown)
+	// LinkSpeed is eth0's link speed in Mbit/s (ethtool), 0 when the driver
+	// does not know it (virtio and most virtual NICs); veth says 10000.
+	LinkSpeed uint64
+	// ShapingQueue is the leaf qdisc under bandwidth limits: "fq_codel" when
+	// the kernel has it, else "bfifo"; "" when there is no HTB (no limits).
+	ShapingQueue string
 }
+
+// LinkSpeedBytes is eth0's link speed in bytes per second (0 = unknown).
+func (h HostInfo) LinkSpeedBytes() uint64 { return h.LinkSpeed * 1_000_000 / 8 }
 
 // LinkStats are a container's traffic counters from the container's point of view.
 type LinkStats struct {
 	RxBytes, RxPackets, RxErrors, RxDropped uint64
 	TxBytes, TxPackets, TxErrors, TxDropped uint64
+	// Bandwidth shaping of each direction (Limit zero: not limited).
+	Egress, Ingress ShapeCounters
 }
 
 // Plumbing describes the kernel objects built for one container.

@@ -1,0 +1,358 @@
+package dataplane
+
+// Bandwidth limits, enforced on host-side devices (the design and the
+// kernel facts behind it are in tcfilter's package documentation,
+// "Bandwidth limits"):
+//
+//   - Ingress: an HTB root qdisc on the container's host veth.
+//   - Egress: a per-container shaper veth pair in the host namespace, entry
+//     "isx"+h and exit "isy"+h (h: the 12 hex digits of the container's veth
+//     name), both with the host MAC and MTU, IPv6 and forwarding off. The
+//     entry carries the HTB; the veth's IP redirects point at it
+//     (tcfilter.VethFilters.Via) and the exit's filters (tcfilter.ShaperExit)
+//     send packets on to host eth0 or lo. Containers without an egress limit
+//     have no pair and pay nothing.
+//
+// A limit is set at Setup, changed with SetLimits (in place: an HTB class
+// change; switching egress on or off re-points the veth's redirect actions
+// with a live connection surviving it), and brought back in line with the
+// container's limits by Adopt after a restart, which changes nothing when
+// the kernel already enforces them. Removing a limit first lifts the class
+// so the queue drains, so that no queued packet is dropped.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+)
+
+// Limit is a bandwidth limit in one direction (bytes per second; the zero
+// Limit means none). See tcfilter.Limit.
+type Limit = tcfilter.Limit
+
+// Shaper pair name prefixes (followed by the 12 hex digits of VethName).
+const (
+	ShaperEntryPrefix = "isx"
+	ShaperExitPrefix  = "isy"
+)
+
+// ErrShaping wraps errors of bandwidth shaping (Adopt returns it when the
+// container is registered but its limits could not be brought in line).
+var ErrShaping = errors.New("bandwidth shaping")
+
+// ErrNoHTB: a limit was asked but the kernel has no HTB qdisc.
+var ErrNoHTB = errors.New("the kernel has no HTB qdisc (CONFIG_NET_SCH_HTB): bandwidth limits cannot be enforced")
+
+// drainTimeout bounds the wait for a removed limit's queue to empty.
+const drainTimeout = 500 * time.Millisecond
+
+// ShaperNames returns the names of container id's egress shaper pair.
+func ShaperNames(id string) (entry, exit string) {
+	h := VethName(id)[len(VethPrefix):]
+	return ShaperEntryPrefix + h, ShaperExitPrefix + h
+}
+
+// isShaperEntryName reports whether name has our shaper entry shape.
+func isShaperEntryName(name string) bool {
+	return len(name) == 15 && strings.HasPrefix(name, ShaperEntryPrefix) && isHex(name[3:])
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ShapeCounters are one direction of a container's shaping as the kernel
+// reports it.
+type ShapeCounters struct {
+	Limit    Limit  // the limit the data plane applied (zero: none)
+	Enforced bool   // the kernel holds the HTB for it
+	Queue    string // leaf qdisc kind: bfifo or fq_codel
+	// Root qdisc counters: sent, dropped (queue full), throttle events,
+	// and what is queued now.
+	Bytes, Packets, Drops, Overlimits, Backlog, QueueLen uint64
+}
+
+// leaf is the best leaf qdisc the kernel has.
+func (d *DataPlane) leaf() tcfilter.Leaf {
+	if d.info.Features[FeatureFQCodel] {
+		return tcfilter.LeafFQCodel
+	}
+	return tcfilter.LeafFIFO
+}
+
+func (d *DataPlane) shaper(link int) tcfilter.Shaper {
+	return tcfilter.Shaper{H: d.h, NS: d.hostNS.Fd(), Link: link, Leaf: d.leaf()}
+}
+
+func (d *DataPlane) checkLimits(egress, ingress Limit) error {
+	for _, x := range []struct {
+		name string
+		l    Limit
+	}{{"egress", egress}, {"ingress", ingress}} {
+		if err := x.l.Validate(); err != nil {
+			return fmt.Errorf("%w: %s limit: %v", ErrInvalid, x.name, err)
+		}
+		if !x.l.IsZero() && d.prepared && !d.info.Features[FeatureHTB] {
+			return ErrNoHTB
+		}
+	}
+	return nil
+}
+
+// ourShapers dumps the host's links and keeps the shaper entries (name ->
+// ifindex).
+func (d *DataPlane) ourShapers() (map[string]int, error) {
+	ls, err := d.h.LinkList()
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return nil, fmt.Errorf("list host links: %w", err)
+	}
+	out := map[string]int{}
+	for _, l := range ls {
+		if isShaperEntryName(l.Attrs().Name) {
+			out[l.Attrs().Name] = l.Attrs().Index
+		}
+	}
+	return out, nil
+}
+
+// linkIndex returns the ifindex of a host link, 0 if there is none.
+func (d *DataPlane) linkIndex(name string) (int, error) {
+	l, err := d.h.LinkByName(name)
+	if err != nil {
+		if netns.IsNotFound(err) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("look up %s: %w", name, err)
+	}
+	return l.Attrs().Index, nil
+}
+
+// createShaper creates container id's egress shaper pair with its exit
+// filters and an HTB enforcing l on the entry, and brings it up. It returns
+// the entry's ifindex; on error nothing is left. A pair left over by an
+// interrupted run is replaced.
+func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
+	entry, exit := ShaperNames(id)
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = entry
+	attrs.MTU = d.info.MTU
+	attrs.HardwareAddr = d.info.MAC
+	v := &netlink.Veth{LinkAttrs: attrs, PeerName: exit, PeerHardwareAddr: d.info.MAC}
+	if d.info.MTU > 0 {
+		v.PeerMTU = uint32(d.info.MTU)
+	}
+	if _, err := netns.DeleteLinkByName(d.h, entry); err != nil {
+		return 0, err
+	}
+	if err := d.h.LinkAdd(v); err != nil {
+		return 0, fmt.Errorf("create shaper pair %s/%s: %w", entry, exit, err)
+	}
+	ei, err := d.linkIndex(entry)
+	if err == nil && ei == 0 {
+		err = fmt.Errorf("shaper %s vanished", entry)
+	}
+	if err != nil {
+		netns.DeleteLinkByName(d.h, entry)
+		return 0, err
+	}
+	fail := func(err error) (int, error) {
+		if _, derr := netns.DeleteLink(d.h, ei); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return 0, err
+	}
+	xi, err := d.linkIndex(exit)
+	if err != nil || xi == 0 {
+		return fail(fmt.Errorf("shaper exit %s: %v", exit, err))
+	}
+	// like the host veth: no forwarding of stray packets, no IPv6
+	err = d.hostNS.Do(func() error {
+		for _, l := range []struct {
+			name string
+			idx  int
+		}{{entry, ei}, {exit, xi}} {
+			if err := netns.SetIPv4ConfHere(l.idx, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
+				return err
+			}
+			if err := netns.DisableIPv6Here(l.name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("shaper settings: %w", err))
+	}
+	x := tcfilter.ShaperExit{H: d.h, Dev: xi, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, HostIP: d.hostIP(), Slot: slot, Obs: d.cfg.Observer}
+	if err := x.Install(); err != nil {
+		return fail(fmt.Errorf("shaper exit filters: %w", err))
+	}
+	if err := d.shaper(ei).Apply(l); err != nil {
+		return fail(err)
+	}
+	for _, i := range []int{xi, ei} {
+		if err := netns.LinkUp(d.h, i); err != nil {
+			return fail(err)
+		}
+	}
+	return ei, nil
+}
+
+// applyLimits brings the kernel to egress and ingress for the container of
+// rec from whatever state it is in, changing only what differs: with the
+// limits in force already it changes nothing. It updates rec (its limits
+// and the shaper entry).
+func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
+	c := rec.c
+	// ingress: HTB on the veth
+	vs := d.shaper(rec.veth)
+	if ingress.IsZero() {
+		st, err := vs.Read()
+		if err != nil {
+			return err
+		}
+		if st.Root {
+			if err := vs.Drain(drainTimeout); err != nil {
+				d.log.Warn("ingress queue not drained before removal", "container", c.ID, "err", err)
+			}
+			if err := vs.Remove(); err != nil {
+				return err
+			}
+		}
+	} else if err := vs.Apply(ingress); err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	rec.c.Ingress = ingress
+
+	// egress: the shaper pair and where the veth points
+	entry, _ := ShaperNames(c.ID)
+	ei, err := d.linkIndex(entry)
+	if err != nil {
+		return err
+	}
+	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
+	if egress.IsZero() {
+		if ei == 0 && rec.via == 0 {
+			// No pair, and none recorded: the veth cannot point at one
+			// (a pair is deleted only after the veth stopped pointing at
+			// it), so there is nothing to dump or change.
+			rec.c.Egress = egress
+			return nil
+		}
+		vf := d.vethFilters(c.Slot, rec.veth, 0)
+		if err := vf.Retarget(all); err != nil {
+			return fmt.Errorf("egress: point %s back at %s/%s: %w", VethName(c.ID), d.links.Eth0, d.links.Lo, err)
+		}
+		rec.via = 0
+		if ei != 0 {
+			if err := d.shaper(ei).Drain(drainTimeout); err != nil {
+				d.log.Warn("egress queue not drained before removal", "container", c.ID, "err", err)
+			}
+			if _, err := netns.DeleteLink(d.h, ei); err != nil {
+				return fmt.Errorf("egress: delete shaper %s: %w", entry, err)
+			}
+		}
+		rec.c.Egress = egress
+		return nil
+	}
+	created := false
+	if ei == 0 {
+		if ei, err = d.createShaper(c.ID, c.Slot, egress); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		created = true
+	} else {
+		_, exit := ShaperNames(c.ID)
+		xi, err := d.linkIndex(exit)
+		if err != nil {
+			return err
+		}
+		x := tcfilter.ShaperExit{H: d.h, Dev: xi, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, HostIP: d.hostIP(), Slot: c.Slot, Obs: d.cfg.Observer}
+		if err := x.Install(); err != nil {
+			return fmt.Errorf("egress: shaper exit filters: %w", err)
+		}
+		if err := d.shaper(ei).Apply(egress); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
+	vf := d.vethFilters(c.Slot, rec.veth, ei)
+	if err := vf.Retarget(all); err != nil {
+		err = fmt.Errorf("egress: point %s at the shaper: %w", VethName(c.ID), err)
+		if created {
+			back := d.vethFilters(c.Slot, rec.veth, 0)
+			err = errors.Join(err, back.Retarget(all))
+			if _, derr := netns.DeleteLink(d.h, ei); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}
+		return err
+	}
+	rec.via = ei
+	rec.c.Egress = egress
+	return nil
+}
+
+// SetLimits changes the bandwidth limits of a running container (the zero
+// Limit removes one). Connections are not disturbed: a changed limit is an
+// in-place class change; switching egress shaping on or off re-points the
+// veth's redirect actions; a removed limit drains its queue first. On error
+// the previous limits are put back.
+func (d *DataPlane) SetLimits(ctx context.Context, c Container, egress, ingress Limit) error {
+	if err := checkID(c.ID); err != nil {
+		return err
+	}
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.ready(); err != nil {
+		return err
+	}
+	if err := d.checkLimits(egress, ingress); err != nil {
+		return err
+	}
+	rec, ok := d.ctrs[c.ID]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknown, c.ID)
+	}
+	old := rec.c
+	if err := d.applyLimits(rec, egress, ingress); err != nil {
+		err = fmt.Errorf("container %s: %w: %w", c.ID, ErrShaping, err)
+		if rerr := d.applyLimits(rec, old.Egress, old.Ingress); rerr != nil {
+			d.log.Error("rollback of failed limit change incomplete", "container", c.ID, "err", rerr)
+			err = errors.Join(err, rerr)
+		}
+		return err
+	}
+	return nil
+}
+
+// shapeCounters reads one direction's shaping.
+func (d *DataPlane) shapeCounters(link int, l Limit) (ShapeCounters, error) {
+	sc := ShapeCounters{Limit: l}
+	if link == 0 {
+		return sc, nil
+	}
+	st, err := d.shaper(link).Read()
+	if err != nil {
+		return sc, err
+	}
+	sc.Enforced = st.Present
+	sc.Queue = st.Leaf
+	sc.Bytes, sc.Packets, sc.Drops, sc.Overlimits = st.Bytes, st.Packets, st.Drops, st.Overlimits
+	sc.Backlog, sc.QueueLen = st.Backlog, st.QueueLen
+	return sc, nil
+}

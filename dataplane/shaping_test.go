@@ -1,0 +1,426 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/tcfilter"
+)
+
+// ---- a bulk TCP stream with a receive-side meter ----
+
+// stream is one bulk TCP connection sending until stop; n counts what the
+// receiver read.
+type stream struct {
+	n    atomic.Int64
+	err  atomic.Value
+	stop func()
+}
+
+// startStream listens on listen inside to, dials dialAddr from inside
+// from, and sends as fast as the path allows.
+func startStream(t testing.TB, to, from doer, listen, dialAddr string) *stream {
+	t.Helper()
+	var ln net.Listener
+	if err := to.Do(func() (err error) {
+		// A small receive buffer bounds how much a reader that falls
+		// behind (2 busy cores) can catch up on inside a window, which
+		// would inflate a measured rate.
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 256<<10)
+			})
+			return errors.Join(err, serr)
+		}}
+		ln, err = lc.Listen(context.Background(), "tcp", listen)
+		return err
+	}); err != nil {
+		t.Fatalf("listen %s: %v", listen, err)
+	}
+	s := &stream{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		ln.Close()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 256<<10)
+		for {
+			n, err := c.Read(buf)
+			s.n.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var c net.Conn
+	if err := from.Do(func() (err error) {
+		d := net.Dialer{Timeout: 3 * time.Second}
+		c, err = d.Dial("tcp", dialAddr)
+		return err
+	}); err != nil {
+		ln.Close()
+		t.Fatalf("dial %s: %v", dialAddr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		buf := make([]byte, 64<<10)
+		for ctx.Err() == nil {
+			c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, err := c.Write(buf); err != nil && !os.IsTimeout(err) {
+				s.err.Store(err)
+				return
+			}
+		}
+	}()
+	var once atomic.Bool
+	s.stop = func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		cancel()
+		<-sent
+		c.Close()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+		}
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// measure waits skip (HTB's burst, TCP's start), then returns the receive
+// rate over window in bytes/s.
+func (s *stream) measure(skip, window time.Duration) float64 {
+	time.Sleep(skip)
+	t0, n0 := time.Now(), s.n.Load()
+	time.Sleep(window)
+	return float64(s.n.Load()-n0) / time.Since(t0).Seconds()
+}
+
+func (s *stream) failed() error {
+	if e, ok := s.err.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+
+const mbps = 1_000_000.0 // bytes per second in 1 MB/s
+
+// wantRate fails unless r is within 15% of want.
+func wantRate(t *testing.T, what string, r, want float64) {
+	t.Helper()
+	t.Logf("%s: %.3f MB/s (limit %.1f MB/s)", what, r/mbps, want/mbps)
+	if r < want*0.85 || r > want*1.15 {
+		t.Errorf("%s: %.3f MB/s, want %.1f MB/s within 15%%", what, r/mbps, want/mbps)
+	}
+}
+
+// wantFull fails unless r is well above any limit used here.
+func wantFull(t *testing.T, what string, r float64) {
+	t.Helper()
+	t.Logf("%s: %.1f MB/s", what, r/mbps)
+	if r < 20*mbps {
+		t.Errorf("%s: %.2f MB/s, want full speed (> 20 MB/s)", what, r/mbps)
+	}
+}
+
+// deleteAllQdiscs runs, as root inside the container's network namespace,
+// what a hostile process would: delete every qdisc tc can see on every
+// link. It returns what tc shows afterwards.
+func deleteAllQdiscs(t *testing.T, netnsPath string) string {
+	t.Helper()
+	script := `for d in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
+  for q in root clsact ingress; do tc qdisc del dev "$d" $q 2>/dev/null; done
+done
+tc qdisc show`
+	out, err := exec.Command("nsenter", "--net="+netnsPath, "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hostile script: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// shapeState reads a host device's shaping.
+func (e *env) shapeState(d *DataPlane, name string) tcfilter.ShapeState {
+	e.t.Helper()
+	l, err := d.h.LinkByName(name)
+	if err != nil {
+		e.t.Fatalf("link %s: %v", name, err)
+	}
+	st, err := d.shaper(l.Attrs().Index).Read()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+// TestBandwidthLimits measures a container's limits with real TCP through
+// the data plane: egress and ingress at 2 MB/s within 15%, a root process in
+// the container deleting every qdisc it can see, 2 -> 4 MB/s on a live
+// connection, a daemon restart (Adopt) that changes nothing, and removal
+// restoring full speed. Timing-sensitive: one sequential test, ~25 s.
+func TestBandwidthLimits(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	if e.info.LinkSpeed != 10000 || e.info.ShapingQueue == "" {
+		t.Errorf("host info: link speed %d Mbit/s (the sandbox's veth says 10000), shaping queue %q", e.info.LinkSpeed, e.info.ShapingQueue)
+	}
+	p := e.spawn("A", []uint16{31009}, false)
+	c := e.spec("A", p, 1, "40960-41983", "31000-31009", "")
+	c.Egress = Limit{Rate: 2_000_000}
+	e.setup(c)
+	entry, exit := ShaperNames(c.ID)
+	if !e.hasLink(entry) || !e.hasLink(exit) {
+		t.Fatalf("no egress shaper pair %s/%s", entry, exit)
+	}
+	serveIn(t, e.sb.Host, "0.0.0.0:8000", "host")
+	serveIn(t, e.sb.Client, clientAddr(9000), "client")
+
+	// Egress, from the container to the client.
+	eg := startStream(t, e.sb.Client, p, clientAddr(9100), clientAddr(9100))
+	wantRate(t, "egress 2MB/s", eg.measure(time.Second, 2*time.Second), 2*mbps)
+	// every path goes through the shaper and still works
+	for _, nw := range []string{"tcp", "udp"} {
+		mustEcho(t, p, nw, hostAddr(8000), "host")
+		mustEcho(t, p, nw, loAddr(8000), "host")
+		mustEcho(t, p, nw, clientAddr(9000), "client")
+	}
+
+	// A root process in the container deletes every qdisc it can see.
+	if left := deleteAllQdiscs(t, p.NetNS); strings.Contains(left, "clsact") || strings.Contains(left, "htb") {
+		t.Errorf("qdiscs left in the container:\n%s", left)
+	}
+	wantRate(t, "egress 2MB/s after the container deleted its qdiscs", eg.measure(500*time.Millisecond, 2*time.Second), 2*mbps)
+
+	// 2 -> 4 MB/s on the live connection.
+	c.Egress = Limit{Rate: 4_000_000}
+	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
+		t.Fatal(err)
+	}
+	wantRate(t, "egress 4MB/s on the same connection", eg.measure(500*time.Millisecond, 2*time.Second), 4*mbps)
+
+	// A restarted daemon adopts the container without touching its
+	// shaping: the qdisc's counters go on, the rate stays.
+	before := e.shapeState(e.d, entry)
+	filters := e.tcShow(VethName(c.ID))
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Adopt(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	after := e.shapeState(d2, entry)
+	if !after.Present || after.Packets < before.Packets || after.Limit().Rate != 4_000_000 {
+		t.Errorf("after restart: %+v (before %d packets): the shaping was recreated or changed", after, before.Packets)
+	}
+	if got := e.tcShow(VethName(c.ID)); got != filters {
+		t.Errorf("restart changed the veth filters:\n%s", lineDiff(filters, got))
+	}
+	wantRate(t, "egress 4MB/s after a restart", eg.measure(200*time.Millisecond, 2*time.Second), 4*mbps)
+	e.d = d2
+
+	// Usage figures.
+	st, err := e.d.Stats(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Egress.Limit.Rate != 4_000_000 || !st.Egress.Enforced || st.Egress.Bytes == 0 || st.Egress.Overlimits == 0 || st.Ingress.Limit.Rate != 0 {
+		t.Errorf("Stats shaping: egress %+v ingress %+v", st.Egress, st.Ingress)
+	}
+
+	// Removing the limit: full speed on the same connection, no pair left.
+	c.Egress = Limit{}
+	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
+		t.Fatal(err)
+	}
+	wantFull(t, "egress after removing the limit", eg.measure(500*time.Millisecond, time.Second))
+	if err := eg.failed(); err != nil {
+		t.Errorf("the egress connection broke: %v", err)
+	}
+	eg.stop()
+	if e.hasLink(entry) || e.hasLink(exit) {
+		t.Error("the shaper pair survived the removal of the limit")
+	}
+	if f := e.tcShow(VethName(c.ID)); strings.Contains(f, entry) {
+		t.Errorf("veth filters still point at the shaper:\n%s", f)
+	}
+
+	// Switching egress shaping on under a live full-speed connection.
+	s1 := startStream(t, e.sb.Client, p, clientAddr(9101), clientAddr(9101))
+	wantFull(t, "egress unlimited", s1.measure(300*time.Millisecond, 700*time.Millisecond))
+	c.Egress = Limit{Rate: 2_000_000}
+	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
+		t.Fatal(err)
+	}
+	if r := s1.measure(time.Second, time.Second); r == 0 || s1.failed() != nil {
+		t.Errorf("a live connection stalled or broke when the egress limit was switched on: %.0f B/s, %v", r, s1.failed())
+	}
+	s1.stop()
+	c.Egress = Limit{}
+
+	// Ingress, from the client to the container's port 31001.
+	c.Ingress = Limit{Rate: 2_000_000}
+	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
+		t.Fatal(err)
+	}
+	if e.hasLink(entry) {
+		t.Error("the egress shaper pair survived")
+	}
+	in := startStream(t, p, e.sb.Client, "0.0.0.0:31001", hostAddr(31001))
+	wantRate(t, "ingress 2MB/s", in.measure(time.Second, 2*time.Second), 2*mbps)
+	c.Ingress = Limit{Rate: 4_000_000}
+	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
+		t.Fatal(err)
+	}
+	wantRate(t, "ingress 4MB/s on the same connection", in.measure(500*time.Millisecond, 2*time.Second), 4*mbps)
+	if st, err := e.d.Stats(ctx, c); err != nil || !st.Ingress.Enforced || st.Ingress.Overlimits == 0 || st.Ingress.Bytes == 0 {
+		t.Errorf("Stats ingress shaping: %+v, %v", st.Ingress, err)
+	}
+	c.Ingress = Limit{}
+	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
+		t.Fatal(err)
+	}
+	wantFull(t, "ingress after removing the limit", in.measure(500*time.Millisecond, time.Second))
+	if err := in.failed(); err != nil {
+		t.Errorf("the ingress connection broke: %v", err)
+	}
+	if st := e.shapeState(e.d, VethName(c.ID)); st.RootKind == "htb" {
+		t.Error("HTB left on the veth")
+	}
+}
+
+// TestLimitsLifecycle covers the limits' plumbing without timing: setup
+// with both limits, bad limits, setup rollback, teardown, repair by Adopt
+// and stray shaper pairs.
+func TestLimitsLifecycle(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	p := e.spawn("A", []uint16{31000}, false)
+	c := e.spec("A", p, 1, "40960-41983", "31000-31009", "")
+	c.Egress = Limit{Rate: 3_000_000, Ceil: 6_000_000, Burst: 500_000}
+	c.Ingress = Limit{Rate: 5_000_000}
+	entry, exit := ShaperNames(c.ID)
+
+	// bad limits are refused before anything is done
+	before := e.hostState()
+	bad := c
+	bad.Egress = Limit{Rate: 2_000_000, Ceil: 1_000_000}
+	if _, err := e.d.Setup(ctx, bad); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Setup with ceil < rate: %v, want ErrInvalid", err)
+	}
+	// a failure after the shaper was made leaves nothing
+	e.d.hook = func(s string) error {
+		if s == "limits" {
+			return errors.New("injected")
+		}
+		return nil
+	}
+	e.cleanupMount(c.ID)
+	if _, err := e.d.Setup(ctx, c); err == nil {
+		t.Fatal("Setup with an injected failure succeeded")
+	}
+	e.d.hook = nil
+	if after := e.hostState(); after != before {
+		t.Errorf("refused or failed setups left host changes:\n%s", lineDiff(before, after))
+	}
+
+	e.setup(c)
+	sh := e.sb.Host.Run(t, "tc", "class", "show", "dev", entry) + e.sb.Host.Run(t, "tc", "class", "show", "dev", VethName(c.ID))
+	for _, want := range []string{"rate 24Mbit ceil 48Mbit burst 49999", "rate 40Mbit ceil 40Mbit"} {
+		if !strings.Contains(sh, want) {
+			t.Errorf("tc classes lack %q:\n%s", want, sh)
+		}
+	}
+	if f := e.tcShow(exit); !strings.Contains(f, "to device eth0") || !strings.Contains(f, "to device lo") {
+		t.Errorf("shaper exit filters:\n%s", f)
+	}
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+	mustEcho(t, e.sb.Host, "udp", loAddr(31000), "A")
+
+	// limits refused by SetLimits change nothing
+	if err := e.d.SetLimits(ctx, c, Limit{Rate: 10}, c.Ingress); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetLimits(10 B/s): %v, want ErrInvalid", err)
+	}
+	if err := e.d.SetLimits(ctx, Container{ID: "nobody"}, Limit{}, Limit{}); !errors.Is(err, ErrUnknown) {
+		t.Errorf("SetLimits of an unknown container: %v", err)
+	}
+
+	// Something deletes the shaper pair and the veth's HTB: the next daemon
+	// finds and repairs both in place (the veth and its filters stay).
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.sb.Host.Run(t, "ip", "link", "del", entry)
+	e.sb.Host.Run(t, "tc", "qdisc", "del", "dev", VethName(c.ID), "root")
+	if st := e.shapeState(e.d, VethName(c.ID)); st.RootKind == "htb" {
+		t.Fatal("the veth's HTB is still there")
+	}
+	if err := d2.Adopt(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	e.d = d2
+	if !e.hasLink(entry) {
+		t.Fatal("Adopt did not recreate the shaper pair")
+	}
+	if ok, err := d2.shaper(e.linkIdx(entry)).InSync(c.Egress); !ok || err != nil {
+		t.Errorf("egress not in sync after Adopt: %v %v", ok, err)
+	}
+	if ok, err := d2.shaper(e.linkIdx(VethName(c.ID))).InSync(c.Ingress); !ok || err != nil {
+		t.Errorf("ingress not in sync after Adopt: %v %v", ok, err)
+	}
+	if f := e.tcShow(VethName(c.ID)); !strings.Contains(f, "to device "+entry) {
+		t.Errorf("veth filters do not point at the new shaper:\n%s", f)
+	}
+	mustEcho(t, p, "tcp", hostAddr(31000), "A") // container -> itself via host lo, through the shaper
+	mustEcho(t, e.sb.Client, "udp", hostAddr(31000), "A")
+
+	// A stray pair (a container that is gone) is removed with the strays.
+	strayEntry, _ := ShaperNames("gone-container")
+	e.sb.Host.Run(t, "ip", "link", "add", strayEntry, "type", "veth", "peer", "name", "isy"+strayEntry[3:])
+	removed, err := e.d.RemoveStrays(ctx, []Container{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(removed, "egress shaper "+strayEntry) || !e.hasLink(entry) || e.hasLink(strayEntry) {
+		t.Errorf("RemoveStrays removed %v; stray left %v, own left %v", removed, e.hasLink(strayEntry), e.hasLink(entry))
+	}
+
+	// Teardown removes the pair.
+	rep, err := e.d.Teardown(ctx, c)
+	if err != nil || len(rep.Missing) != 0 {
+		t.Fatalf("Teardown: %v %v", rep, err)
+	}
+	if e.hasLink(entry) || e.hasLink(exit) {
+		t.Error("the shaper pair survived the teardown")
+	}
+}
+
+func (e *env) linkIdx(name string) int {
+	e.t.Helper()
+	l, err := e.d.h.LinkByName(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l.Attrs().Index
+}
