@@ -34,6 +34,7 @@ type DataPlane interface {
 	PrepareHost(ctx context.Context) (dataplane.HostInfo, error)
 	Setup(ctx context.Context, c dataplane.Container) (dataplane.Plumbing, error)
 	SetPorts(ctx context.Context, c dataplane.Container, ports, shared ephemeral.Set) error
+	SetLimits(ctx context.Context, c dataplane.Container, egress, ingress dataplane.Limit) error
 	Stats(ctx context.Context, c dataplane.Container) (dataplane.LinkStats, error)
 	Teardown(ctx context.Context, c dataplane.Container) (dataplane.TeardownReport, error)
 	Check(ctx context.Context, c dataplane.Container) ([]string, error)
@@ -74,6 +75,10 @@ type Record struct {
 	Veth      string `json:"veth,omitempty"`
 	Mount     string `json:"mount,omitempty"`
 
+	// Bandwidth limits in force (zero: none), see limits.go.
+	Egress  dataplane.Limit `json:"egress_limit,omitzero"`
+	Ingress dataplane.Limit `json:"ingress_limit,omitzero"`
+
 	// While State == updating: the ports being moved to.
 	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
 	NewShared *ephemeral.Set `json:"new_shared,omitempty"`
@@ -92,6 +97,9 @@ type Config struct {
 	ProcRoot string
 	// Observer receives lifecycle events (metrics); may be nil.
 	Observer Observer
+	// Egress and Ingress are the bandwidth limits of containers whose
+	// Prepare gives none (zero: no limit).
+	Egress, Ingress dataplane.Limit
 }
 
 // Observer receives lifecycle events, for metrics. Implementations must be
@@ -262,14 +270,39 @@ func (s *Isolator) Prepare(ctx context.Context, id string, ports []PortSpec) (Re
 // example the CNI network it belongs to). Labels are not part of the
 // idempotency check.
 func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSpec, labels map[string]string) (_ Record, err error) {
+	return s.PrepareWith(ctx, id, PrepareOptions{Ports: ports, Labels: labels})
+}
+
+// PrepareOptions is what a Prepare asks for.
+type PrepareOptions struct {
+	Ports  []PortSpec
+	Labels map[string]string
+	// Egress and Ingress are the container's bandwidth limits; nil takes
+	// the daemon's default (Config.Egress, Config.Ingress).
+	Egress, Ingress *LimitSpec
+}
+
+// PrepareWith is Prepare with labels and bandwidth limits. Repeating it
+// returns the same container when the ports, and the limits it gives, are
+// the same; labels are not compared.
+func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions) (_ Record, err error) {
 	defer s.observe("prepare", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return Record{}, err
 	}
+	labels := o.Labels
 	if err := validateLabels(labels); err != nil {
 		return Record{}, err
 	}
-	excl, shared, err := ParsePorts("ports", ports)
+	excl, shared, err := ParsePorts("ports", o.Ports)
+	if err != nil {
+		return Record{}, err
+	}
+	eg, err := s.resolveLimit("egress_limit", o.Egress, s.cfg.Egress)
+	if err != nil {
+		return Record{}, err
+	}
+	in, err := s.resolveLimit("ingress_limit", o.Ingress, s.cfg.Ingress)
 	if err != nil {
 		return Record{}, err
 	}
@@ -279,10 +312,16 @@ func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSp
 	s.mu.Lock()
 	if r, ok := s.records[id]; ok {
 		s.mu.Unlock()
-		if r.Ports.Equal(excl) && r.Shared.Equal(shared) {
+		samePorts := r.Ports.Equal(excl) && r.Shared.Equal(shared)
+		sameLimits := (o.Egress == nil || r.Egress == eg) && (o.Ingress == nil || r.Ingress == in)
+		switch {
+		case samePorts && sameLimits:
 			return *r, nil
+		case !samePorts:
+			return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", id, portsString(r.Ports, r.Shared), portsString(excl, shared))
 		}
-		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", id, portsString(r.Ports, r.Shared), portsString(excl, shared))
+		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with egress limit %s and ingress limit %s (asked for %s and %s; Update changes limits)",
+			id, LimitString(r.Egress), LimitString(r.Ingress), LimitString(eg), LimitString(in))
 	}
 	// The ports first: a conflict says more than an exhausted pool.
 	if err := s.ledger.Reserve(id, ephemeral.Request{Exclusive: excl, Shared: shared}); err != nil {
@@ -305,7 +344,8 @@ func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSp
 		}
 		return Record{}, wrapf(codes.Internal, err, "allocate ephemeral block")
 	}
-	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels}
+	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels,
+		Egress: eg, Ingress: in}
 	s.records[id] = r
 	rec := *r
 	s.mu.Unlock()
@@ -316,7 +356,8 @@ func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSp
 		s.mu.Unlock()
 		return Record{}, wrapf(codes.Internal, err, "persist container %s", id)
 	}
-	s.log.Info("prepared", "container_id", id, "ephemeral_ports", block.String(), "ports", portsString(excl, shared), "slot", slot)
+	s.log.Info("prepared", "container_id", id, "ephemeral_ports", block.String(), "ports", portsString(excl, shared), "slot", slot,
+		"egress_limit", LimitString(eg), "ingress_limit", LimitString(in))
 	return rec, nil
 }
 
@@ -454,18 +495,55 @@ func (s *Isolator) container(r *Record) dataplane.Container {
 	if r.Mount != "" {
 		ns = r.Mount
 	}
-	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared}
+	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared,
+		Egress: r.Egress, Ingress: r.Ingress}
 }
 
 // Update changes the static ports of a container, all or nothing.
 func (s *Isolator) Update(ctx context.Context, id string, ports []PortSpec) (_ Record, err error) {
+	return s.UpdateWith(ctx, id, UpdateOptions{Ports: ports})
+}
+
+// UpdateOptions is what an Update changes.
+type UpdateOptions struct {
+	// Ports is the complete new list of static ports, unless KeepPorts:
+	// then the ports stay as they are and Ports must be empty.
+	Ports     []PortSpec
+	KeepPorts bool
+	// Egress and Ingress are new bandwidth limits; nil keeps the current
+	// one, a zero Rate removes it.
+	Egress, Ingress *LimitSpec
+}
+
+// UpdateWith changes the static ports and/or the bandwidth limits of a
+// container, all or nothing: the limits first (in place, see
+// dataplane.SetLimits), then the ports; if the ports fail, the limits are
+// put back.
+func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (_ Record, err error) {
 	defer s.observe("update", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return Record{}, err
 	}
-	excl, shared, err := ParsePorts("ports", ports)
+	if o.KeepPorts && len(o.Ports) > 0 {
+		return Record{}, errorf(codes.InvalidArgument, "ports: must be empty when keep_ports is set")
+	}
+	excl, shared, err := ParsePorts("ports", o.Ports)
 	if err != nil {
 		return Record{}, err
+	}
+	var eg, in *dataplane.Limit
+	for _, x := range []struct {
+		field string
+		spec  *LimitSpec
+		out   **dataplane.Limit
+	}{{"egress_limit", o.Egress, &eg}, {"ingress_limit", o.Ingress, &in}} {
+		if x.spec != nil {
+			l, err := ParseLimit(x.field, *x.spec, s.host)
+			if err != nil {
+				return Record{}, err
+			}
+			*x.out = &l
+		}
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
@@ -477,14 +555,71 @@ func (s *Isolator) Update(ctx context.Context, id string, ports []PortSpec) (_ R
 		return Record{}, errorf(codes.NotFound, "container_id: %s is not known", id)
 	}
 	cur := *r
-	if cur.Ports.Equal(excl) && cur.Shared.Equal(shared) {
-		s.mu.Unlock()
+	s.mu.Unlock()
+	if o.KeepPorts {
+		excl, shared = cur.Ports, cur.Shared
+	}
+	newEg, newIn := cur.Egress, cur.Ingress
+	if eg != nil {
+		newEg = *eg
+	}
+	if in != nil {
+		newIn = *in
+	}
+	samePorts := cur.Ports.Equal(excl) && cur.Shared.Equal(shared)
+	sameLimits := newEg == cur.Egress && newIn == cur.Ingress
+	if samePorts && sameLimits {
 		return cur, nil
 	}
 	if cur.State != StatePrepared && cur.State != StateIsolated {
-		s.mu.Unlock()
 		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is %s", id, cur.State)
 	}
+	if sameLimits {
+		return s.updatePorts(ctx, cur, excl, shared)
+	}
+	next, err := s.updateLimits(ctx, cur, newEg, newIn)
+	if err != nil || samePorts {
+		return next, err
+	}
+	done, err := s.updatePorts(ctx, next, excl, shared)
+	if err != nil {
+		if _, rerr := s.updateLimits(ctx, next, cur.Egress, cur.Ingress); rerr != nil {
+			s.log.Error("put the limits back after a failed port update", "container_id", id, "err", rerr)
+		}
+		return Record{}, err
+	}
+	return done, nil
+}
+
+// updateLimits sets a container's limits; the per-container lock is held.
+// The new limits are persisted before the kernel changes: a daemon killed
+// in between finds them in the record, and recovery (Adopt) brings the
+// kernel to them.
+func (s *Isolator) updateLimits(ctx context.Context, cur Record, eg, in dataplane.Limit) (Record, error) {
+	next := cur
+	next.Egress, next.Ingress = eg, in
+	if err := s.commit(&next); err != nil {
+		return Record{}, err
+	}
+	if cur.State == StateIsolated {
+		s.at("limits:intent")
+		if err := s.dp.SetLimits(ctx, s.container(&next), eg, in); err != nil {
+			back := cur
+			if perr := s.commit(&back); perr != nil {
+				s.log.Error("persist rollback", "container_id", cur.ID, "err", perr)
+			}
+			return Record{}, wrapf(codes.Internal, err, "update bandwidth limits of %s", cur.ID)
+		}
+	}
+	s.log.Info("updated", "container_id", cur.ID, "egress_limit", LimitString(eg), "ingress_limit", LimitString(in))
+	return next, nil
+}
+
+// updatePorts changes a container's static ports; the per-container lock is
+// held.
+func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared ephemeral.Set) (Record, error) {
+	id := cur.ID
+	s.mu.Lock()
 	// Hold old ∪ new while the kernel moves over, so no other container can
 	// take a port whose filters still point here.
 	hold := ephemeral.Request{Exclusive: cur.Ports.Union(excl), Shared: cur.Shared.Union(shared).Subtract(cur.Ports.Union(excl))}
@@ -656,6 +791,8 @@ type Status struct {
 	ExclusivePorts, SharedPorts ephemeral.Set // static ports held
 	Containers                  map[State]int
 	Host                        dataplane.HostInfo
+	// Bandwidth limits of containers that ask for none.
+	DefaultEgress, DefaultIngress dataplane.Limit
 }
 
 // Status returns capacities, holdings and the host the data plane found.
@@ -671,6 +808,7 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		ManagedPorts:  s.cfg.ManagedPorts,
 		Containers:    map[State]int{},
 		Host:          s.host,
+		DefaultEgress: s.cfg.Egress, DefaultIngress: s.cfg.Ingress,
 	}
 	for _, r := range s.records {
 		st.Containers[r.State]++

@@ -2,7 +2,9 @@ package isolator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -33,6 +35,9 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		return rep, fmt.Errorf("prepare host: %w", err)
 	}
 	s.host = host
+	if err := s.checkDefaults(); err != nil {
+		return rep, fmt.Errorf("bandwidth limits: %v", err)
+	}
 
 	recs, err := s.store.load()
 	if err != nil {
@@ -144,8 +149,8 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 			if err := s.commit(r); err != nil {
 				return false, err
 			}
-			if err := s.dp.Adopt(ctx, s.container(r)); err != nil {
-				return false, fmt.Errorf("adopt %s: %w", r.ID, err)
+			if err := s.adopt(ctx, s.container(r), log); err != nil {
+				return false, err
 			}
 			rep.Finished++
 			log.Info("recover: isolate intent found complete; kept")
@@ -166,8 +171,8 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 		// Roll forward: the data plane brings the kernel to the new ports
 		// from wherever the interrupted update left it.
 		newP, newS := *r.NewPorts, *r.NewShared
-		if err := s.dp.Adopt(ctx, c); err != nil {
-			return false, fmt.Errorf("adopt %s: %w", r.ID, err)
+		if err := s.adopt(ctx, c, log); err != nil {
+			return false, err
 		}
 		if err := s.dp.SetPorts(ctx, c, newP, newS); err != nil {
 			log.Warn("recover: rolling the update forward failed; rolling back", "err", err)
@@ -195,8 +200,8 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 			return false, fmt.Errorf("check %s: %w", r.ID, err)
 		}
 		if len(missing) == 0 {
-			if err := s.dp.Adopt(ctx, c); err != nil {
-				return false, fmt.Errorf("adopt %s: %w", r.ID, err)
+			if err := s.adopt(ctx, c, log); err != nil {
+				return false, err
 			}
 			rep.Kept++
 			log.Info("recover: plumbing complete; kept")
@@ -226,6 +231,21 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 		log.Info("recover: plumbing incomplete; re-plumbed", "missing", strings.Join(missing, ", "))
 		return true, nil
 	}
+}
+
+// adopt registers a kept container with the data plane. Its bandwidth
+// limits are put back in force there when they are not; if that fails the
+// container is still kept (its traffic flows) and the failure is logged.
+func (s *Isolator) adopt(ctx context.Context, c dataplane.Container, log *slog.Logger) error {
+	err := s.dp.Adopt(ctx, c)
+	if errors.Is(err, dataplane.ErrShaping) {
+		log.Error("recover: bandwidth limits not in force", "egress_limit", LimitString(c.Egress), "ingress_limit", LimitString(c.Ingress), "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w", c.ID, err)
+	}
+	return nil
 }
 
 // finishCleanup tears down (idempotently), deletes the record and releases

@@ -35,11 +35,18 @@ type DataPlane struct {
 	FailNext map[string]error // op -> error returned once
 	Missing  map[string][]string
 	calls    []string
+	// Limits are the bandwidth limits last given for each container by
+	// Setup, SetLimits or Adopt: [egress, ingress].
+	Limits map[string][2]dataplane.Limit
+	// Host is what PrepareHost reports besides the names and HostIno
+	// (LinkSpeed, Features).
+	Host dataplane.HostInfo
 }
 
 // New returns an empty fake data plane.
 func New() *DataPlane {
-	return &DataPlane{Plumbed: map[string]dataplane.Container{}, portOwn: map[uint16][]string{}, FailNext: map[string]error{}, Missing: map[string][]string{}}
+	return &DataPlane{Plumbed: map[string]dataplane.Container{}, portOwn: map[uint16][]string{}, FailNext: map[string]error{}, Missing: map[string][]string{},
+		Limits: map[string][2]dataplane.Limit{}}
 }
 
 func (f *DataPlane) record(op, id string) error {
@@ -54,7 +61,9 @@ func (f *DataPlane) record(op, id string) error {
 func (f *DataPlane) PrepareHost(ctx context.Context) (dataplane.HostInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return dataplane.HostInfo{Eth0: "eth0", Lo: "lo", NetNSIno: f.HostIno}, f.record("prepare-host", "")
+	h := f.Host
+	h.Eth0, h.Lo, h.NetNSIno = "eth0", "lo", f.HostIno
+	return h, f.record("prepare-host", "")
 }
 
 func (f *DataPlane) setPortsLocked(c dataplane.Container, ports, shared ephemeral.Set) {
@@ -76,6 +85,7 @@ func (f *DataPlane) Setup(ctx context.Context, c dataplane.Container) (dataplane
 	}
 	f.Plumbed[c.ID] = c
 	f.setPortsLocked(c, c.Ports, c.Shared)
+	f.Limits[c.ID] = [2]dataplane.Limit{c.Egress, c.Ingress}
 	return dataplane.Plumbing{Veth: "iso-" + c.ID, Mount: f.MountPath(c.ID)}, nil
 }
 
@@ -94,10 +104,37 @@ func (f *DataPlane) SetPorts(ctx context.Context, c dataplane.Container, ports, 
 	return nil
 }
 
+func (f *DataPlane) SetLimits(ctx context.Context, c dataplane.Container, egress, ingress dataplane.Limit) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("setlimits", c.ID); err != nil {
+		return err
+	}
+	p, ok := f.Plumbed[c.ID]
+	if !ok {
+		return errors.New("not plumbed")
+	}
+	p.Egress, p.Ingress = egress, ingress
+	f.Plumbed[c.ID] = p
+	f.Limits[c.ID] = [2]dataplane.Limit{egress, ingress}
+	return nil
+}
+
 func (f *DataPlane) Stats(ctx context.Context, c dataplane.Container) (dataplane.LinkStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return dataplane.LinkStats{RxBytes: 100, TxBytes: 200}, f.record("stats", c.ID)
+	st := dataplane.LinkStats{RxBytes: 100, TxBytes: 200}
+	if p, ok := f.Plumbed[c.ID]; ok {
+		for _, x := range []struct {
+			l   dataplane.Limit
+			out *dataplane.ShapeCounters
+		}{{p.Egress, &st.Egress}, {p.Ingress, &st.Ingress}} {
+			if !x.l.IsZero() {
+				*x.out = dataplane.ShapeCounters{Limit: x.l, Enforced: true, Queue: "bfifo", Bytes: 1000, Packets: 10, Drops: 1, Overlimits: 5}
+			}
+		}
+	}
+	return st, f.record("stats", c.ID)
 }
 
 func (f *DataPlane) Teardown(ctx context.Context, c dataplane.Container) (dataplane.TeardownReport, error) {
@@ -149,7 +186,11 @@ func (f *DataPlane) Check(ctx context.Context, c dataplane.Container) ([]string,
 func (f *DataPlane) Adopt(ctx context.Context, c dataplane.Container) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.record("adopt", c.ID)
+	if err := f.record("adopt", c.ID); err != nil {
+		return err
+	}
+	f.Limits[c.ID] = [2]dataplane.Limit{c.Egress, c.Ingress}
+	return nil
 }
 
 func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
@@ -182,4 +223,11 @@ func (f *DataPlane) Owners() map[uint16][]string {
 		out[p] = append([]string(nil), ids...)
 	}
 	return out
+}
+
+// Calls returns the operations made so far ("setup c1", "setlimits c1", ...).
+func (f *DataPlane) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
 }
