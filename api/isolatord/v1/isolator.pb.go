@@ -9,6 +9,12 @@
 // traffic; Cleanup undoes everything and releases the ports. Get, List and
 // Status only read.
 //
+// Bandwidth: each container may have an egress limit (what it sends) and an
+// ingress limit (what it receives), enforced on the host side (HTB on host
+// devices), so nothing inside the container can lift them. Prepare takes
+// the daemon's defaults unless it gives limits; Update changes them on a
+// running container without disturbing its connections.
+//
 // Port numbers travel as uint32 so that a value above 65535 reaches the
 // server, which rejects it with INVALID_ARGUMENT naming the field, instead of
 // being silently truncated. All port ranges are inclusive: {begin: 31000,
@@ -169,6 +175,77 @@ func (x *PortRange) GetShared() bool {
 	return false
 }
 
+// BandwidthLimit limits one direction of a container's traffic. Rates are in
+// bytes per second and count what the kernel's queue counts (Ethernet frames
+// without FCS: TCP goodput is ~4% lower at MTU 1500). Values are signed so
+// that a negative one reaches the daemon, which refuses it naming the field.
+type BandwidthLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sustained rate in bytes per second; 0 = no limit. When set: at least
+	// 1000, at most the host interface's link speed when its driver reports
+	// one.
+	Rate int64 `protobuf:"varint,1,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Bytes that may pass above the rate after an idle time (the token
+	// bucket's size); 0 = the default, 10 ms at the rate and at least 64 KiB.
+	Burst int64 `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Peak rate in bytes per second while bursting; 0 = line speed. At least
+	// the rate.
+	Ceil          int64 `protobuf:"varint,3,opt,name=ceil,proto3" json:"ceil,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BandwidthLimit) Reset() {
+	*x = BandwidthLimit{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BandwidthLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BandwidthLimit) ProtoMessage() {}
+
+func (x *BandwidthLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BandwidthLimit.ProtoReflect.Descriptor instead.
+func (*BandwidthLimit) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BandwidthLimit) GetRate() int64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *BandwidthLimit) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *BandwidthLimit) GetCeil() int64 {
+	if x != nil {
+		return x.Ceil
+	}
+	return 0
+}
+
 // EphemeralRange is a container's ephemeral port block, inclusive; its size
 // is a power of two and begin is a multiple of the size.
 type EphemeralRange struct {
@@ -181,7 +258,7 @@ type EphemeralRange struct {
 
 func (x *EphemeralRange) Reset() {
 	*x = EphemeralRange{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[1]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -193,7 +270,7 @@ func (x *EphemeralRange) String() string {
 func (*EphemeralRange) ProtoMessage() {}
 
 func (x *EphemeralRange) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[1]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -206,7 +283,7 @@ func (x *EphemeralRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EphemeralRange.ProtoReflect.Descriptor instead.
 func (*EphemeralRange) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{1}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EphemeralRange) GetBegin() uint32 {
@@ -248,14 +325,17 @@ type Container struct {
 	IsolatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=isolated_at,json=isolatedAt,proto3" json:"isolated_at,omitempty"`
 	// Labels given to Prepare, e.g. {"cni.network": "isolator"} from the CNI
 	// plugin, so that a runtime can find its own containers.
-	Labels        map[string]string `protobuf:"bytes,11,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,11,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Bandwidth limits in force; unset when there is none.
+	EgressLimit   *BandwidthLimit `protobuf:"bytes,12,opt,name=egress_limit,json=egressLimit,proto3" json:"egress_limit,omitempty"`
+	IngressLimit  *BandwidthLimit `protobuf:"bytes,13,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
 	*x = Container{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[2]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +347,7 @@ func (x *Container) String() string {
 func (*Container) ProtoMessage() {}
 
 func (x *Container) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[2]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +360,7 @@ func (x *Container) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Container.ProtoReflect.Descriptor instead.
 func (*Container) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{2}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Container) GetContainerId() string {
@@ -360,6 +440,20 @@ func (x *Container) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Container) GetEgressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.EgressLimit
+	}
+	return nil
+}
+
+func (x *Container) GetIngressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.IngressLimit
+	}
+	return nil
+}
+
 type PrepareRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required, non-empty.
@@ -367,6 +461,12 @@ type PrepareRequest struct {
 	// Static ports the container wants. May be empty. Ranges must lie in the
 	// daemon's managed static ports and must not overlap each other.
 	Ports []*PortRange `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	// Bandwidth limit on what the container sends; unset takes the daemon's
+	// default (--egress-rate-limit), a rate of 0 means none.
+	EgressLimit *BandwidthLimit `protobuf:"bytes,3,opt,name=egress_limit,json=egressLimit,proto3" json:"egress_limit,omitempty"`
+	// Bandwidth limit on what the container receives; unset takes the
+	// daemon's default (--ingress-rate-limit), a rate of 0 means none.
+	IngressLimit *BandwidthLimit `protobuf:"bytes,4,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"` // Field numbers 5-9 are kept for more per-container limits.
 	// Free-form labels stored with the container (keys and values at most 253
 	// characters, at most 32 labels); not part of the idempotency check.
 	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -376,7 +476,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[3]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +488,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[3]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +501,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{3}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PrepareRequest) GetContainerId() string {
@@ -414,6 +514,20 @@ func (x *PrepareRequest) GetContainerId() string {
 func (x *PrepareRequest) GetPorts() []*PortRange {
 	if x != nil {
 		return x.Ports
+	}
+	return nil
+}
+
+func (x *PrepareRequest) GetEgressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.EgressLimit
+	}
+	return nil
+}
+
+func (x *PrepareRequest) GetIngressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.IngressLimit
 	}
 	return nil
 }
@@ -434,7 +548,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[4]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +560,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[4]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +573,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{4}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PrepareResponse) GetContainer() *Container {
@@ -486,7 +600,7 @@ type IsolateRequest struct {
 
 func (x *IsolateRequest) Reset() {
 	*x = IsolateRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[5]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +612,7 @@ func (x *IsolateRequest) String() string {
 func (*IsolateRequest) ProtoMessage() {}
 
 func (x *IsolateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[5]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +625,7 @@ func (x *IsolateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolateRequest.ProtoReflect.Descriptor instead.
 func (*IsolateRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{5}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IsolateRequest) GetContainerId() string {
@@ -574,7 +688,7 @@ type IsolateResponse struct {
 
 func (x *IsolateResponse) Reset() {
 	*x = IsolateResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[6]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +700,7 @@ func (x *IsolateResponse) String() string {
 func (*IsolateResponse) ProtoMessage() {}
 
 func (x *IsolateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[6]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +713,7 @@ func (x *IsolateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolateResponse.ProtoReflect.Descriptor instead.
 func (*IsolateResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{6}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IsolateResponse) GetContainer() *Container {
@@ -613,15 +727,23 @@ type UpdateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required: an existing container.
 	ContainerId string `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	// The complete new list of static ports; an empty list releases them all.
-	Ports         []*PortRange `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"` // Field numbers 3-9 are kept for rate limits, as in PrepareRequest.
+	// The complete new list of static ports; an empty list releases them all
+	// (unless keep_ports).
+	Ports []*PortRange `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	// New bandwidth limits; unset keeps the current one, a rate of 0 removes
+	// it. A change takes effect on live connections.
+	EgressLimit  *BandwidthLimit `protobuf:"bytes,3,opt,name=egress_limit,json=egressLimit,proto3" json:"egress_limit,omitempty"`
+	IngressLimit *BandwidthLimit `protobuf:"bytes,4,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"`
+	// Leave the static ports as they are (ports must then be empty): for an
+	// Update that only changes limits.
+	KeepPorts     bool `protobuf:"varint,5,opt,name=keep_ports,json=keepPorts,proto3" json:"keep_ports,omitempty"` // Field numbers 6-9 are kept for more per-container limits.
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateRequest) Reset() {
 	*x = UpdateRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[7]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +755,7 @@ func (x *UpdateRequest) String() string {
 func (*UpdateRequest) ProtoMessage() {}
 
 func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[7]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +768,7 @@ func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{7}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateRequest) GetContainerId() string {
@@ -663,6 +785,27 @@ func (x *UpdateRequest) GetPorts() []*PortRange {
 	return nil
 }
 
+func (x *UpdateRequest) GetEgressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.EgressLimit
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetIngressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.IngressLimit
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetKeepPorts() bool {
+	if x != nil {
+		return x.KeepPorts
+	}
+	return false
+}
+
 type UpdateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Container     *Container             `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
@@ -672,7 +815,7 @@ type UpdateResponse struct {
 
 func (x *UpdateResponse) Reset() {
 	*x = UpdateResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[8]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +827,7 @@ func (x *UpdateResponse) String() string {
 func (*UpdateResponse) ProtoMessage() {}
 
 func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[8]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +840,7 @@ func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{8}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateResponse) GetContainer() *Container {
@@ -716,7 +859,7 @@ type UsageRequest struct {
 
 func (x *UsageRequest) Reset() {
 	*x = UsageRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[9]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +871,7 @@ func (x *UsageRequest) String() string {
 func (*UsageRequest) ProtoMessage() {}
 
 func (x *UsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[9]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +884,7 @@ func (x *UsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageRequest.ProtoReflect.Descriptor instead.
 func (*UsageRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{9}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UsageRequest) GetContainerId() string {
@@ -769,7 +912,7 @@ type TrafficStats struct {
 
 func (x *TrafficStats) Reset() {
 	*x = TrafficStats{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[10]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +924,7 @@ func (x *TrafficStats) String() string {
 func (*TrafficStats) ProtoMessage() {}
 
 func (x *TrafficStats) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[10]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +937,7 @@ func (x *TrafficStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficStats.ProtoReflect.Descriptor instead.
 func (*TrafficStats) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{10}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TrafficStats) GetRxBytes() uint64 {
@@ -869,7 +1012,7 @@ type RttPercentiles struct {
 
 func (x *RttPercentiles) Reset() {
 	*x = RttPercentiles{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[11]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1024,7 @@ func (x *RttPercentiles) String() string {
 func (*RttPercentiles) ProtoMessage() {}
 
 func (x *RttPercentiles) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[11]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1037,7 @@ func (x *RttPercentiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RttPercentiles.ProtoReflect.Descriptor instead.
 func (*RttPercentiles) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{11}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RttPercentiles) GetP50Us() uint64 {
@@ -947,7 +1090,7 @@ type TcpStats struct {
 
 func (x *TcpStats) Reset() {
 	*x = TcpStats{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[12]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1102,7 @@ func (x *TcpStats) String() string {
 func (*TcpStats) ProtoMessage() {}
 
 func (x *TcpStats) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[12]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1115,7 @@ func (x *TcpStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpStats.ProtoReflect.Descriptor instead.
 func (*TcpStats) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{12}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TcpStats) GetActiveConnections() uint64 {
@@ -1010,7 +1153,7 @@ type SnmpStats struct {
 
 func (x *SnmpStats) Reset() {
 	*x = SnmpStats{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[13]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1165,7 @@ func (x *SnmpStats) String() string {
 func (*SnmpStats) ProtoMessage() {}
 
 func (x *SnmpStats) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[13]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1178,7 @@ func (x *SnmpStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnmpStats.ProtoReflect.Descriptor instead.
 func (*SnmpStats) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{13}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnmpStats) GetIp() map[string]uint64 {
@@ -1066,12 +1209,134 @@ func (x *SnmpStats) GetUdp() map[string]uint64 {
 	return nil
 }
 
+// ShapingStats describe one direction of a container's bandwidth shaping,
+// from the kernel's queue (HTB) on the host side.
+type ShapingStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit configured.
+	Limit *BandwidthLimit `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// False if the kernel does not hold the shaping (it was removed behind
+	// the daemon's back; a restart of the daemon puts it back).
+	Enforced bool `protobuf:"varint,2,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	// Kind of the queue under the limit: "fq_codel" or "bfifo".
+	Queue string `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	// What went through, in bytes and packets.
+	Bytes   uint64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Packets uint64 `protobuf:"varint,5,opt,name=packets,proto3" json:"packets,omitempty"`
+	// Packets dropped because the queue was full.
+	Drops uint64 `protobuf:"varint,6,opt,name=drops,proto3" json:"drops,omitempty"`
+	// Times the traffic hit the limit and had to wait.
+	Overlimits uint64 `protobuf:"varint,7,opt,name=overlimits,proto3" json:"overlimits,omitempty"`
+	// What is queued now.
+	BacklogBytes   uint64 `protobuf:"varint,8,opt,name=backlog_bytes,json=backlogBytes,proto3" json:"backlog_bytes,omitempty"`
+	BacklogPackets uint64 `protobuf:"varint,9,opt,name=backlog_packets,json=backlogPackets,proto3" json:"backlog_packets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ShapingStats) Reset() {
+	*x = ShapingStats{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShapingStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShapingStats) ProtoMessage() {}
+
+func (x *ShapingStats) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShapingStats.ProtoReflect.Descriptor instead.
+func (*ShapingStats) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ShapingStats) GetLimit() *BandwidthLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *ShapingStats) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *ShapingStats) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ShapingStats) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ShapingStats) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *ShapingStats) GetDrops() uint64 {
+	if x != nil {
+		return x.Drops
+	}
+	return 0
+}
+
+func (x *ShapingStats) GetOverlimits() uint64 {
+	if x != nil {
+		return x.Overlimits
+	}
+	return 0
+}
+
+func (x *ShapingStats) GetBacklogBytes() uint64 {
+	if x != nil {
+		return x.BacklogBytes
+	}
+	return 0
+}
+
+func (x *ShapingStats) GetBacklogPackets() uint64 {
+	if x != nil {
+		return x.BacklogPackets
+	}
+	return 0
+}
+
 type UsageResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ContainerId    string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	EphemeralPorts *EphemeralRange        `protobuf:"bytes,2,opt,name=ephemeral_ports,json=ephemeralPorts,proto3" json:"ephemeral_ports,omitempty"`
 	// Unset while the container is only PREPARED.
 	Traffic *TrafficStats `protobuf:"bytes,3,opt,name=traffic,proto3" json:"traffic,omitempty"`
+	// The container's bandwidth shaping; unset when the direction has no
+	// limit or the container is only PREPARED.
+	EgressShaping  *ShapingStats `protobuf:"bytes,4,opt,name=egress_shaping,json=egressShaping,proto3" json:"egress_shaping,omitempty"`
+	IngressShaping *ShapingStats `protobuf:"bytes,5,opt,name=ingress_shaping,json=ingressShaping,proto3" json:"ingress_shaping,omitempty"` // Field numbers 6-9 are kept for more traffic figures (e.g. per-port).
 	// Unset when not collected.
 	Tcp *TcpStats `protobuf:"bytes,10,opt,name=tcp,proto3" json:"tcp,omitempty"`
 	// Unset when not collected.
@@ -1084,7 +1349,7 @@ type UsageResponse struct {
 
 func (x *UsageResponse) Reset() {
 	*x = UsageResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[14]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1361,7 @@ func (x *UsageResponse) String() string {
 func (*UsageResponse) ProtoMessage() {}
 
 func (x *UsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[14]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1374,7 @@ func (x *UsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageResponse.ProtoReflect.Descriptor instead.
 func (*UsageResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{14}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UsageResponse) GetContainerId() string {
@@ -1129,6 +1394,20 @@ func (x *UsageResponse) GetEphemeralPorts() *EphemeralRange {
 func (x *UsageResponse) GetTraffic() *TrafficStats {
 	if x != nil {
 		return x.Traffic
+	}
+	return nil
+}
+
+func (x *UsageResponse) GetEgressShaping() *ShapingStats {
+	if x != nil {
+		return x.EgressShaping
+	}
+	return nil
+}
+
+func (x *UsageResponse) GetIngressShaping() *ShapingStats {
+	if x != nil {
+		return x.IngressShaping
 	}
 	return nil
 }
@@ -1163,7 +1442,7 @@ type CleanupRequest struct {
 
 func (x *CleanupRequest) Reset() {
 	*x = CleanupRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[15]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1454,7 @@ func (x *CleanupRequest) String() string {
 func (*CleanupRequest) ProtoMessage() {}
 
 func (x *CleanupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[15]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1467,7 @@ func (x *CleanupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupRequest.ProtoReflect.Descriptor instead.
 func (*CleanupRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{15}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CleanupRequest) GetContainerId() string {
@@ -1206,7 +1485,7 @@ type CleanupResponse struct {
 
 func (x *CleanupResponse) Reset() {
 	*x = CleanupResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[16]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1497,7 @@ func (x *CleanupResponse) String() string {
 func (*CleanupResponse) ProtoMessage() {}
 
 func (x *CleanupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[16]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1510,7 @@ func (x *CleanupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupResponse.ProtoReflect.Descriptor instead.
 func (*CleanupResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{16}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{18}
 }
 
 type GetRequest struct {
@@ -1243,7 +1522,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[17]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1534,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[17]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1547,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{17}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetRequest) GetContainerId() string {
@@ -1287,7 +1566,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[18]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1578,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[18]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1591,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{18}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetResponse) GetContainer() *Container {
@@ -1330,7 +1609,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1621,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1634,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{19}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{21}
 }
 
 type ListResponse struct {
@@ -1368,7 +1647,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1659,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1672,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{20}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetContainers() []*Container {
@@ -1411,7 +1690,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1702,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1715,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{21}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{23}
 }
 
 // StatusResponse describes the daemon. Port sets are strings in the
@@ -1468,13 +1747,22 @@ type StatusResponse struct {
 	HostIp string `protobuf:"bytes,13,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
 	// Name of the host interface containers reach the world through ("eth0").
 	HostInterface string `protobuf:"bytes,14,opt,name=host_interface,json=hostInterface,proto3" json:"host_interface,omitempty"`
+	// Bandwidth limits of containers whose Prepare gives none; unset: none.
+	DefaultEgressLimit  *BandwidthLimit `protobuf:"bytes,15,opt,name=default_egress_limit,json=defaultEgressLimit,proto3" json:"default_egress_limit,omitempty"`
+	DefaultIngressLimit *BandwidthLimit `protobuf:"bytes,16,opt,name=default_ingress_limit,json=defaultIngressLimit,proto3" json:"default_ingress_limit,omitempty"`
+	// The host interface's link speed in Mbit/s; 0 when its driver does not
+	// report one (then limits are not checked against it).
+	LinkSpeedMbps uint64 `protobuf:"varint,17,opt,name=link_speed_mbps,json=linkSpeedMbps,proto3" json:"link_speed_mbps,omitempty"`
+	// Queue under bandwidth limits: "fq_codel" or "bfifo"; "" when the kernel
+	// has no HTB (limits are refused).
+	ShapingQueue  string `protobuf:"bytes,18,opt,name=shaping_queue,json=shapingQueue,proto3" json:"shaping_queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1774,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1787,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{22}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -1600,6 +1888,34 @@ func (x *StatusResponse) GetHostInterface() string {
 	return ""
 }
 
+func (x *StatusResponse) GetDefaultEgressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.DefaultEgressLimit
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetDefaultIngressLimit() *BandwidthLimit {
+	if x != nil {
+		return x.DefaultIngressLimit
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetLinkSpeedMbps() uint64 {
+	if x != nil {
+		return x.LinkSpeedMbps
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetShapingQueue() string {
+	if x != nil {
+		return x.ShapingQueue
+	}
+	return ""
+}
+
 var File_isolatord_v1_isolator_proto protoreflect.FileDescriptor
 
 const file_isolatord_v1_isolator_proto_rawDesc = "" +
@@ -1608,10 +1924,14 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\tPortRange\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\rR\x05begin\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12\x16\n" +
-	"\x06shared\x18\x03 \x01(\bR\x06shared\"8\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\"N\n" +
+	"\x0eBandwidthLimit\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\x03R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x02 \x01(\x03R\x05burst\x12\x12\n" +
+	"\x04ceil\x18\x03 \x01(\x03R\x04ceil\"8\n" +
 	"\x0eEphemeralRange\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\rR\x05begin\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\rR\x03end\"\xa7\x04\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\"\xab\x05\n" +
 	"\tContainer\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.isolatord.v1.ContainerStateR\x05state\x12E\n" +
@@ -1626,13 +1946,17 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\visolated_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"isolatedAt\x12;\n" +
-	"\x06labels\x18\v \x03(\v2#.isolatord.v1.Container.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\v \x03(\v2#.isolatord.v1.Container.LabelsEntryR\x06labels\x12?\n" +
+	"\fegress_limit\x18\f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
+	"\ringress_limit\x18\r \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x02\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12-\n" +
-	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\x12@\n" +
+	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\x12?\n" +
+	"\fegress_limit\x18\x03 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
+	"\ringress_limit\x18\x04 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x12@\n" +
 	"\x06labels\x18\n" +
 	" \x03(\v2(.isolatord.v1.PrepareRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
@@ -1647,10 +1971,14 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"netns_path\x18\x03 \x01(\tH\x00R\tnetnsPathB\b\n" +
 	"\x06target\"H\n" +
 	"\x0fIsolateResponse\x125\n" +
-	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\"a\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\"\x84\x02\n" +
 	"\rUpdateRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12-\n" +
-	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\"G\n" +
+	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\x12?\n" +
+	"\fegress_limit\x18\x03 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
+	"\ringress_limit\x18\x04 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x12\x1d\n" +
+	"\n" +
+	"keep_ports\x18\x05 \x01(\bR\tkeepPorts\"G\n" +
 	"\x0eUpdateResponse\x125\n" +
 	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\"1\n" +
 	"\fUsageRequest\x12!\n" +
@@ -1694,11 +2022,25 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a6\n" +
 	"\bUdpEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc5\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xa8\x02\n" +
+	"\fShapingStats\x122\n" +
+	"\x05limit\x18\x01 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x05limit\x12\x1a\n" +
+	"\benforced\x18\x02 \x01(\bR\benforced\x12\x14\n" +
+	"\x05queue\x18\x03 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x04R\x05bytes\x12\x18\n" +
+	"\apackets\x18\x05 \x01(\x04R\apackets\x12\x14\n" +
+	"\x05drops\x18\x06 \x01(\x04R\x05drops\x12\x1e\n" +
+	"\n" +
+	"overlimits\x18\a \x01(\x04R\n" +
+	"overlimits\x12#\n" +
+	"\rbacklog_bytes\x18\b \x01(\x04R\fbacklogBytes\x12'\n" +
+	"\x0fbacklog_packets\x18\t \x01(\x04R\x0ebacklogPackets\"\xcd\x03\n" +
 	"\rUsageResponse\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12E\n" +
 	"\x0fephemeral_ports\x18\x02 \x01(\v2\x1c.isolatord.v1.EphemeralRangeR\x0eephemeralPorts\x124\n" +
-	"\atraffic\x18\x03 \x01(\v2\x1a.isolatord.v1.TrafficStatsR\atraffic\x12(\n" +
+	"\atraffic\x18\x03 \x01(\v2\x1a.isolatord.v1.TrafficStatsR\atraffic\x12A\n" +
+	"\x0eegress_shaping\x18\x04 \x01(\v2\x1a.isolatord.v1.ShapingStatsR\regressShaping\x12C\n" +
+	"\x0fingress_shaping\x18\x05 \x01(\v2\x1a.isolatord.v1.ShapingStatsR\x0eingressShaping\x12(\n" +
 	"\x03tcp\x18\n" +
 	" \x01(\v2\x16.isolatord.v1.TcpStatsR\x03tcp\x12+\n" +
 	"\x04snmp\x18\v \x01(\v2\x17.isolatord.v1.SnmpStatsR\x04snmp\x12=\n" +
@@ -1716,7 +2058,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\xa9\x06\n" +
+	"\rStatusRequest\"\x98\b\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
 	"\x0eephemeral_pool\x18\x02 \x01(\tR\rephemeralPool\x12\x1d\n" +
@@ -1735,7 +2077,11 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"containers\x18\f \x01(\rR\n" +
 	"containers\x12\x17\n" +
 	"\ahost_ip\x18\r \x01(\tR\x06hostIp\x12%\n" +
-	"\x0ehost_interface\x18\x0e \x01(\tR\rhostInterface\x1a;\n" +
+	"\x0ehost_interface\x18\x0e \x01(\tR\rhostInterface\x12N\n" +
+	"\x14default_egress_limit\x18\x0f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x12defaultEgressLimit\x12P\n" +
+	"\x15default_ingress_limit\x18\x10 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x13defaultIngressLimit\x12&\n" +
+	"\x0flink_speed_mbps\x18\x11 \x01(\x04R\rlinkSpeedMbps\x12#\n" +
+	"\rshaping_queue\x18\x12 \x01(\tR\fshapingQueue\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aD\n" +
@@ -1769,90 +2115,103 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),           // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),             // 1: isolatord.v1.PortRange
-	(*EphemeralRange)(nil),        // 2: isolatord.v1.EphemeralRange
-	(*Container)(nil),             // 3: isolatord.v1.Container
-	(*PrepareRequest)(nil),        // 4: isolatord.v1.PrepareRequest
-	(*PrepareResponse)(nil),       // 5: isolatord.v1.PrepareResponse
-	(*IsolateRequest)(nil),        // 6: isolatord.v1.IsolateRequest
-	(*IsolateResponse)(nil),       // 7: isolatord.v1.IsolateResponse
-	(*UpdateRequest)(nil),         // 8: isolatord.v1.UpdateRequest
-	(*UpdateResponse)(nil),        // 9: isolatord.v1.UpdateResponse
-	(*UsageRequest)(nil),          // 10: isolatord.v1.UsageRequest
-	(*TrafficStats)(nil),          // 11: isolatord.v1.TrafficStats
-	(*RttPercentiles)(nil),        // 12: isolatord.v1.RttPercentiles
-	(*TcpStats)(nil),              // 13: isolatord.v1.TcpStats
-	(*SnmpStats)(nil),             // 14: isolatord.v1.SnmpStats
-	(*UsageResponse)(nil),         // 15: isolatord.v1.UsageResponse
-	(*CleanupRequest)(nil),        // 16: isolatord.v1.CleanupRequest
-	(*CleanupResponse)(nil),       // 17: isolatord.v1.CleanupResponse
-	(*GetRequest)(nil),            // 18: isolatord.v1.GetRequest
-	(*GetResponse)(nil),           // 19: isolatord.v1.GetResponse
-	(*ListRequest)(nil),           // 20: isolatord.v1.ListRequest
-	(*ListResponse)(nil),          // 21: isolatord.v1.ListResponse
-	(*StatusRequest)(nil),         // 22: isolatord.v1.StatusRequest
-	(*StatusResponse)(nil),        // 23: isolatord.v1.StatusResponse
-	nil,                           // 24: isolatord.v1.Container.LabelsEntry
-	nil,                           // 25: isolatord.v1.PrepareRequest.LabelsEntry
-	nil,                           // 26: isolatord.v1.SnmpStats.IpEntry
-	nil,                           // 27: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                           // 28: isolatord.v1.SnmpStats.TcpEntry
-	nil,                           // 29: isolatord.v1.SnmpStats.UdpEntry
-	nil,                           // 30: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                           // 31: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*BandwidthLimit)(nil),        // 2: isolatord.v1.BandwidthLimit
+	(*EphemeralRange)(nil),        // 3: isolatord.v1.EphemeralRange
+	(*Container)(nil),             // 4: isolatord.v1.Container
+	(*PrepareRequest)(nil),        // 5: isolatord.v1.PrepareRequest
+	(*PrepareResponse)(nil),       // 6: isolatord.v1.PrepareResponse
+	(*IsolateRequest)(nil),        // 7: isolatord.v1.IsolateRequest
+	(*IsolateResponse)(nil),       // 8: isolatord.v1.IsolateResponse
+	(*UpdateRequest)(nil),         // 9: isolatord.v1.UpdateRequest
+	(*UpdateResponse)(nil),        // 10: isolatord.v1.UpdateResponse
+	(*UsageRequest)(nil),          // 11: isolatord.v1.UsageRequest
+	(*TrafficStats)(nil),          // 12: isolatord.v1.TrafficStats
+	(*RttPercentiles)(nil),        // 13: isolatord.v1.RttPercentiles
+	(*TcpStats)(nil),              // 14: isolatord.v1.TcpStats
+	(*SnmpStats)(nil),             // 15: isolatord.v1.SnmpStats
+	(*ShapingStats)(nil),          // 16: isolatord.v1.ShapingStats
+	(*UsageResponse)(nil),         // 17: isolatord.v1.UsageResponse
+	(*CleanupRequest)(nil),        // 18: isolatord.v1.CleanupRequest
+	(*CleanupResponse)(nil),       // 19: isolatord.v1.CleanupResponse
+	(*GetRequest)(nil),            // 20: isolatord.v1.GetRequest
+	(*GetResponse)(nil),           // 21: isolatord.v1.GetResponse
+	(*ListRequest)(nil),           // 22: isolatord.v1.ListRequest
+	(*ListResponse)(nil),          // 23: isolatord.v1.ListResponse
+	(*StatusRequest)(nil),         // 24: isolatord.v1.StatusRequest
+	(*StatusResponse)(nil),        // 25: isolatord.v1.StatusResponse
+	nil,                           // 26: isolatord.v1.Container.LabelsEntry
+	nil,                           // 27: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                           // 28: isolatord.v1.SnmpStats.IpEntry
+	nil,                           // 29: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                           // 30: isolatord.v1.SnmpStats.TcpEntry
+	nil,                           // 31: isolatord.v1.SnmpStats.UdpEntry
+	nil,                           // 32: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                           // 33: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
-	2,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
+	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	32, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	32, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	24, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
-	1,  // 6: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
-	25, // 7: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
-	3,  // 8: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
-	3,  // 9: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
-	1,  // 10: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
-	3,  // 11: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
-	12, // 12: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	26, // 13: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	27, // 14: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	28, // 15: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	29, // 16: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
-	2,  // 17: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
-	11, // 18: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
-	13, // 19: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
-	14, // 20: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	32, // 21: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	3,  // 22: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	3,  // 23: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	30, // 24: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	31, // 25: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	4,  // 26: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
-	6,  // 27: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
-	8,  // 28: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
-	10, // 29: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
-	16, // 30: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
-	18, // 31: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
-	20, // 32: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
-	22, // 33: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
-	5,  // 34: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	7,  // 35: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	9,  // 36: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	15, // 37: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	17, // 38: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	19, // 39: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	21, // 40: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	23, // 41: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	34, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	34, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	26, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	1,  // 8: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
+	2,  // 9: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 10: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	27, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	4,  // 12: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
+	4,  // 13: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
+	1,  // 14: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
+	2,  // 15: isolatord.v1.UpdateRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 16: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	4,  // 17: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
+	13, // 18: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
+	28, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	29, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	30, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	31, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	2,  // 23: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
+	3,  // 24: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
+	12, // 25: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
+	16, // 26: isolatord.v1.UsageResponse.egress_shaping:type_name -> isolatord.v1.ShapingStats
+	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
+	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
+	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
+	34, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	4,  // 31: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	4,  // 32: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	32, // 33: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	33, // 34: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	2,  // 35: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 36: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	5,  // 37: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
+	7,  // 38: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
+	9,  // 39: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
+	11, // 40: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
+	18, // 41: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
+	20, // 42: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
+	22, // 43: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
+	24, // 44: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
+	6,  // 45: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
+	8,  // 46: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
+	10, // 47: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
+	17, // 48: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
+	19, // 49: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
+	21, // 50: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
+	23, // 51: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
+	25, // 52: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
+	45, // [45:53] is the sub-list for method output_type
+	37, // [37:45] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -1860,7 +2219,7 @@ func file_isolatord_v1_isolator_proto_init() {
 	if File_isolatord_v1_isolator_proto != nil {
 		return
 	}
-	file_isolatord_v1_isolator_proto_msgTypes[5].OneofWrappers = []any{
+	file_isolatord_v1_isolator_proto_msgTypes[6].OneofWrappers = []any{
 		(*IsolateRequest_Pid)(nil),
 		(*IsolateRequest_NetnsPath)(nil),
 	}
@@ -1870,7 +2229,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

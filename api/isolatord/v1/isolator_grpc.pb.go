@@ -9,6 +9,12 @@
 // traffic; Cleanup undoes everything and releases the ports. Get, List and
 // Status only read.
 //
+// Bandwidth: each container may have an egress limit (what it sends) and an
+// ingress limit (what it receives), enforced on the host side (HTB on host
+// devices), so nothing inside the container can lift them. Prepare takes
+// the daemon's defaults unless it gives limits; Update changes them on a
+// running container without disturbing its connections.
+//
 // Port numbers travel as uint32 so that a value above 65535 reaches the
 // server, which rejects it with INVALID_ARGUMENT naming the field, instead of
 // being silently truncated. All port ranges are inclusive: {begin: 31000,
