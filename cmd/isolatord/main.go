@@ -29,6 +29,7 @@ import (
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/metrics"
 	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/rate"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -43,6 +44,9 @@ type options struct {
 	logLevel                      string
 	shutdownTimeout               time.Duration
 	metricsPerContainer           bool
+	// default bandwidth limits: rates, bursts and ceils as typed
+	egressRate, egressBurst, egressCeil    string
+	ingressRate, ingressBurst, ingressCeil string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -63,6 +67,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.hostNetNS, "host-netns", "", "run the host side inside this network namespace (path; for sandboxes)")
 	fs.BoolVar(&o.metricsPerContainer, "metrics-per-container", false, "export per-container traffic series (label container_id; off by default: cardinality)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
+	fs.StringVar(&o.egressRate, "egress-rate-limit", "0", "default limit on what each container sends, enforced on the host side: bytes per second or a rate such as 10MB/s, 10MiB/s, 100Mbit (0 = none); Prepare may give its own")
+	fs.StringVar(&o.egressBurst, "egress-burst", "0", "burst of the default egress limit, bytes or a size such as 256KiB (0 = 10 ms at the rate, at least 64KiB)")
+	fs.StringVar(&o.egressCeil, "egress-ceil", "0", "peak rate of the default egress limit while bursting (0 = line speed)")
+	fs.StringVar(&o.ingressRate, "ingress-rate-limit", "0", "default limit on what each container receives, like --egress-rate-limit")
+	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
+	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -128,6 +138,14 @@ func config(o *options, log *slog.Logger) (isolator.Config, []uint32, error) {
 	if len(uids) == 0 {
 		return cfg, nil, errors.New("--allow-uid: at least one uid is required")
 	}
+	egress, err := limitFlags("egress", o.egressRate, o.egressBurst, o.egressCeil)
+	if err != nil {
+		return cfg, nil, err
+	}
+	ingress, err := limitFlags("ingress", o.ingressRate, o.ingressBurst, o.ingressCeil)
+	if err != nil {
+		return cfg, nil, err
+	}
 	hostLocal, err := readHostLocalRange(o.hostNetNS)
 	if err != nil {
 		return cfg, nil, fmt.Errorf("read the host's ip_local_port_range: %w", err)
@@ -141,7 +159,32 @@ func config(o *options, log *slog.Logger) (isolator.Config, []uint32, error) {
 		Version:       version,
 		Logger:        log,
 	}
+	cfg.Egress, cfg.Ingress = egress, ingress
 	return cfg, uids, nil
+}
+
+// limitFlags parses the default limit of one direction from its flags
+// (--DIR-rate-limit, --DIR-burst, --DIR-ceil). The link speed is checked
+// once the host is known (isolator.Start).
+func limitFlags(dir, rateS, burstS, ceilS string) (dataplane.Limit, error) {
+	var l dataplane.Limit
+	var err error
+	if l.Rate, err = rate.Parse(rateS); err != nil {
+		return l, fmt.Errorf("--%s-rate-limit: %w", dir, err)
+	}
+	if l.Burst, err = rate.ParseSize(burstS); err != nil {
+		return l, fmt.Errorf("--%s-burst: %w", dir, err)
+	}
+	if l.Ceil, err = rate.Parse(ceilS); err != nil {
+		return l, fmt.Errorf("--%s-ceil: %w", dir, err)
+	}
+	if l.Rate == 0 && (l.Burst != 0 || l.Ceil != 0) {
+		return l, fmt.Errorf("--%s-burst and --%s-ceil need --%s-rate-limit", dir, dir, dir)
+	}
+	if err := l.Validate(); err != nil {
+		return l, fmt.Errorf("--%s-rate-limit %s, --%s-burst %s, --%s-ceil %s: %v", dir, rateS, dir, burstS, dir, ceilS, err)
+	}
+	return l, nil
 }
 
 // readHostLocalRange reads net.ipv4.ip_local_port_range of the host

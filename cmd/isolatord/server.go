@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/nsstats"
 )
@@ -81,11 +82,43 @@ func toProto(r isolator.Record) *pb.Container {
 		c.Ports = append(c.Ports, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End), Shared: true})
 	}
 	sort.Slice(c.Ports, func(i, j int) bool { return c.Ports[i].Begin < c.Ports[j].Begin })
+	c.EgressLimit, c.IngressLimit = limitToProto(r.Egress), limitToProto(r.Ingress)
 	return c
 }
 
+// limitToProto is nil for no limit.
+func limitToProto(l dataplane.Limit) *pb.BandwidthLimit {
+	if l.IsZero() {
+		return nil
+	}
+	return &pb.BandwidthLimit{Rate: int64(l.Rate), Burst: int64(l.Burst), Ceil: int64(l.Ceil)}
+}
+
+// limitSpec is nil when the request does not set the limit.
+func limitSpec(b *pb.BandwidthLimit) *isolator.LimitSpec {
+	if b == nil {
+		return nil
+	}
+	return &isolator.LimitSpec{Rate: b.GetRate(), Burst: b.GetBurst(), Ceil: b.GetCeil()}
+}
+
+// shapingToProto is nil when the direction has no limit.
+func shapingToProto(c dataplane.ShapeCounters) *pb.ShapingStats {
+	if c.Limit.IsZero() {
+		return nil
+	}
+	return &pb.ShapingStats{
+		Limit: limitToProto(c.Limit), Enforced: c.Enforced, Queue: c.Queue,
+		Bytes: c.Bytes, Packets: c.Packets, Drops: c.Drops, Overlimits: c.Overlimits,
+		BacklogBytes: c.Backlog, BacklogPackets: c.QueueLen,
+	}
+}
+
 func (s *server) Prepare(ctx context.Context, req *pb.PrepareRequest) (*pb.PrepareResponse, error) {
-	r, err := s.iso.PrepareLabeled(ctx, req.GetContainerId(), portSpecs(req.GetPorts()), req.GetLabels())
+	r, err := s.iso.PrepareWith(ctx, req.GetContainerId(), isolator.PrepareOptions{
+		Ports: portSpecs(req.GetPorts()), Labels: req.GetLabels(),
+		Egress: limitSpec(req.GetEgressLimit()), Ingress: limitSpec(req.GetIngressLimit()),
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -119,7 +152,10 @@ func (s *server) Isolate(ctx context.Context, req *pb.IsolateRequest) (*pb.Isola
 }
 
 func (s *server) Update(ctx context.Context, req *pb.UpdateRequest) (*pb.UpdateResponse, error) {
-	r, err := s.iso.Update(ctx, req.GetContainerId(), portSpecs(req.GetPorts()))
+	r, err := s.iso.UpdateWith(ctx, req.GetContainerId(), isolator.UpdateOptions{
+		Ports: portSpecs(req.GetPorts()), KeepPorts: req.GetKeepPorts(),
+		Egress: limitSpec(req.GetEgressLimit()), Ingress: limitSpec(req.GetIngressLimit()),
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -143,6 +179,7 @@ func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResp
 		RxBytes: st.RxBytes, RxPackets: st.RxPackets, RxErrors: st.RxErrors, RxDropped: st.RxDropped,
 		TxBytes: st.TxBytes, TxPackets: st.TxPackets, TxErrors: st.TxErrors, TxDropped: st.TxDropped,
 	}
+	resp.EgressShaping, resp.IngressShaping = shapingToProto(st.Egress), shapingToProto(st.Ingress)
 	// Socket and SNMP figures are read inside the container's namespace
 	// (through its bind mount, safe against pid reuse), without forking.
 	path := r.Mount
@@ -204,6 +241,10 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		Features:             st.Host.Features,
 		ContainersByState:    map[string]uint32{},
 		HostInterface:        st.Host.Eth0,
+		DefaultEgressLimit:   limitToProto(st.DefaultEgress),
+		DefaultIngressLimit:  limitToProto(st.DefaultIngress),
+		LinkSpeedMbps:        st.Host.LinkSpeed,
+		ShapingQueue:         st.Host.ShapingQueue,
 	}
 	if st.Host.IP.IP != nil {
 		resp.HostIp = st.Host.IP.IP.String()
