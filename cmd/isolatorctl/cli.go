@@ -18,6 +18,7 @@ import (
 	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/rate"
 	"google.golang.org/grpc/status"
 )
 
@@ -76,18 +77,23 @@ type command struct {
 var commands = []*command{
 	{
 		name:     "prepare",
-		synopsis: "ID [--ports LIST] [--shared-ports LIST]",
+		synopsis: "ID [--ports LIST] [--shared-ports LIST] [--egress-rate-limit RATE] [--ingress-rate-limit RATE] ...",
 		summary:  "reserve an ephemeral block and static ports for a new container",
 		takesID:  true,
 		setup: func(fs *flag.FlagSet) func(string) (call, error) {
 			pf := addPortFlags(fs)
+			lf := addLimitFlags(fs, "the daemon's default")
 			return func(id string) (call, error) {
 				ports, err := pf.ranges()
 				if err != nil {
 					return nil, err
 				}
+				egress, ingress, err := lf.limits(flagsSet(fs))
+				if err != nil {
+					return nil, err
+				}
 				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
-					resp, err := c.Prepare(ctx, &isolatordv1.PrepareRequest{ContainerId: id, Ports: ports})
+					resp, err := c.Prepare(ctx, &isolatordv1.PrepareRequest{ContainerId: id, Ports: ports, EgressLimit: egress, IngressLimit: ingress})
 					return containerResult{resp.GetContainer()}, err
 				}, nil
 			}
@@ -134,23 +140,29 @@ var commands = []*command{
 	},
 	{
 		name:     "update",
-		synopsis: "ID [--ports LIST] [--shared-ports LIST]",
-		summary:  "replace the container's static ports (ports not listed are released)",
+		synopsis: "ID [--ports LIST] [--shared-ports LIST] [--egress-rate-limit RATE] [--ingress-rate-limit RATE] ...",
+		summary:  "replace the container's static ports (ports not listed are released) and/or change its bandwidth limits",
 		takesID:  true,
 		setup: func(fs *flag.FlagSet) func(string) (call, error) {
 			pf := addPortFlags(fs)
+			lf := addLimitFlags(fs, "unchanged")
 			return func(id string) (call, error) {
 				set := flagsSet(fs)
-				if !set["ports"] && !set["shared-ports"] {
+				egress, ingress, err := lf.limits(set)
+				if err != nil {
+					return nil, err
+				}
+				keep := !set["ports"] && !set["shared-ports"]
+				if keep && egress == nil && ingress == nil {
 					// Guard against releasing every port by accident.
-					return nil, errors.New("give the complete new port list with --ports and/or --shared-ports (--ports '' releases all)")
+					return nil, errors.New("give the complete new port list with --ports and/or --shared-ports (--ports '' releases all), and/or new limits with --egress-rate-limit, --ingress-rate-limit")
 				}
 				ports, err := pf.ranges()
 				if err != nil {
 					return nil, err
 				}
 				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
-					resp, err := c.Update(ctx, &isolatordv1.UpdateRequest{ContainerId: id, Ports: ports})
+					resp, err := c.Update(ctx, &isolatordv1.UpdateRequest{ContainerId: id, Ports: ports, KeepPorts: keep, EgressLimit: egress, IngressLimit: ingress})
 					return containerResult{resp.GetContainer()}, err
 				}, nil
 			}
@@ -274,6 +286,67 @@ func (p *portFlags) ranges() ([]*isolatordv1.PortRange, error) {
 	}
 	slices.SortFunc(out, func(a, b *isolatordv1.PortRange) int { return int(a.Begin) - int(b.Begin) })
 	return out, nil
+}
+
+// limitFlags are the bandwidth flags of one command: --egress-rate-limit,
+// --egress-burst, --egress-ceil and the same for ingress.
+type limitFlags struct {
+	dirs [2]limitDir
+}
+
+type limitDir struct {
+	name              string // egress | ingress
+	rate, burst, ceil string
+}
+
+func addLimitFlags(fs *flag.FlagSet, unset string) *limitFlags {
+	l := &limitFlags{dirs: [2]limitDir{{name: "egress"}, {name: "ingress"}}}
+	for i := range l.dirs {
+		d := &l.dirs[i]
+		what := map[string]string{"egress": "sends", "ingress": "receives"}[d.name]
+		fs.StringVar(&d.rate, d.name+"-rate-limit", "", "limit on what the container "+what+", a `RATE` such as 10MB/s, 100Mbit or 2000000 (bytes/s); none or 0 removes it (not given: "+unset+")")
+		fs.StringVar(&d.burst, d.name+"-burst", "", "bytes that may pass above the "+d.name+" rate after an idle time, a `SIZE` such as 256KiB (default: 10 ms at the rate, at least 64KiB)")
+		fs.StringVar(&d.ceil, d.name+"-ceil", "", "peak "+d.name+" `RATE` while bursting (default: line speed)")
+	}
+	return l
+}
+
+// limits returns the limit of each direction whose flags were given (nil
+// for the others). A burst or ceil needs the rate in the same command.
+func (l *limitFlags) limits(set map[string]bool) (egress, ingress *isolatordv1.BandwidthLimit, err error) {
+	out := [2]*isolatordv1.BandwidthLimit{}
+	for i, d := range l.dirs {
+		r, b, c := set[d.name+"-rate-limit"], set[d.name+"-burst"], set[d.name+"-ceil"]
+		if !r && !b && !c {
+			continue
+		}
+		if !r {
+			return nil, nil, fmt.Errorf("--%s-burst and --%s-ceil need --%s-rate-limit", d.name, d.name, d.name)
+		}
+		bl := &isolatordv1.BandwidthLimit{}
+		v, err := rate.Parse(d.rate)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--%s-rate-limit: %w", d.name, err)
+		}
+		bl.Rate = int64(v)
+		if b {
+			if v, err = rate.ParseSize(d.burst); err != nil {
+				return nil, nil, fmt.Errorf("--%s-burst: %w", d.name, err)
+			}
+			bl.Burst = int64(v)
+		}
+		if c {
+			if v, err = rate.Parse(d.ceil); err != nil {
+				return nil, nil, fmt.Errorf("--%s-ceil: %w", d.name, err)
+			}
+			bl.Ceil = int64(v)
+		}
+		if bl.Rate == 0 && (bl.Burst != 0 || bl.Ceil != 0) {
+			return nil, nil, fmt.Errorf("--%s-burst and --%s-ceil need a --%s-rate-limit other than none", d.name, d.name, d.name)
+		}
+		out[i] = bl
+	}
+	return out[0], out[1], nil
 }
 
 // flagsSet returns the names of the flags the command line set on fs.
@@ -450,6 +523,9 @@ func commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "usage: %s\n\n%s.\n", cmd.usageLine(), capitalize(cmd.summary))
 	if strings.Contains(cmd.synopsis, "LIST") {
 		fmt.Fprintln(w, "\nLIST is a comma-separated list of ports and inclusive ranges, such as 31000-31099,32000.")
+	}
+	if strings.Contains(cmd.synopsis, "RATE") {
+		fmt.Fprintln(w, "RATE is bytes per second, or a number with a unit: 10MB/s, 10MiB/s (bytes), 100Mbit, 100mbps (bits).")
 	}
 	fmt.Fprintln(w, "\nFlags (global ones included; they may follow the ID):")
 	fs.PrintDefaults()

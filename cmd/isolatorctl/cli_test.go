@@ -107,6 +107,8 @@ func (f *fakeServer) Prepare(_ context.Context, req *isolatordv1.PrepareRequest)
 		EphemeralPorts: &isolatordv1.EphemeralRange{Begin: begin, End: begin + 1023},
 		Ports:          req.GetPorts(),
 		CreatedAt:      timestamppb.New(created),
+		EgressLimit:    nonZeroLimit(req.GetEgressLimit()),
+		IngressLimit:   nonZeroLimit(req.GetIngressLimit()),
 	}
 	f.containers[c.ContainerId] = c
 	return &isolatordv1.PrepareResponse{Container: c}, nil
@@ -150,7 +152,15 @@ func (f *fakeServer) Update(_ context.Context, req *isolatordv1.UpdateRequest) (
 	if err := f.conflict(c.ContainerId, req.GetPorts()); err != nil {
 		return nil, err
 	}
-	c.Ports = req.GetPorts()
+	if !req.GetKeepPorts() {
+		c.Ports = req.GetPorts()
+	}
+	if l := req.GetEgressLimit(); l != nil {
+		c.EgressLimit = nonZeroLimit(l)
+	}
+	if l := req.GetIngressLimit(); l != nil {
+		c.IngressLimit = nonZeroLimit(l)
+	}
 	return &isolatordv1.UpdateResponse{Container: c}, nil
 }
 
@@ -179,8 +189,25 @@ func (f *fakeServer) Usage(_ context.Context, req *isolatordv1.UsageRequest) (*i
 			Tcp: map[string]uint64{"RetransSegs": 7, "ActiveOpens": 3},
 			Udp: map[string]uint64{"InDatagrams": 11},
 		},
-		CollectedAt: timestamppb.New(created.Add(time.Minute)),
+		CollectedAt:    timestamppb.New(created.Add(time.Minute)),
+		EgressShaping:  fakeShaping(c.GetEgressLimit()),
+		IngressShaping: fakeShaping(c.GetIngressLimit()),
 	}, nil
+}
+
+// nonZeroLimit is nil for no limit, as the daemon reports it.
+func nonZeroLimit(l *isolatordv1.BandwidthLimit) *isolatordv1.BandwidthLimit {
+	if l.GetRate() == 0 {
+		return nil
+	}
+	return l
+}
+
+func fakeShaping(l *isolatordv1.BandwidthLimit) *isolatordv1.ShapingStats {
+	if l == nil {
+		return nil
+	}
+	return &isolatordv1.ShapingStats{Limit: l, Enforced: true, Queue: "bfifo", Bytes: 5000, Packets: 40, Drops: 3, Overlimits: 17, BacklogBytes: 3000, BacklogPackets: 2}
 }
 
 func (f *fakeServer) Cleanup(_ context.Context, req *isolatordv1.CleanupRequest) (*isolatordv1.CleanupResponse, error) {
@@ -242,6 +269,9 @@ func (f *fakeServer) Status(_ context.Context, req *isolatordv1.StatusRequest) (
 		Containers:           uint32(len(f.containers)),
 		HostIp:               "198.18.0.1",
 		HostInterface:        "eth0",
+		DefaultEgressLimit:   &isolatordv1.BandwidthLimit{Rate: 2_000_000},
+		LinkSpeedMbps:        10000,
+		ShapingQueue:         "bfifo",
 	}, nil
 }
 

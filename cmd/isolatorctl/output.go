@@ -11,6 +11,7 @@ import (
 
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -39,6 +40,27 @@ type containerJSON struct {
 	NetnsSource    string     `json:"netns_source"`
 	CreatedAt      string     `json:"created_at,omitempty"`
 	IsolatedAt     string     `json:"isolated_at,omitempty"`
+	EgressLimit    *limitJSON `json:"egress_limit"`  // null: none
+	IngressLimit   *limitJSON `json:"ingress_limit"` // null: none
+}
+
+// limitJSON is a bandwidth limit: bytes per second and bytes.
+type limitJSON struct {
+	Rate  int64 `json:"rate"`
+	Burst int64 `json:"burst"`
+	Ceil  int64 `json:"ceil"`
+}
+
+type shapingJSON struct {
+	Limit          *limitJSON `json:"limit"`
+	Enforced       bool       `json:"enforced"`
+	Queue          string     `json:"queue"`
+	Bytes          uint64     `json:"bytes"`
+	Packets        uint64     `json:"packets"`
+	Drops          uint64     `json:"drops"`
+	Overlimits     uint64     `json:"overlimits"`
+	BacklogBytes   uint64     `json:"backlog_bytes"`
+	BacklogPackets uint64     `json:"backlog_packets"`
 }
 
 type trafficJSON struct {
@@ -77,6 +99,8 @@ type usageJSON struct {
 	ContainerID    string       `json:"container_id"`
 	EphemeralPorts *rangeJSON   `json:"ephemeral_ports"`
 	Traffic        *trafficJSON `json:"traffic"`
+	EgressShaping  *shapingJSON `json:"egress_shaping"`  // null: no egress limit
+	IngressShaping *shapingJSON `json:"ingress_shaping"` // null: no ingress limit
 	TCP            *tcpJSON     `json:"tcp"`
 	SNMP           *snmpJSON    `json:"snmp"`
 	CollectedAt    string       `json:"collected_at,omitempty"`
@@ -97,6 +121,10 @@ type statusJSON struct {
 	Features             map[string]bool   `json:"features"`
 	Containers           uint32            `json:"containers"`
 	ContainersByState    map[string]uint32 `json:"containers_by_state"`
+	DefaultEgressLimit   *limitJSON        `json:"default_egress_limit"`
+	DefaultIngressLimit  *limitJSON        `json:"default_ingress_limit"`
+	LinkSpeedMbps        uint64            `json:"link_speed_mbps"` // 0: unknown
+	ShapingQueue         string            `json:"shaping_queue"`   // "": no HTB, limits refused
 }
 
 type cleanupJSON struct {
@@ -131,6 +159,41 @@ func timeString(ts *timestamppb.Timestamp, layout string) string {
 	return ts.AsTime().UTC().Format(layout)
 }
 
+func toLimitJSON(l *isolatordv1.BandwidthLimit) *limitJSON {
+	if l == nil || l.GetRate() == 0 {
+		return nil
+	}
+	return &limitJSON{Rate: l.GetRate(), Burst: l.GetBurst(), Ceil: l.GetCeil()}
+}
+
+func toShapingJSON(s *isolatordv1.ShapingStats) *shapingJSON {
+	if s == nil {
+		return nil
+	}
+	return &shapingJSON{
+		Limit: toLimitJSON(s.GetLimit()), Enforced: s.GetEnforced(), Queue: s.GetQueue(),
+		Bytes: s.GetBytes(), Packets: s.GetPackets(), Drops: s.GetDrops(), Overlimits: s.GetOverlimits(),
+		BacklogBytes: s.GetBacklogBytes(), BacklogPackets: s.GetBacklogPackets(),
+	}
+}
+
+// limitString is "2MB/s (16Mbit/s)", with ", burst 64KiB" and ", ceil
+// 4MB/s" when set, or "none".
+func limitString(l *isolatordv1.BandwidthLimit) string {
+	if l == nil || l.GetRate() <= 0 {
+		return "none"
+	}
+	r := uint64(l.GetRate())
+	s := fmt.Sprintf("%s (%s)", rate.Format(r), rate.FormatBits(r))
+	if l.GetBurst() > 0 {
+		s += ", burst " + rate.FormatSize(uint64(l.GetBurst()))
+	}
+	if l.GetCeil() > 0 {
+		s += ", ceil " + rate.Format(uint64(l.GetCeil()))
+	}
+	return s
+}
+
 func toContainerJSON(c *isolatordv1.Container) containerJSON {
 	out := containerJSON{
 		ContainerID:    c.GetContainerId(),
@@ -143,6 +206,8 @@ func toContainerJSON(c *isolatordv1.Container) containerJSON {
 		NetnsSource:    c.GetNetnsSource(),
 		CreatedAt:      timeString(c.GetCreatedAt(), time.RFC3339Nano),
 		IsolatedAt:     timeString(c.GetIsolatedAt(), time.RFC3339Nano),
+		EgressLimit:    toLimitJSON(c.GetEgressLimit()),
+		IngressLimit:   toLimitJSON(c.GetIngressLimit()),
 	}
 	for _, p := range c.GetPorts() {
 		out.Ports = append(out.Ports, portJSON{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
@@ -252,6 +317,8 @@ func (r containerResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "Netns source:\t%s\n", orDash(source))
 	fmt.Fprintf(tw, "Created:\t%s\n", orDash(timeString(c.GetCreatedAt(), time.RFC3339)))
 	fmt.Fprintf(tw, "Isolated:\t%s\n", orDash(timeString(c.GetIsolatedAt(), time.RFC3339)))
+	fmt.Fprintf(tw, "Egress limit:\t%s\n", limitString(c.GetEgressLimit()))
+	fmt.Fprintf(tw, "Ingress limit:\t%s\n", limitString(c.GetIngressLimit()))
 	return tw.Flush()
 }
 
@@ -291,6 +358,8 @@ func (r usageResult) jsonValue() any {
 		ContainerID:    u.GetContainerId(),
 		EphemeralPorts: toRangeJSON(u.GetEphemeralPorts()),
 		CollectedAt:    timeString(u.GetCollectedAt(), time.RFC3339Nano),
+		EgressShaping:  toShapingJSON(u.GetEgressShaping()),
+		IngressShaping: toShapingJSON(u.GetIngressShaping()),
 	}
 	if t := u.GetTraffic(); t != nil {
 		out.Traffic = &trafficJSON{
@@ -342,6 +411,37 @@ func (r usageResult) writeTable(w io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(w)
+	}
+
+	if eg, in := u.GetEgressShaping(), u.GetIngressShaping(); eg != nil || in != nil {
+		tw = newTable(w)
+		fmt.Fprintln(tw, "SHAPING\tLIMIT\tBYTES\tPACKETS\tDROPS\tOVERLIMITS\tQUEUED\tQUEUE")
+		for _, x := range []struct {
+			dir string
+			s   *isolatordv1.ShapingStats
+		}{{"egress", eg}, {"ingress", in}} {
+			if x.s == nil {
+				fmt.Fprintf(tw, "%s\tnone\t-\t-\t-\t-\t-\t-\n", x.dir)
+				continue
+			}
+			queue := x.s.GetQueue()
+			if !x.s.GetEnforced() {
+				queue = "NOT ENFORCED"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", x.dir, limitString(x.s.GetLimit()),
+				x.s.GetBytes(), x.s.GetPackets(), x.s.GetDrops(), x.s.GetOverlimits(),
+				fmt.Sprintf("%dB/%dp", x.s.GetBacklogBytes(), x.s.GetBacklogPackets()), orDash(queue))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	} else if t != nil {
+		tw = newTable(w)
+		fmt.Fprintf(tw, "Shaping:\tnone\n")
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 
 	tw = newTable(w)
@@ -406,6 +506,10 @@ func (r statusResult) jsonValue() any {
 		Features:             s.GetFeatures(),
 		Containers:           s.GetContainers(),
 		ContainersByState:    s.GetContainersByState(),
+		DefaultEgressLimit:   toLimitJSON(s.GetDefaultEgressLimit()),
+		DefaultIngressLimit:  toLimitJSON(s.GetDefaultIngressLimit()),
+		LinkSpeedMbps:        s.GetLinkSpeedMbps(),
+		ShapingQueue:         s.GetShapingQueue(),
 	}
 	if out.Features == nil {
 		out.Features = map[string]bool{}
@@ -457,6 +561,17 @@ func (r statusResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "Held shared:\t%s\n", setWithSize(s.GetStaticPortsShared()))
 	fmt.Fprintf(tw, "Containers:\t%s\n", containers)
 	fmt.Fprintf(tw, "Features:\t%s\n", features)
+	speed := "unknown (limits are not checked against it)"
+	if s.GetLinkSpeedMbps() > 0 {
+		speed = fmt.Sprintf("%d Mbit/s", s.GetLinkSpeedMbps())
+	}
+	fmt.Fprintf(tw, "Link speed:\t%s\n", speed)
+	shaping := "HTB with a " + s.GetShapingQueue() + " queue"
+	if s.GetShapingQueue() == "" {
+		shaping = "unavailable (no HTB in the kernel: limits are refused)"
+	}
+	fmt.Fprintf(tw, "Bandwidth shaping:\t%s\n", shaping)
+	fmt.Fprintf(tw, "Default limits:\tegress %s; ingress %s\n", limitString(s.GetDefaultEgressLimit()), limitString(s.GetDefaultIngressLimit()))
 	return tw.Flush()
 }
 
