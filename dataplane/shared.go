@@ -48,6 +48,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -75,6 +76,67 @@ type flowCache struct {
 
 func (d *DataPlane) newFlowCache(ports ...uint16) *flowCache {
 	return &flowCache{d: d, ports: ports, got: map[uint16]map[uint16][]uint16{}, failed: map[uint16]bool{}}
+}
+
+// maxParallelReads bounds the holders' namespaces read at the same time.
+const maxParallelReads = 4
+
+// asked returns the holders a planning function will ask about: the set
+// does not depend on the answers (PlanSpread and PinLate ask about holders
+// losing buckets or having pins), so a dry run finds it.
+func asked(plan func(tcfilter.FlowSource)) []uint16 {
+	seen := map[uint16]bool{}
+	plan(func(slot uint16) ([]uint16, bool) { seen[slot] = true; return nil, false })
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// prefetch reads the flows of slots that are not known yet, up to
+// maxParallelReads namespaces at a time (each read is the kernel walking
+// its socket hash tables). Call with d.mu held.
+func (fc *flowCache) prefetch(slots []uint16) {
+	type result struct {
+		slot uint16
+		m    map[uint16][]uint16
+		err  error
+	}
+	var todo []uint16
+	paths := map[uint16]string{}
+	for _, s := range slots {
+		if _, ok := fc.got[s]; ok || fc.failed[s] {
+			continue
+		}
+		if paths[s] = fc.d.nsPathOfSlot(s); paths[s] == "" {
+			continue // source() reports it
+		}
+		todo = append(todo, s)
+	}
+	if len(todo) < 2 {
+		return // source() reads a single one
+	}
+	results := make(chan result, len(todo))
+	sem := make(chan struct{}, maxParallelReads)
+	for _, s := range todo {
+		sem <- struct{}{}
+		go func(slot uint16, path string) {
+			defer func() { <-sem }()
+			cs, err := nsstats.Conns(path, fc.ports...)
+			m := map[uint16][]uint16{}
+			for _, c := range cs {
+				m[c.Local.Port()] = append(m[c.Local.Port()], c.Remote.Port())
+			}
+			results <- result{slot, m, err}
+		}(s, paths[s])
+	}
+	for range todo {
+		r := <-results
+		fc.reads++
+		if r.err != nil {
+			fc.d.log.Warn("shared port: cannot read a holder's sockets; its buckets stay", "slot", r.slot, "err", r.err)
+			fc.failed[r.slot] = true
+			continue
+		}
+		fc.got[r.slot] = r.m
+	}
 }
 
 // source is the tcfilter.FlowSource of port. Call with d.mu held.
@@ -149,6 +211,7 @@ func (d *DataPlane) reshare(port uint16, hs []tcfilter.Holder, fc *flowCache) er
 	if wasShared {
 		cur = &old
 	}
+	fc.prefetch(asked(func(f tcfilter.FlowSource) { tcfilter.PlanSpread(port, hs, cur, f) }))
 	plan, err := tcfilter.PlanSpread(port, hs, cur, fc.source(port))
 	if err != nil {
 		return fmt.Errorf("shared port %d: %w", port, err)
@@ -171,7 +234,9 @@ func (d *DataPlane) pinLate(port uint16, hs []tcfilter.Holder, prev *tcfilter.Sp
 	if prev == nil {
 		return
 	}
-	next, changed := tcfilter.PinLate(prev, &plan, hs, d.newFlowCache(port).source(port))
+	fc := d.newFlowCache(port)
+	fc.prefetch(asked(func(f tcfilter.FlowSource) { tcfilter.PinLate(prev, &plan, hs, f) }))
+	next, changed := tcfilter.PinLate(prev, &plan, hs, fc.source(port))
 	if !changed {
 		return
 	}
@@ -259,6 +324,14 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		d.reconcileNext = 0
 	}
 	fc := d.newFlowCache(todo...)
+	var need []uint16
+	for _, p := range todo {
+		if cur, ok := d.eth0.Spread(p); ok {
+			need = append(need, asked(func(f tcfilter.FlowSource) { tcfilter.PlanSpread(p, d.shared[p], &cur, f) })...)
+		}
+	}
+	slices.Sort(need)
+	fc.prefetch(slices.Compact(need))
 	var errs []error
 	for _, p := range todo {
 		cur, ok := d.eth0.Spread(p)
