@@ -173,24 +173,22 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 				}
 			}
 		}
-		es, err := dm.d.Entries()
-		if err != nil {
-			return missing, fmt.Errorf("%s demux entries: %w", dm.name, err)
-		}
+		// The demux's in-memory index (one kernel dump at PrepareHost, then
+		// every change made through it): recovery checks each container
+		// without dumping the host's filters again, so it stays linear.
 		// A holder of a shared port may own no spread node for a while (its
 		// buckets wait for other holders' flows to end): the port being
 		// spread to its holders is what counts.
-		holders := map[uint16]bool{}
-		for _, e := range es {
-			if e.Kind == tcfilter.EntryShared && e.Slot != c.Slot && slices.ContainsFunc(d.shared[e.Range.Begin], func(h tcfilter.Holder) bool { return h.Slot == e.Slot }) {
-				holders[e.Range.Begin] = true
+		for _, p := range c.Shared.Ports() {
+			for s := range dm.d.SharedHolders(p) {
+				if s != c.Slot && slices.ContainsFunc(d.shared[p], func(h tcfilter.Holder) bool { return h.Slot == s }) {
+					delete(want, fmt.Sprintf("%s shared port %d", dm.name, p))
+					break
+				}
 			}
 		}
-		for p := range holders {
-			delete(want, fmt.Sprintf("%s shared port %d", dm.name, p))
-		}
-		for _, e := range es {
-			if e.Slot != c.Slot || (veth != 0 && e.Target != veth) {
+		for _, e := range dm.d.Known(c.Slot) {
+			if veth != 0 && e.Target != veth {
 				continue
 			}
 			switch e.Kind {
