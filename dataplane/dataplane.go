@@ -88,6 +88,11 @@ type DataPlane struct {
 	slots    map[uint16]string
 	shared   map[uint16][]tcfilter.Holder
 	closed   bool
+	// rootQdiscs caches, for recovery, which links have a root qdisc other
+	// than the default (one dump for all Adopts: a qdisc dump is not
+	// filtered by device, so a dump per container would make recovery
+	// quadratic). nil when not valid; every mutating call clears it.
+	rootQdiscs map[int]bool
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
@@ -359,6 +364,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
 	if err := d.ready(); err != nil {
 		return p, err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -24,6 +26,7 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
 	if err := d.ready(); err != nil {
 		return err
 	}
@@ -250,6 +253,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
 	if err := d.ready(); err != nil {
 		return rep, err
 	}
@@ -389,6 +393,18 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	l, err := d.h.LinkByName(VethName(c.ID))
 	if err != nil {
 		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
+	}
+	if d.rootQdiscs == nil {
+		qs, err := d.h.QdiscList(nil)
+		if err != nil {
+			return fmt.Errorf("adopt %s: list qdiscs: %w", c.ID, err)
+		}
+		d.rootQdiscs = map[int]bool{}
+		for _, q := range qs {
+			if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
+				d.rootQdiscs[a.LinkIndex] = true
+			}
+		}
 	}
 	mp := d.mountPath(c.ID)
 	ns, err := netns.Open(mp)

@@ -139,18 +139,11 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	if err != nil || ns == nil {
 		missing = append(missing, "network namespace")
 	} else {
-		func() {
-			defer ns.Close()
-			ch, err := ns.Netlink()
-			if err != nil {
-				missing = append(missing, "network namespace (netlink: "+err.Error()+")")
-				return
-			}
-			defer ch.Close()
-			if _, err := ch.LinkByName(ContainerEth0); err != nil {
-				missing = append(missing, "container "+ContainerEth0)
-			}
-		}()
+		// The container's eth0 is the veth's peer: veth ends are created and
+		// destroyed together, so the host end standing is enough (opening a
+		// netlink socket inside every namespace made recovery of 1,000
+		// containers take twice as long).
+		ns.Close()
 	}
 
 	if c.Slot < 1 || c.Slot > MaxSlot || !c.Ephemeral.IsAligned() {
@@ -223,6 +216,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
 	if err := d.ready(); err != nil {
 		return nil, err
 	}

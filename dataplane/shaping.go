@@ -218,7 +218,9 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 	c := rec.c
 	// ingress: HTB on the veth
 	vs := d.shaper(rec.veth)
-	if ingress.IsZero() {
+	if ingress.IsZero() && d.rootQdiscs != nil && !d.rootQdiscs[rec.veth] {
+		// Recovery: no root qdisc on the veth, so no HTB to remove.
+	} else if ingress.IsZero() {
 		st, err := vs.Read()
 		if err != nil {
 			return err
@@ -318,6 +320,7 @@ func (d *DataPlane) SetLimits(ctx context.Context, c Container, egress, ingress 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
 	if err := d.ready(); err != nil {
 		return err
 	}
