@@ -240,7 +240,7 @@ func TestRatios(t *testing.T) {
 	if v := r.DataPlane.RatiosBest[metricRR]["b/a"]; !near(v, 0.9) {
 		t.Errorf("best b/a = %v, want 0.9", v)
 	}
-	if a := rates[caseA]; !near(a.Best, 120) || !near(a.Spread, (100.0-100.0)/100) {
+	if a := rates[caseA]; !near(a.Best, 120) || !near(a.Spread, 0) {
 		t.Errorf("a: best %v spread %v", a.Best, a.Spread)
 	}
 	if v := r.DataPlane.Ratios[metricRR]["c/a"]; v != nil {
