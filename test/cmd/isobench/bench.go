@@ -217,14 +217,14 @@ func (b *bench) prepare(ctx context.Context) error {
 		name string
 	}{{caseA, b.sbA, "host-a"}, {caseD, b.sbN, "host-d"}} {
 		srv := &daemon{
-			bin: b.o.isotraffic, hostNS: h.sb.Host.Path, ready: "ready",
-			args: []string{"serve", "--tcp", ":" + strconv.Itoa(hostServerPort), "--name", h.name},
+			Bin: b.o.isotraffic, HostNS: h.sb.Host.Path, Ready: "ready",
+			Args: []string{"serve", "--tcp", ":" + strconv.Itoa(hostServerPort), "--name", h.name},
 		}
-		if _, err := srv.start(10 * time.Second); err != nil {
+		if _, err := srv.Start(10 * time.Second); err != nil {
 			b.fail("host server %s: %v", h.name, err)
 			continue
 		}
-		b.undo = append(b.undo, func() error { return srv.stop(syscall.SIGTERM) })
+		b.undo = append(b.undo, func() error { return srv.Stop(syscall.SIGTERM) })
 		b.targets[h.c] = &target{client: h.sb.Client, addr: hostAddr, name: h.name}
 	}
 	return nil
@@ -239,8 +239,8 @@ func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label stri
 		return nil, nil, err
 	}
 	d := &daemon{
-		bin: b.isolatord, hostNS: sb.Host.Path,
-		args: []string{
+		Bin: b.isolatord, HostNS: sb.Host.Path,
+		Args: []string{
 			"--socket", filepath.Join(dir, "isolatord.sock"),
 			"--state-dir", filepath.Join(dir, "state"),
 			"--netns-dir", netnsDir,
@@ -253,14 +253,14 @@ func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label stri
 	// Registered before the start so that a half-started daemon is stopped
 	// and its mounts removed too.
 	b.undo = append(b.undo, func() error {
-		err := d.stop(syscall.SIGTERM)
+		err := d.Stop(syscall.SIGTERM)
 		return errors.Join(err, unmountDir(netnsDir))
 	})
-	took, err := d.start(30 * time.Second)
+	took, err := d.Start(30 * time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
-	b.logf("isolatord for %s serving after %s (pid %d)", sb.Name, took.Round(time.Millisecond), d.pid())
+	b.logf("isolatord for %s serving after %s (pid %d)", sb.Name, took.Round(time.Millisecond), d.Pid())
 	conn, err := b.dial(ctx, filepath.Join(dir, "isolatord.sock"))
 	if err != nil {
 		return nil, nil, err
@@ -399,8 +399,8 @@ func (b *bench) phaseCycles(ctx context.Context) error {
 			b.logf("N=%d: setup %s (prepare %s, isolate %s), teardown %s", b.o.n, fmtMs(cp.SetupNN), fmtMs(cp.PrepareNN), fmtMs(cp.IsolateNN), fmtMs(cp.TeardownNN))
 		}
 	}
-	if b.dN != nil && b.dN.pid() != 0 {
-		if rss, hwm, err := b.dN.rssBytes(); err != nil {
+	if b.dN != nil && b.dN.Pid() != 0 {
+		if rss, hwm, err := rssBytes(b.dN); err != nil {
 			b.fail("RSS: %v", err)
 		} else {
 			cp.RSSMiB = ptr(float64(rss) / (1 << 20))
@@ -612,7 +612,7 @@ func (b *bench) phaseData(ctx context.Context) error {
 	daemons := map[string]*daemon{"s1": b.d1, "sn": b.dN}
 	for k, d := range daemons {
 		if d != nil {
-			if v, err := d.cpuSeconds(); err == nil {
+			if v, err := cpuSeconds(d); err == nil {
 				cpu0[k] = v
 			}
 		}
@@ -620,7 +620,7 @@ func (b *bench) phaseData(ctx context.Context) error {
 	defer func() {
 		for k, d := range daemons {
 			if v0, ok := cpu0[k]; ok && d != nil {
-				if v, err := d.cpuSeconds(); err == nil {
+				if v, err := cpuSeconds(d); err == nil {
 					b.res.DataPlane.DaemonCPUSeconds[k] = ptr(v - v0)
 				}
 			}
@@ -665,10 +665,10 @@ func (b *bench) phaseData(ctx context.Context) error {
 // recovery; then checks that it kept every container and that case (c)
 // still answers.
 func (b *bench) phaseRestart(ctx context.Context) error {
-	if b.dN == nil || b.dN.pid() == 0 {
+	if b.dN == nil || b.dN.Pid() == 0 {
 		return errors.New("no daemon with N containers to restart")
 	}
-	if err := b.dN.stop(syscall.SIGKILL); err != nil {
+	if err := b.dN.Stop(syscall.SIGKILL); err != nil {
 		return err
 	}
 	// Bounded, but long enough to measure a slow recovery rather than
@@ -678,13 +678,13 @@ func (b *bench) phaseRestart(ctx context.Context) error {
 		limit = time.Minute
 	}
 	b.logf("killed isolatord with SIGKILL; restarting it with %d containers to recover (waiting at most %v)", b.o.n, limit)
-	took, err := b.dN.start(limit)
+	took, err := b.dN.Start(limit)
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
 	cp := &b.res.ControlPlane
 	cp.RecoverySeconds = ptr(took.Seconds())
-	if v, ok := b.dN.logField("recovered", "duration_seconds"); ok {
+	if v, ok := logField(b.dN, "recovered", "duration_seconds"); ok {
 		if f, ok := v.(float64); ok {
 			cp.RecoveryReportedSeconds = ptr(f)
 		}
@@ -714,7 +714,7 @@ func (b *bench) phaseRestart(ctx context.Context) error {
 	if isolated != b.o.n {
 		b.fail("restart: %d containers isolated after the restart, want %d", isolated, b.o.n)
 	}
-	if rss, _, err := b.dN.rssBytes(); err == nil {
+	if rss, _, err := rssBytes(b.dN); err == nil {
 		cp.RSSAfterRestartMiB = ptr(float64(rss) / (1 << 20))
 	}
 	if t := b.targets[caseC]; t != nil {

@@ -291,9 +291,9 @@ func (d *demo) stepSandbox(ctx context.Context) error {
 func (d *demo) stepDaemon(ctx context.Context) error {
 	bin, _ := filepath.Abs(d.opts.bin)
 	d.d = &daemon{
-		bin:    filepath.Join(bin, "isolatord"),
-		hostNS: d.sb.Host.Path,
-		args: []string{
+		Bin:    filepath.Join(bin, "isolatord"),
+		HostNS: d.sb.Host.Path,
+		Args: []string{
 			"--socket", d.socket,
 			"--state-dir", filepath.Join(d.tmp, "state"),
 			"--netns-dir", netnsDir,
@@ -303,12 +303,12 @@ func (d *demo) stepDaemon(ctx context.Context) error {
 			"--metrics-addr", metricsAddr,
 		},
 	}
-	d.ui.command(append([]string{"nsenter", "--net=" + d.sb.Host.Path, "isolatord"}, d.d.args...)...)
-	took, err := d.d.start(daemonStartMax)
+	d.ui.command(append([]string{"nsenter", "--net=" + d.sb.Host.Path, "isolatord"}, d.d.Args...)...)
+	took, err := d.d.Start(daemonStartMax)
 	if err != nil {
 		return err
 	}
-	d.ui.linef("   serving after %s (pid %d); the isolatorctl commands below pass --socket %s (left out here)", round(took), d.d.pid(), d.socket)
+	d.ui.linef("   serving after %s (pid %d); the isolatorctl commands below pass --socket %s (left out here)", round(took), d.d.Pid(), d.socket)
 	if hs, err := readHostState(d.sb); err == nil {
 		d.baseline, d.hasBase = hs, true
 	}
@@ -674,22 +674,22 @@ func (d *demo) stepRestart(ctx context.Context) error {
 	defer func() { stopTraffic(); wg.Wait() }()
 
 	time.Sleep(300 * time.Millisecond)
-	pid := d.d.pid()
+	pid := d.d.Pid()
 	d.ui.command("kill", "-9", strconv.Itoa(pid))
 	killedAt := time.Now()
-	if err := d.d.stop(syscall.SIGKILL); err != nil {
+	if err := d.d.Stop(syscall.SIGKILL); err != nil {
 		return err
 	}
 	d.ui.linef("     isolatord is gone; the client keeps sending requests every 10 ms")
 	time.Sleep(300 * time.Millisecond)
 	d.ui.command(append([]string{"nsenter", "--net=" + d.sb.Host.Path, "isolatord"}, "...same flags...")...)
-	took, err := d.d.start(daemonStartMax)
+	took, err := d.d.Start(daemonStartMax)
 	if err != nil {
 		return err
 	}
 	down := time.Since(killedAt)
-	d.ui.linef("     serving again after %s (pid %d); down for %s in all", round(took), d.d.pid(), round(down))
-	for _, l := range strings.Split(d.d.logText(), "\n") {
+	d.ui.linef("     serving again after %s (pid %d); down for %s in all", round(took), d.d.Pid(), round(down))
+	for _, l := range strings.Split(d.d.Log(), "\n") {
 		if strings.Contains(l, `"msg":"recovered"`) || strings.Contains(l, `"msg":"recovery complete"`) {
 			d.ui.block("log: " + l)
 		}
@@ -792,7 +792,7 @@ func (d *demo) cleanup(ctx context.Context) error {
 	}
 
 	// 1. Each container through the API.
-	if d.d != nil && d.d.pid() != 0 {
+	if d.d != nil && d.d.Pid() != 0 {
 		for _, c := range d.ctrs {
 			if c.id == "" {
 				continue
@@ -837,9 +837,9 @@ func (d *demo) cleanup(ctx context.Context) error {
 
 	// 3. Stop the daemon, the containers and the sandbox.
 	if d.d != nil {
-		if pid := d.d.pid(); pid != 0 {
+		if pid := d.d.Pid(); pid != 0 {
 			d.ui.command("kill", "-TERM", strconv.Itoa(pid))
-			if err := d.d.stop(syscall.SIGTERM); err != nil {
+			if err := d.d.Stop(syscall.SIGTERM); err != nil {
 				note("%v", err)
 			}
 		}
@@ -861,8 +861,8 @@ func (d *demo) cleanup(ctx context.Context) error {
 			pids = append(pids, c.c.Pid)
 		}
 	}
-	if d.d != nil && d.d.cmd != nil && d.d.cmd.Process != nil {
-		pids = append(pids, d.d.cmd.Process.Pid)
+	if d.d != nil && d.d.LastPid() != 0 {
+		pids = append(pids, d.d.LastPid())
 	}
 	// Namespace mounts of our containers that the cleanup did not remove
 	// are removed here (so nothing stays behind) but reported.

@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/test/daemonproc"
 )
 
 func main() {
@@ -152,7 +154,7 @@ func (u *ui) command(argv ...string) {
 
 // block prints text indented under the current step.
 func (u *ui) block(text string) {
-	if s := indent(text, "     "); s != "" {
+	if s := daemonproc.Indent(text, "     "); s != "" {
 		u.linef("%s", s)
 	}
 }
@@ -161,7 +163,7 @@ func (u *ui) result(ok bool, msg string) {
 	if ok {
 		u.linef("   %s %s", u.paint("32", "OK"), msg)
 	} else {
-		u.linef("   %s %s", u.paint("31", "FAILED:"), indent(msg, "     ")[5:])
+		u.linef("   %s %s", u.paint("31", "FAILED:"), daemonproc.Indent(msg, "     ")[5:])
 	}
 }
 
