@@ -81,15 +81,39 @@ func diagTCP() (diagResult, error) {
 // the given states (a bit mask of 1<<TCP_state) with INET_DIAG_INFO, and
 // calls fn with each socket's state and tcp_info bytes (nil if absent).
 func dump(fd int, seq uint32, family uint8, states uint32, fn func(state uint8, info []byte)) error {
-	req := make([]byte, unix.NLMSG_HDRLEN+sizeofInetDiagReqV2)
+	return diagDump(fd, seq, family, unix.IPPROTO_TCP, 1<<(inetDiagInfo-1), states, nil, func(m []byte) error {
+		if len(m) < sizeofInetDiagMsg {
+			return fmt.Errorf("short inet_diag_msg (%d bytes)", len(m))
+		}
+		fn(m[offsetDiagState], attr(m[sizeofInetDiagMsg:], inetDiagInfo))
+		return nil
+	})
+}
+
+// diagDump sends one inet_diag_req_v2 dump request (family, protocol,
+// extensions, state mask, optional bytecode filter) on the sock_diag socket
+// fd and calls fn with the payload (an inet_diag_msg and its attributes) of
+// each reply, until the kernel says the dump is done.
+func diagDump(fd int, seq uint32, family, proto, ext uint8, states uint32, bc []byte, fn func(msg []byte) error) error {
 	ne := binary.NativeEndian
-	ne.PutUint32(req[0:], uint32(len(req)))                                   // nlmsg_len
-	ne.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)                           // nlmsg_type
-	ne.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)                 // nlmsg_flags
-	ne.PutUint32(req[8:], seq)                                                // nlmsg_seq
-	body := req[unix.NLMSG_HDRLEN:]                                           // nlmsg_pid 0: the kernel fills it in
-	body[0], body[1], body[2] = family, unix.IPPROTO_TCP, 1<<(inetDiagInfo-1) // family, protocol, ext
-	ne.PutUint32(body[4:], states)                                            // idiag_states; id: zero = any socket
+	size := unix.NLMSG_HDRLEN + sizeofInetDiagReqV2
+	if bc != nil {
+		size += unix.SizeofRtAttr + len(bc)
+	}
+	req := make([]byte, size)
+	ne.PutUint32(req[0:], uint32(size))                       // nlmsg_len
+	ne.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)           // nlmsg_type
+	ne.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP) // nlmsg_flags
+	ne.PutUint32(req[8:], seq)                                // nlmsg_seq; nlmsg_pid 0: the kernel fills it in
+	body := req[unix.NLMSG_HDRLEN:]
+	body[0], body[1], body[2] = family, proto, ext
+	ne.PutUint32(body[4:], states) // idiag_states; id: zero = any socket
+	if bc != nil {
+		a := body[sizeofInetDiagReqV2:]
+		ne.PutUint16(a[0:], uint16(unix.SizeofRtAttr+len(bc)))
+		ne.PutUint16(a[2:], inetDiagReqBytecode)
+		copy(a[unix.SizeofRtAttr:], bc)
+	}
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
@@ -138,10 +162,9 @@ func dump(fd int, seq uint32, family uint8, states uint32, fn func(state uint8, 
 				}
 				// An ack (error 0): keep reading.
 			case unix.SOCK_DIAG_BY_FAMILY:
-				if len(m.data) < sizeofInetDiagMsg {
-					return fmt.Errorf("short inet_diag_msg (%d bytes)", len(m.data))
+				if err := fn(m.data); err != nil {
+					return err
 				}
-				fn(m.data[offsetDiagState], attr(m.data[sizeofInetDiagMsg:], inetDiagInfo))
 			}
 		}
 	}

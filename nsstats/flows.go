@@ -228,78 +228,14 @@ func portFilter(ports []uint16) []byte {
 // dumpConns sends one inet_diag_req_v2 dump request (family, protocol,
 // state mask, optional bytecode) and calls fn with each socket's flow.
 func dumpConns(fd int, seq uint32, family, proto uint8, states uint32, bc []byte, fn func(Conn)) error {
-	ne := binary.NativeEndian
-	size := unix.NLMSG_HDRLEN + sizeofInetDiagReqV2
-	if bc != nil {
-		size += unix.SizeofRtAttr + len(bc)
-	}
-	req := make([]byte, size)
-	ne.PutUint32(req[0:], uint32(size))
-	ne.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
-	ne.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	ne.PutUint32(req[8:], seq)
-	body := req[unix.NLMSG_HDRLEN:]
-	body[0], body[1] = family, proto
-	ne.PutUint32(body[4:], states)
-	if bc != nil {
-		a := body[sizeofInetDiagReqV2:]
-		ne.PutUint16(a[0:], uint16(unix.SizeofRtAttr+len(bc)))
-		ne.PutUint16(a[2:], inetDiagReqBytecode)
-		copy(a[unix.SizeofRtAttr:], bc)
-	}
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("send: %w", err)
-	}
-	buf := make([]byte, 64<<10)
-	for {
-		n, _, flags, from, err := unix.Recvmsg(fd, buf, nil, 0)
+	return diagDump(fd, seq, family, proto, 0, states, bc, func(m []byte) error {
+		c, err := parseConn(m, proto)
 		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if errors.Is(err, unix.EAGAIN) {
-				return fmt.Errorf("no answer from the kernel within %v", diagTimeout)
-			}
-			return fmt.Errorf("receive: %w", err)
+			return err
 		}
-		if flags&unix.MSG_TRUNC != 0 {
-			return errors.New("receive: reply truncated")
-		}
-		if sa, ok := from.(*unix.SockaddrNetlink); !ok || sa.Pid != 0 {
-			continue
-		}
-		msgs, err := splitMessages(buf[:n])
-		if err != nil {
-			return fmt.Errorf("parse reply: %w", err)
-		}
-		for _, m := range msgs {
-			if m.seq != seq {
-				continue
-			}
-			switch m.typ {
-			case unix.NLMSG_DONE:
-				if len(m.data) >= 4 {
-					if e := int32(ne.Uint32(m.data)); e < 0 {
-						return unix.Errno(-e)
-					}
-				}
-				return nil
-			case unix.NLMSG_ERROR:
-				if len(m.data) < 4 {
-					return errors.New("short NLMSG_ERROR")
-				}
-				if e := int32(ne.Uint32(m.data)); e < 0 {
-					return unix.Errno(-e)
-				}
-			case unix.SOCK_DIAG_BY_FAMILY:
-				c, err := parseConn(m.data, proto)
-				if err != nil {
-					return err
-				}
-				fn(c)
-			}
-		}
-	}
+		fn(c)
+		return nil
+	})
 }
 
 // parseConn reads the flow of one inet_diag_msg: family and state, then
