@@ -85,7 +85,7 @@ func fromFile(f *os.File, path string) (*NS, error) {
 		return nil, fmt.Errorf("statfs network namespace %s: %w", path, err)
 	}
 	if sfs.Type != unix.NSFS_MAGIC {
-		return nil, fmt.Errorf("%s is not a namespace file", path)
+		return nil, fmt.Errorf("%s is not a network namespace (not an nsfs file)", path)
 	}
 	// NS_GET_NSTYPE tells the namespace type; only accept network namespaces.
 	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)

@@ -18,10 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"slices"
 
-	"github.com/vishvananda/netns"
+	isonetns "github.com/isolatord/isolatord/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,40 +102,15 @@ func PeerPorts(netnsPath string, localPort uint16) ([]uint16, error) {
 // namespace at netnsPath. If switching back fails the thread stays locked,
 // so the runtime destroys it with the goroutine.
 func doIn(netnsPath string, fn func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- fmt.Errorf("nsstats: current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(netnsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- fmt.Errorf("nsstats: open %s: %w", netnsPath, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			ch <- fmt.Errorf("nsstats: enter %s (not a network namespace?): %w", netnsPath, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			ch <- fmt.Errorf("nsstats: return from %s: %w", netnsPath, err)
-			return // stay locked: the runtime discards this thread
-		}
-		runtime.UnlockOSThread()
-		if ferr != nil {
-			ferr = fmt.Errorf("nsstats: %s: %w", netnsPath, ferr)
-		}
-		ch <- ferr
-	}()
-	return <-ch
+	ns, err := isonetns.Open(netnsPath)
+	if err != nil {
+		return fmt.Errorf("nsstats: %w", err)
+	}
+	defer ns.Close()
+	if err := ns.Do(fn); err != nil {
+		return fmt.Errorf("nsstats: %s: %w", netnsPath, err)
+	}
+	return nil
 }
 
 // connsHere dumps the live flows of the calling thread's namespace. The

@@ -34,11 +34,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"time"
-
-	"github.com/vishvananda/netns"
 )
 
 // Stats are the statistics of one network namespace.
@@ -90,47 +87,15 @@ type RTT struct {
 // example /proc/PID/ns/net or /var/run/netns/NAME). It never changes the
 // namespace of the calling goroutine's thread. On error the Stats are zero.
 func Collect(netnsPath string) (Stats, error) {
-	type result struct {
-		st  Stats
-		err error
+	var st Stats
+	err := doIn(netnsPath, func() (err error) {
+		st, err = collectHere()
+		return err
+	})
+	if err != nil {
+		return Stats{}, err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		var res result
-		defer func() { ch <- res }()
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("nsstats: current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(netnsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("nsstats: open %s: %w", netnsPath, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			res.err = fmt.Errorf("nsstats: enter %s (not a network namespace?): %w", netnsPath, err)
-			return
-		}
-		res.st, res.err = collectHere()
-		if err := netns.Set(orig); err != nil {
-			// Stay locked: the runtime discards this thread with the goroutine.
-			res.st, res.err = Stats{}, fmt.Errorf("nsstats: return from %s: %w", netnsPath, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		if res.err != nil {
-			res.st, res.err = Stats{}, fmt.Errorf("nsstats: %s: %w", netnsPath, res.err)
-		}
-	}()
-	r := <-ch
-	return r.st, r.err
+	return st, nil
 }
 
 // procNet is where the calling thread's namespace's /proc/net files are.
