@@ -131,9 +131,12 @@ type Isolator struct {
 
 	mu      sync.Mutex // guards everything below
 	records map[string]*Record
-	alloc   *ephemeral.Allocator
-	ledger  *ephemeral.Ledger
-	slots   slotSet
+	// netnsOwner maps a network namespace (inode) to the container isolated
+	// (or being isolated) into it.
+	netnsOwner map[uint64]string
+	alloc      *ephemeral.Allocator
+	ledger     *ephemeral.Ledger
+	slots      slotSet
 	// Hooks for tests (fault injection); nil in production.
 	hook func(point string)
 }
@@ -161,13 +164,14 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 		return nil, err
 	}
 	return &Isolator{
-		cfg:     cfg,
-		dp:      dp,
-		log:     cfg.Logger,
-		store:   st,
-		records: map[string]*Record{},
-		alloc:   alloc,
-		ledger:  ephemeral.NewLedger(cfg.ManagedPorts, cfg.EphemeralPool),
+		cfg:        cfg,
+		dp:         dp,
+		log:        cfg.Logger,
+		store:      st,
+		records:    map[string]*Record{},
+		netnsOwner: map[uint64]string{},
+		alloc:      alloc,
+		ledger:     ephemeral.NewLedger(cfg.ManagedPorts, cfg.EphemeralPool),
 	}, nil
 }
 
@@ -364,11 +368,23 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 // forget drops a record from memory and releases everything it holds. s.mu held.
 func (s *Isolator) forget(r *Record) {
 	delete(s.records, r.ID)
+	if s.netnsOwner[r.NetNSIno] == r.ID {
+		delete(s.netnsOwner, r.NetNSIno)
+	}
 	s.ledger.Release(r.ID)
 	if err := s.alloc.Release(r.Ephemeral); err != nil {
 		s.log.Warn("release ephemeral block", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
 	}
 	s.slots.put(r.Slot)
+}
+
+// releaseNetNS drops id's claim on a namespace (after a failed isolate).
+func (s *Isolator) releaseNetNS(ino uint64, id string) {
+	s.mu.Lock()
+	if s.netnsOwner[ino] == id {
+		delete(s.netnsOwner, ino)
+	}
+	s.mu.Unlock()
 }
 
 // IsolateTarget names the container's network namespace: a pid or a path.
@@ -436,18 +452,20 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	if s.host.NetNSIno != 0 && ino == s.host.NetNSIno {
 		return Record{}, errorf(codes.FailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
 	}
-	// One namespace holds one container: its eth0 is ours.
+	// One namespace holds one container (its eth0 is ours): claim it
+	// atomically, so two concurrent Isolates into one namespace cannot both
+	// pass.
 	s.mu.Lock()
-	for _, o := range s.records {
-		if o.ID != id && o.NetNSIno == ino && (o.State == StateIsolated || o.State == StateIsolating || o.State == StateUpdating) {
-			s.mu.Unlock()
-			return Record{}, errorf(codes.FailedPrecondition, "%s: network namespace %s already holds container %s", targetField(t), next.NetNSPath, o.ID)
-		}
+	if owner, ok := s.netnsOwner[ino]; ok && owner != id {
+		s.mu.Unlock()
+		return Record{}, errorf(codes.FailedPrecondition, "%s: network namespace %s already holds container %s", targetField(t), next.NetNSPath, owner)
 	}
+	s.netnsOwner[ino] = id
 	s.mu.Unlock()
 	next.State = StateIsolating
 	next.Veth = dataplane.VethName(id)
 	if err := s.commit(&next); err != nil {
+		s.releaseNetNS(ino, id)
 		return Record{}, err
 	}
 	s.at("isolate:intent")
@@ -455,6 +473,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	plumb, err := s.dp.Setup(ctx, s.container(&next))
 	if err != nil {
 		// Setup rolled back its own work; return to prepared.
+		s.releaseNetNS(ino, id)
 		back := cur
 		if perr := s.commit(&back); perr != nil {
 			s.log.Error("persist rollback", "container_id", id, "err", perr)

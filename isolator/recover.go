@@ -63,6 +63,9 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 			s.log.Warn("recover: static ports not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "ports", portsString(req.Exclusive, req.Shared), "err", err)
 		}
 		s.records[r.ID] = r
+		if r.State != StatePrepared && r.NetNSIno != 0 {
+			s.netnsOwner[r.NetNSIno] = r.ID
+		}
 	}
 	s.mu.Unlock()
 
@@ -159,6 +162,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 		if _, err := s.dp.Teardown(ctx, c); err != nil {
 			return false, fmt.Errorf("roll back isolate of %s: %w", r.ID, err)
 		}
+		s.releaseNetNS(r.NetNSIno, r.ID)
 		r.State, r.Mount, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", 0, 0, "", 0, ""
 		if err := s.commit(r); err != nil {
 			return false, err
@@ -215,6 +219,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 		src.Mount = ""
 		plumb, err := s.dp.Setup(ctx, s.container(&src))
 		if err != nil {
+			s.releaseNetNS(r.NetNSIno, r.ID)
 			r.State, r.Mount, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", 0, 0, "", 0, ""
 			if err := s.commit(r); err != nil {
 				return false, err
