@@ -152,7 +152,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	d.prepared = true
 	d.startReconciler()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
-		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals))
+		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals), "originals", info.Originals)
 	return info, nil
 }
 
