@@ -442,15 +442,27 @@ func TestShapingTraffic(t *testing.T) {
 	}
 	defer hostNS.Close()
 	const mb = 1_000_000.0
-	full := func(what string, r float64) {
+	// Each reading right after a change is taken once more if it misses:
+	// on a busy machine TCP can still be ramping after the skipped time.
+	full := func(what string, s *stream, skip, window time.Duration) {
 		t.Helper()
+		r := s.measure(skip, window)
+		if r < 12*mb {
+			t.Logf("%s: %.2f MB/s while settling; measuring again", what, r/mb)
+			r = s.measure(0, window)
+		}
 		t.Logf("%s: %.2f MB/s", what, r/mb)
 		if r < 12*mb {
 			t.Errorf("%s: %.2f MB/s, want full speed (> 12 MB/s)", what, r/mb)
 		}
 	}
-	near := func(what string, r, want float64) {
+	near := func(what string, s *stream, skip, window time.Duration, want float64) {
 		t.Helper()
+		r := s.measure(skip, window)
+		if !within(r, want, 0.15) {
+			t.Logf("%s: %.3f MB/s while settling; measuring again", what, r/mb)
+			r = s.measure(0, window)
+		}
 		t.Logf("%s: %.3f MB/s (want %.1f within 15%%)", what, r/mb, want/mb)
 		if !within(r, want, 0.15) {
 			t.Errorf("%s: %.3f MB/s, want %.1f MB/s within 15%%", what, r/mb, want/mb)
@@ -462,7 +474,7 @@ func TestShapingTraffic(t *testing.T) {
 	// measured on a fresh connection (a flow cut from ~1 GB/s to 2 MB/s
 	// first spends a while in TCP loss recovery).
 	s1 := startStream(t, w.s.Client.Do, a.c.Do, "198.18.0.2:9100", "198.18.0.2:9100")
-	full("egress unlimited", s1.measure(500*time.Millisecond, time.Second))
+	full("egress unlimited", s1, 500*time.Millisecond, time.Second)
 
 	entry, exit := w.shaperPair(t, 1)
 	sh := Shaper{H: w.h, NS: int(hostNS), Link: entry, Leaf: LeafFIFO}
@@ -482,7 +494,7 @@ func TestShapingTraffic(t *testing.T) {
 	}
 	s1.stop()
 	eg := startStream(t, w.s.Client.Do, a.c.Do, "198.18.0.2:9101", "198.18.0.2:9101")
-	near("egress 2MB/s", eg.measure(time.Second, 2*time.Second), 2*mb)
+	near("egress 2MB/s", eg, time.Second, 2*time.Second, 2*mb)
 
 	// Every path still works through the shaper.
 	for _, c := range []struct{ network, addr, want string }{
@@ -507,7 +519,7 @@ func TestShapingTraffic(t *testing.T) {
 	if strings.Contains(left, "clsact") || strings.Contains(left, "htb") {
 		t.Errorf("qdiscs left in the container:\n%s", left)
 	}
-	near("egress 2MB/s after the container deleted its qdiscs", eg.measure(500*time.Millisecond, 2*time.Second), 2*mb)
+	near("egress 2MB/s after the container deleted its qdiscs", eg, 500*time.Millisecond, 2*time.Second, 2*mb)
 
 	// Lift: back to eth0/lo, drain, remove the pair.
 	vf.Via = 0
@@ -520,7 +532,7 @@ func TestShapingTraffic(t *testing.T) {
 	if err := w.h.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Index: entry}}); err != nil {
 		t.Fatal(err)
 	}
-	full("egress after removal", eg.measure(300*time.Millisecond, 700*time.Millisecond))
+	full("egress after removal", eg, 300*time.Millisecond, 700*time.Millisecond)
 	if err := eg.failed(); err != nil {
 		t.Errorf("the egress connection broke: %v", err)
 	}
@@ -532,14 +544,14 @@ func TestShapingTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := startStream(t, a.c.Do, w.s.Client.Do, "0.0.0.0:20001", "198.18.0.1:20001")
-	near("ingress 2MB/s", in.measure(time.Second, 2*time.Second), 2*mb)
+	near("ingress 2MB/s", in, time.Second, 2*time.Second, 2*mb)
 	if err := vs.Drain(time.Second); err != nil {
 		t.Error(err)
 	}
 	if err := vs.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	full("ingress after removal", in.measure(300*time.Millisecond, 700*time.Millisecond))
+	full("ingress after removal", in, 300*time.Millisecond, 700*time.Millisecond)
 	if err := in.failed(); err != nil {
 		t.Errorf("the ingress connection broke: %v", err)
 	}
