@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -57,9 +58,9 @@ func TestCNIEndToEnd(t *testing.T) {
 	bin := Binaries(t)
 	nw := newCNINet(t, bin, d.Socket, "isolator", "1.1.0", "")
 	ctx := cniCtx(t)
-	base := readCNIKernelState(t, sb, d.NetNSDir)
+	base := readHostState(t, sb, d.NetNSDir)
 
-	web := cniServe(t, sb, "web", 31001, 31002)
+	web := startServer(t, sb, "web", 31001, 31002)
 	id := sb.Name + "-web"
 	rt := cniRuntime(id, web.NetNS, cniPortMappings(31001, 31002), [2]string{"K8S_POD_NAME", "web-0"})
 
@@ -105,8 +106,8 @@ func TestCNIEndToEnd(t *testing.T) {
 
 	// Real traffic from outside reaches the container on both ports.
 	for _, proto := range []string{"tcp", "udp"} {
-		cniMustEcho(t, sb, proto, 31001, "web")
-		cniMustEcho(t, sb, proto, 31002, "web")
+		mustEcho(t, sb, proto, 31001, "web")
+		mustEcho(t, sb, proto, 31002, "web")
 	}
 
 	if err := nw.CNI.CheckNetworkList(ctx, nw.List, rt); err != nil {
@@ -128,7 +129,7 @@ func TestCNIEndToEnd(t *testing.T) {
 	if r2.IPs[0].Address.String() != ip.Address.String() || r2.Interfaces[1].Sandbox != eth0.Sandbox {
 		t.Errorf("repeated ADD result differs: %+v", r2)
 	}
-	cniMustEcho(t, sb, "tcp", 31001, "web")
+	mustEcho(t, sb, "tcp", 31001, "web")
 
 	// DEL removes everything: the daemon's record, the veth, the filters,
 	// the namespace bind mount; traffic stops.
@@ -138,10 +139,10 @@ func TestCNIEndToEnd(t *testing.T) {
 	if c := cniGet(t, d, id); c != nil {
 		t.Errorf("daemon still holds %s after DEL: %v", id, c)
 	}
-	if after := readCNIKernelState(t, sb, d.NetNSDir); after.String() != base.String() {
-		t.Errorf("DEL left kernel state behind:\nbefore %s\nafter  %s", base, after)
+	if after := readHostState(t, sb, d.NetNSDir); fmt.Sprint(after) != fmt.Sprint(base) {
+		t.Errorf("DEL left kernel state behind:\nbefore %+v\nafter  %+v", base, after)
 	}
-	if got, err := cniEcho(sb, "tcp", 31001); err == nil {
+	if got, err := echoFromClient(sb, "tcp", 31001); err == nil {
 		t.Errorf("traffic still reaches %q after DEL", got)
 	}
 	// DEL again (runtimes repeat it) succeeds.
@@ -193,7 +194,7 @@ func TestCNIEndToEnd(t *testing.T) {
 	if code, msg := cniErrCode(t, err); code != cniErrPortUnavailable || !strings.Contains(msg, id) {
 		t.Errorf("ADD of a held port: code %d %q, want %d naming %s", code, msg, cniErrPortUnavailable, id)
 	}
-	cniMustEcho(t, sb, "udp", 31002, "web")
+	mustEcho(t, sb, "udp", 31002, "web")
 
 	// The container dies and its namespace with it; DEL still succeeds and
 	// removes what the daemon had.
@@ -206,8 +207,8 @@ func TestCNIEndToEnd(t *testing.T) {
 	if c := cniGet(t, d, id); c != nil {
 		t.Errorf("daemon still holds %s: %v", id, c)
 	}
-	if after := readCNIKernelState(t, sb, d.NetNSDir); after.String() != base.String() {
-		t.Errorf("DEL of a dead container left kernel state behind:\nbefore %s\nafter  %s", base, after)
+	if after := readHostState(t, sb, d.NetNSDir); fmt.Sprint(after) != fmt.Sprint(base) {
+		t.Errorf("DEL of a dead container left kernel state behind:\nbefore %+v\nafter  %+v", base, after)
 	}
 }
 
@@ -222,9 +223,9 @@ func TestCNIGC(t *testing.T) {
 	blue := newCNINet(t, bin, d.Socket, "blue", "1.1.0", "")
 	ctx := cniCtx(t)
 
-	keep := cniServe(t, sb, "keep", 31010)
-	stale := cniServe(t, sb, "stale", 31011)
-	bluec := cniServe(t, sb, "blue", 31012)
+	keep := startServer(t, sb, "keep", 31010)
+	stale := startServer(t, sb, "stale", 31011)
+	bluec := startServer(t, sb, "blue", 31012)
 	keepID, staleID, blueID, handID := sb.Name+"-keep", sb.Name+"-stale", sb.Name+"-blue", sb.Name+"-byhand"
 	for _, a := range []struct {
 		nw *cniNet
@@ -241,7 +242,7 @@ func TestCNIGC(t *testing.T) {
 	if _, err := d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: handID, Ports: []*pb.PortRange{{Begin: 31013, End: 31013}}}); err != nil {
 		t.Fatal(err)
 	}
-	cniMustEcho(t, sb, "tcp", 31011, "stale")
+	mustEcho(t, sb, "tcp", 31011, "stale")
 
 	// The runtime lost track of "stale" (its cache is empty too, so libcni
 	// DELs nothing itself): only the plugin's GC can find it.
@@ -260,15 +261,15 @@ func TestCNIGC(t *testing.T) {
 			t.Errorf("GC removed %s", id)
 		}
 	}
-	ks := readCNIKernelState(t, sb, d.NetNSDir)
-	if slices.Contains(ks.Veths, dataplane.VethName(staleID)) || !slices.Contains(ks.Veths, dataplane.VethName(keepID)) {
-		t.Errorf("after GC: %s; want %s gone and %s kept", ks, dataplane.VethName(staleID), dataplane.VethName(keepID))
+	ks := readHostState(t, sb, d.NetNSDir)
+	if slices.Contains(ks.veths, dataplane.VethName(staleID)) || !slices.Contains(ks.veths, dataplane.VethName(keepID)) {
+		t.Errorf("after GC: %+v; want %s gone and %s kept", ks, dataplane.VethName(staleID), dataplane.VethName(keepID))
 	}
-	if got, err := cniEcho(sb, "tcp", 31011); err == nil {
+	if got, err := echoFromClient(sb, "tcp", 31011); err == nil {
 		t.Errorf("traffic still reaches %q after GC", got)
 	}
-	cniMustEcho(t, sb, "tcp", 31010, "keep")
-	cniMustEcho(t, sb, "udp", 31012, "blue")
+	mustEcho(t, sb, "tcp", 31010, "keep")
+	mustEcho(t, sb, "udp", 31012, "blue")
 	if err := nw.CNI.CheckNetworkList(ctx, nw.List, cniRuntime(keepID, keep.NetNS, cniPortMappings(31010))); err != nil {
 		t.Errorf("CHECK of the kept container: %v", err)
 	}
@@ -308,7 +309,7 @@ func TestCNIStatusAndDaemonDown(t *testing.T) {
 	if err := nw.CNI.GetStatusNetworkList(ctx, nw.List); err != nil {
 		t.Fatalf("STATUS with the daemon up: %v", err)
 	}
-	web := cniServe(t, sb, "web", 31020)
+	web := startServer(t, sb, "web", 31020)
 	id := sb.Name + "-web"
 	rt := cniRuntime(id, web.NetNS, cniPortMappings(31020))
 	if _, err := nw.CNI.AddNetworkList(ctx, nw.List, rt); err != nil {
@@ -321,7 +322,7 @@ func TestCNIStatusAndDaemonDown(t *testing.T) {
 		t.Errorf("STATUS with the daemon stopped: code %d %q, want 50 naming the socket", code, msg)
 	}
 	// Traffic keeps flowing while the daemon is down.
-	cniMustEcho(t, sb, "tcp", 31020, "web")
+	mustEcho(t, sb, "tcp", 31020, "web")
 	if err := nw.CNI.DelNetworkList(ctx, nw.List, rt); err == nil {
 		t.Error("DEL succeeded with the daemon down: the ports' fate is unknown, the runtime must retry")
 	} else if code, _ := cniErrCode(t, err); code != types.ErrTryAgainLater {
@@ -386,7 +387,7 @@ func TestCNIVersion040AndSharedPorts(t *testing.T) {
 	// New TCP connections are spread over both holders (bounded tries).
 	seen := map[string]bool{}
 	for i := 0; i < 64 && len(seen) < 2; i++ {
-		if got, err := cniEcho(sb, "tcp", 31443); err == nil {
+		if got, err := echoFromClient(sb, "tcp", 31443); err == nil {
 			seen[got] = true
 		}
 	}

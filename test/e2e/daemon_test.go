@@ -22,12 +22,16 @@ import (
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
-// startServer starts a container running isotraffic serve on port p (TCP
-// and UDP) that answers with name.
-func startServer(t *testing.T, sb *sandbox.Sandbox, name string, port int) *sandbox.Container {
+// startServer starts a container running isotraffic serve on the given
+// ports (TCP and UDP each) that answers with name.
+func startServer(t *testing.T, sb *sandbox.Sandbox, name string, ports ...int) *sandbox.Container {
 	t.Helper()
-	addr := ":" + strconv.Itoa(port)
-	c := sb.StartContainer(t, name, traffic.BinaryPath(t), "serve", "--tcp", addr, "--udp", addr, "--name", name)
+	var addrs []string
+	for _, p := range ports {
+		addrs = append(addrs, ":"+strconv.Itoa(p))
+	}
+	list := strings.Join(addrs, ",")
+	c := sb.StartContainer(t, name, traffic.BinaryPath(t), "serve", "--tcp", list, "--udp", list, "--name", name)
 	c.WaitFor(t, "ready", 10*time.Second)
 	return c
 }
