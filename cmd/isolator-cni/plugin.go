@@ -73,22 +73,32 @@ func owner(c *pb.Container, network, ifname string) error {
 	return nil
 }
 
+// parseAttach checks what ADD and CHECK get from the runtime: the
+// configuration, the container ID, the interface name and CNI_ARGS.
+func parseAttach(args *skel.CmdArgs) (*NetConf, cniArgs, error) {
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkContainerID(args.ContainerID); err != nil {
+		return nil, nil, err
+	}
+	if err := checkIfName(args.IfName); err != nil {
+		return nil, nil, err
+	}
+	cargs, err := parseArgs(args.Args)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conf, cargs, nil
+}
+
 // Add reserves the container's ports (Prepare) and plumbs its namespace
 // (Isolate), then reports eth0 with the host's address. A retried ADD for
 // the same container, ports and namespace returns the same result. If
 // Isolate fails, a container this ADD prepared is cleaned up again.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	conf, err := parseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	if err := checkContainerID(args.ContainerID); err != nil {
-		return err
-	}
-	if err := checkIfName(args.IfName); err != nil {
-		return err
-	}
-	cargs, err := parseArgs(args.Args)
+	conf, cargs, err := parseAttach(args)
 	if err != nil {
 		return err
 	}
@@ -254,17 +264,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // runtime's namespace with the ports the configuration asks for, and that
 // the namespace's interface matches prevResult.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	conf, err := parseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	if err := checkContainerID(args.ContainerID); err != nil {
-		return err
-	}
-	if err := checkIfName(args.IfName); err != nil {
-		return err
-	}
-	cargs, err := parseArgs(args.Args)
+	conf, cargs, err := parseAttach(args)
 	if err != nil {
 		return err
 	}
