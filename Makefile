@@ -23,7 +23,7 @@ deps:
 
 # test runs every package's tests (fuzz seeds included). Integration tests need
 # root; they build their own network-namespace sandboxes and skip when not root.
-# -p 1: kernel tests of different packages would otherwise share 2 cores and time out.
+# -p 1: kernel tests of different packages would otherwise compete for the CPUs and time out.
 test: deps build
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 

@@ -47,7 +47,7 @@ if [ "${SKIP_MICRO:-0}" != 1 ]; then
     limit=${MICRO_TIMEOUT:-180}
     echo "== micro-benchmarks: go test -bench . -benchtime ${MICRO_BENCHTIME:-300ms} ${pkgs[*]} (at most ${limit}s)" >&2
     set +e
-    # -p 1: the kernel benchmarks of different packages must not share the 2 cores.
+    # -p 1: the kernel benchmarks of different packages must not compete for the CPUs.
     timeout --kill-after=10 "$limit" go test -p 1 -run '^$' -bench . -benchtime "${MICRO_BENCHTIME:-300ms}" \
       -count 1 -timeout "$((limit + 30))s" "${pkgs[@]}" 2>&1 | tee "$tmp/micro.txt" >&2
     micro_rc=${PIPESTATUS[0]}
