@@ -100,6 +100,9 @@ type Config struct {
 	// Egress and Ingress are the bandwidth limits of containers whose
 	// Prepare gives none (zero: no limit).
 	Egress, Ingress dataplane.Limit
+	// HostPorts reserves containers' static ports in the host namespace
+	// (hostports.go); nil: no host reservations.
+	HostPorts HostPorts
 }
 
 // Observer receives lifecycle events, for metrics. Implementations must be
@@ -137,6 +140,7 @@ type Isolator struct {
 	alloc      *ephemeral.Allocator
 	ledger     *ephemeral.Ledger
 	slots      slotSet
+	hostPorts  *hostLedger // its own lock: take it after mu, never before
 	// Hooks for tests (fault injection); nil in production.
 	hook func(point string)
 }
@@ -172,6 +176,7 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 		netnsOwner: map[uint64]string{},
 		alloc:      alloc,
 		ledger:     ephemeral.NewLedger(cfg.ManagedPorts, cfg.EphemeralPool),
+		hostPorts:  newHostLedger(cfg.HostPorts),
 	}, nil
 }
 
@@ -348,6 +353,17 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		}
 		return Record{}, wrapf(codes.Internal, err, "allocate ephemeral block")
 	}
+	s.mu.Unlock()
+	// Host reservations (hostports.go): a host process holding a port refuses the Prepare.
+	if err := s.hostReserve(id, excl.Union(shared)); err != nil {
+		s.mu.Lock()
+		s.ledger.Release(id)
+		s.slots.put(slot)
+		_ = s.alloc.Release(block)
+		s.mu.Unlock()
+		return Record{}, err
+	}
+	s.mu.Lock()
 	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels,
 		Egress: eg, Ingress: in}
 	s.records[id] = r
@@ -372,6 +388,7 @@ func (s *Isolator) forget(r *Record) {
 		delete(s.netnsOwner, r.NetNSIno)
 	}
 	s.ledger.Release(r.ID)
+	s.hostPorts.settle(r.ID, ephemeral.Set{})
 	if err := s.alloc.Release(r.Ephemeral); err != nil {
 		s.log.Warn("release ephemeral block", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
 	}
@@ -636,8 +653,16 @@ func (s *Isolator) updateLimits(ctx context.Context, cur Record, eg, in dataplan
 
 // updatePorts changes a container's static ports; the per-container lock is
 // held.
-func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared ephemeral.Set) (Record, error) {
+func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared ephemeral.Set) (_ Record, err error) {
 	id := cur.ID
+	// Host reservations (hostports.go): on failure keep the old ports', on success the new ones'.
+	defer func() {
+		if err != nil {
+			s.hostPorts.settle(id, cur.Ports.Union(cur.Shared))
+		} else {
+			s.hostPorts.settle(id, excl.Union(shared))
+		}
+	}()
 	s.mu.Lock()
 	// Hold old ∪ new while the kernel moves over, so no other container can
 	// take a port whose filters still point here.
@@ -646,6 +671,14 @@ func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared eph
 		s.mu.Unlock()
 		return Record{}, ledgerError(id, err)
 	}
+	s.mu.Unlock()
+	if err := s.hostReserve(id, excl.Union(shared)); err != nil {
+		s.mu.Lock()
+		_ = s.ledger.Update(id, ephemeral.Request{Exclusive: cur.Ports, Shared: cur.Shared})
+		s.mu.Unlock()
+		return Record{}, err
+	}
+	s.mu.Lock()
 	if cur.State == StatePrepared {
 		next := cur
 		next.Ports, next.Shared = excl, shared
@@ -812,6 +845,7 @@ type Status struct {
 	Host                        dataplane.HostInfo
 	// Bandwidth limits of containers that ask for none.
 	DefaultEgress, DefaultIngress dataplane.Limit
+	HostPorts                     HostPortsStatus // host port reservations (hostports.go)
 }
 
 // Status returns capacities, holdings and the host the data plane found.
@@ -828,6 +862,7 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		Containers:    map[State]int{},
 		Host:          s.host,
 		DefaultEgress: s.cfg.Egress, DefaultIngress: s.cfg.Ingress,
+		HostPorts: s.hostPorts.status(),
 	}
 	for _, r := range s.records {
 		st.Containers[r.State]++

@@ -22,6 +22,9 @@ type RecoveryReport struct {
 	CleanedUp  int      // containers removed (cleanup intent finished, namespace gone)
 	Strays     []string // kernel objects that belonged to no known container, removed
 	Unreserved []string // records whose ports no longer fit the configuration (kept, not reserved)
+	// HostPortConflicts are containers' ports a host process took while the
+	// daemon was down (hostports.go).
+	HostPortConflicts []HostPortConflict
 }
 
 // Start prepares the host and recovers every container from the state store
@@ -62,6 +65,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 			rep.Unreserved = append(rep.Unreserved, r.ID)
 			s.log.Warn("recover: static ports not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "ports", portsString(req.Exclusive, req.Shared), "err", err)
 		}
+		s.hostRetake(r, &rep)
 		s.records[r.ID] = r
 		if r.State != StatePrepared && r.NetNSIno != 0 {
 			s.netnsOwner[r.NetNSIno] = r.ID
@@ -98,7 +102,8 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
 	}
 	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
-		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "strays", len(rep.Strays))
+		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "strays", len(rep.Strays),
+		"host_port_conflicts", len(rep.HostPortConflicts))
 	return rep, nil
 }
 
@@ -196,6 +201,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 		s.mu.Lock()
 		_ = s.ledger.Update(r.ID, ephemeral.Request{Exclusive: newP, Shared: newS})
 		s.mu.Unlock()
+		s.hostPorts.settle(r.ID, newP.Union(newS))
 		return true, nil
 
 	default: // isolated

@@ -118,7 +118,8 @@ type Metrics struct {
 	recoveryDuration   prometheus.Gauge
 	recoveries         prometheus.Counter
 
-	state *stateCollector
+	state     *stateCollector
+	hostPorts *hostPortsCollector // hostports.go
 }
 
 // New creates the registry and registers every isolatord series (each label
@@ -213,11 +214,12 @@ func New(version string) *Metrics {
 	buildInfo.Set(1)
 
 	m.state = newStateCollector()
+	m.hostPorts = newHostPortsCollector(m.state)
 
 	reg.MustRegister(
 		m.filterOps, m.opTotal, m.opDuration, m.rpcRequests, m.rpcDuration,
 		m.recoveryContainers, m.recoveryStrays, m.recoveryUnreserved, m.recoveryDuration, m.recoveries,
-		buildInfo, m.state,
+		buildInfo, m.state, m.hostPorts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

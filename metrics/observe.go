@@ -25,6 +25,7 @@ func (m *Metrics) FilterOp(op tcfilter.Op) {
 func (m *Metrics) Operation(op string, d time.Duration, err error) {
 	m.opDuration.WithLabelValues(op).Observe(d.Seconds())
 	m.opTotal.WithLabelValues(op, isolator.CodeOf(err).String()).Inc()
+	m.hostPorts.operation(op, err)
 }
 
 // Recovered records the outcome of start-up recovery (isolator.Observer).

@@ -42,18 +42,11 @@ type diagResult struct {
 // thread's network namespace, IPv4 then IPv6. A kernel without IPv6 (or
 // with it disabled) has no AF_INET6 sockets to report.
 func diagTCP() (diagResult, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_INET_DIAG)
+	fd, err := openDiag()
 	if err != nil {
-		return diagResult{}, fmt.Errorf("sock_diag socket: %w", err)
+		return diagResult{}, err
 	}
 	defer unix.Close(fd)
-	tv := unix.NsecToTimeval(diagTimeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return diagResult{}, fmt.Errorf("sock_diag SO_RCVTIMEO: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return diagResult{}, fmt.Errorf("sock_diag bind: %w", err)
-	}
 	var res diagResult
 	for i, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		err := dump(fd, uint32(i+1), family, 1<<tcpEstablished|1<<tcpListen, func(state uint8, info []byte) {

@@ -116,18 +116,11 @@ func doIn(netnsPath string, fn func() error) error {
 // connsHere dumps the live flows of the calling thread's namespace. The
 // thread must be locked.
 func connsHere(ports []uint16) ([]Conn, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_INET_DIAG)
+	fd, err := openDiag()
 	if err != nil {
-		return nil, fmt.Errorf("sock_diag socket: %w", err)
+		return nil, err
 	}
 	defer unix.Close(fd)
-	tv := unix.NsecToTimeval(diagTimeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return nil, fmt.Errorf("sock_diag SO_RCVTIMEO: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("sock_diag bind: %w", err)
-	}
 	bc := portFilter(ports)
 	var out []Conn
 	seq := uint32(0)

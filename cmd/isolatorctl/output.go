@@ -125,6 +125,7 @@ type statusJSON struct {
 	DefaultIngressLimit  *limitJSON        `json:"default_ingress_limit"`
 	LinkSpeedMbps        uint64            `json:"link_speed_mbps"` // 0: unknown
 	ShapingQueue         string            `json:"shaping_queue"`   // "": no HTB, limits refused
+	HostPorts            hostPortsJSON     `json:"host_ports"`
 }
 
 type cleanupJSON struct {
@@ -510,6 +511,7 @@ func (r statusResult) jsonValue() any {
 		DefaultIngressLimit:  toLimitJSON(s.GetDefaultIngressLimit()),
 		LinkSpeedMbps:        s.GetLinkSpeedMbps(),
 		ShapingQueue:         s.GetShapingQueue(),
+		HostPorts:            toHostPortsJSON(s.GetHostPorts()),
 	}
 	if out.Features == nil {
 		out.Features = map[string]bool{}
@@ -572,6 +574,7 @@ func (r statusResult) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "Bandwidth shaping:\t%s\n", shaping)
 	fmt.Fprintf(tw, "Default limits:\tegress %s; ingress %s\n", limitString(s.GetDefaultEgressLimit()), limitString(s.GetDefaultIngressLimit()))
+	writeHostPorts(tw, s.GetHostPorts())
 	return tw.Flush()
 }
 

@@ -226,6 +226,12 @@ func serve(o *options, log *slog.Logger) error {
 	}
 	m := metrics.New(version)
 	cfg.Observer = m
+	hp, err := openHostPorts(o.hostNetNS)
+	if err != nil {
+		return err
+	}
+	defer hp.Close()
+	cfg.HostPorts = hp
 	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, Logger: log, Observer: m.FilterOp})
 	if err != nil {
 		return err
@@ -237,6 +243,9 @@ func serve(o *options, log *slog.Logger) error {
 	}
 	defer iso.Close()
 	m.WatchState(iso, o.metricsPerContainer)
+	if err := reservePool(hp, cfg.EphemeralPool, cfg.StateDir, log); err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

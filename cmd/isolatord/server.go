@@ -253,5 +253,6 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		resp.ContainersByState[string(state)] = uint32(n)
 		resp.Containers += uint32(n)
 	}
+	resp.HostPorts = hostPortsToProto(st.HostPorts)
 	return resp, nil
 }

@@ -1755,7 +1755,11 @@ type StatusResponse struct {
 	LinkSpeedMbps uint64 `protobuf:"varint,17,opt,name=link_speed_mbps,json=linkSpeedMbps,proto3" json:"link_speed_mbps,omitempty"`
 	// Queue under bandwidth limits: "fq_codel" or "bfifo"; "" when the kernel
 	// has no HTB (limits are refused).
-	ShapingQueue  string `protobuf:"bytes,18,opt,name=shaping_queue,json=shapingQueue,proto3" json:"shaping_queue,omitempty"`
+	ShapingQueue string `protobuf:"bytes,18,opt,name=shaping_queue,json=shapingQueue,proto3" json:"shaping_queue,omitempty"`
+	// Host port reservations (issue 17): static ports held by containers
+	// that isolatord also holds in the host namespace, so a host process's
+	// bind() of them fails.
+	HostPorts     *HostPortReservations `protobuf:"bytes,60,opt,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1916,6 +1920,134 @@ func (x *StatusResponse) GetShapingQueue() string {
 	return ""
 }
 
+func (x *StatusResponse) GetHostPorts() *HostPortReservations {
+	if x != nil {
+		return x.HostPorts
+	}
+	return nil
+}
+
+// HostPortReservations: what StatusResponse says of the host port
+// reservations.
+type HostPortReservations struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the daemon runs without host reservations.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Ports reserved (a shared port counts once).
+	Reserved uint32 `protobuf:"varint,2,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// Containers' ports a host process took while the daemon was down (found
+	// at start-up): the container keeps the traffic, the host process gets none.
+	Conflicts     []*HostPortConflict `protobuf:"bytes,3,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostPortReservations) Reset() {
+	*x = HostPortReservations{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostPortReservations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostPortReservations) ProtoMessage() {}
+
+func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostPortReservations.ProtoReflect.Descriptor instead.
+func (*HostPortReservations) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *HostPortReservations) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *HostPortReservations) GetReserved() uint32 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *HostPortReservations) GetConflicts() []*HostPortConflict {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
+// HostPortConflict is one port a container holds that a host process has
+// bound.
+type HostPortConflict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Port  uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// The holder: process name and pid, and its socket.
+	Holder        string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostPortConflict) Reset() {
+	*x = HostPortConflict{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostPortConflict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostPortConflict) ProtoMessage() {}
+
+func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostPortConflict.ProtoReflect.Descriptor instead.
+func (*HostPortConflict) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *HostPortConflict) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *HostPortConflict) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
 var File_isolatord_v1_isolator_proto protoreflect.FileDescriptor
 
 const file_isolatord_v1_isolator_proto_rawDesc = "" +
@@ -2058,7 +2190,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\x98\b\n" +
+	"\rStatusRequest\"\xdb\b\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
 	"\x0eephemeral_pool\x18\x02 \x01(\tR\rephemeralPool\x12\x1d\n" +
@@ -2081,13 +2213,22 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x14default_egress_limit\x18\x0f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x12defaultEgressLimit\x12P\n" +
 	"\x15default_ingress_limit\x18\x10 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x13defaultIngressLimit\x12&\n" +
 	"\x0flink_speed_mbps\x18\x11 \x01(\x04R\rlinkSpeedMbps\x12#\n" +
-	"\rshaping_queue\x18\x12 \x01(\tR\fshapingQueue\x1a;\n" +
+	"\rshaping_queue\x18\x12 \x01(\tR\fshapingQueue\x12A\n" +
+	"\n" +
+	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aD\n" +
 	"\x16ContainersByStateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01*m\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8a\x01\n" +
+	"\x14HostPortReservations\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
+	"\breserved\x18\x02 \x01(\rR\breserved\x12<\n" +
+	"\tconflicts\x18\x03 \x03(\v2\x1e.isolatord.v1.HostPortConflictR\tconflicts\">\n" +
+	"\x10HostPortConflict\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder*m\n" +
 	"\x0eContainerState\x12\x1f\n" +
 	"\x1bCONTAINER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONTAINER_STATE_PREPARED\x10\x01\x12\x1c\n" +
@@ -2115,7 +2256,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),           // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),             // 1: isolatord.v1.PortRange
@@ -2143,29 +2284,31 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(*ListResponse)(nil),          // 23: isolatord.v1.ListResponse
 	(*StatusRequest)(nil),         // 24: isolatord.v1.StatusRequest
 	(*StatusResponse)(nil),        // 25: isolatord.v1.StatusResponse
-	nil,                           // 26: isolatord.v1.Container.LabelsEntry
-	nil,                           // 27: isolatord.v1.PrepareRequest.LabelsEntry
-	nil,                           // 28: isolatord.v1.SnmpStats.IpEntry
-	nil,                           // 29: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                           // 30: isolatord.v1.SnmpStats.TcpEntry
-	nil,                           // 31: isolatord.v1.SnmpStats.UdpEntry
-	nil,                           // 32: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                           // 33: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*HostPortReservations)(nil),  // 26: isolatord.v1.HostPortReservations
+	(*HostPortConflict)(nil),      // 27: isolatord.v1.HostPortConflict
+	nil,                           // 28: isolatord.v1.Container.LabelsEntry
+	nil,                           // 29: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                           // 30: isolatord.v1.SnmpStats.IpEntry
+	nil,                           // 31: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                           // 32: isolatord.v1.SnmpStats.TcpEntry
+	nil,                           // 33: isolatord.v1.SnmpStats.UdpEntry
+	nil,                           // 34: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                           // 35: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	34, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	34, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	26, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	36, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	36, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	28, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	1,  // 8: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
 	2,  // 9: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 10: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	27, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	29, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
 	4,  // 12: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
 	4,  // 13: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
 	1,  // 14: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
@@ -2173,10 +2316,10 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	2,  // 16: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	4,  // 17: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
 	13, // 18: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	28, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	29, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	30, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	31, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	30, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	31, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	32, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	33, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
 	2,  // 23: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
 	3,  // 24: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	12, // 25: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
@@ -2184,34 +2327,36 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
 	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
 	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	34, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	36, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
 	4,  // 31: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
 	4,  // 32: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	32, // 33: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	33, // 34: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	34, // 33: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	35, // 34: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
 	2,  // 35: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 36: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	5,  // 37: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
-	7,  // 38: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
-	9,  // 39: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
-	11, // 40: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
-	18, // 41: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
-	20, // 42: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
-	22, // 43: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
-	24, // 44: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
-	6,  // 45: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	8,  // 46: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	10, // 47: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	17, // 48: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	19, // 49: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	21, // 50: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	23, // 51: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	25, // 52: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	45, // [45:53] is the sub-list for method output_type
-	37, // [37:45] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	26, // 37: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	27, // 38: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	5,  // 39: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
+	7,  // 40: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
+	9,  // 41: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
+	11, // 42: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
+	18, // 43: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
+	20, // 44: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
+	22, // 45: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
+	24, // 46: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
+	6,  // 47: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
+	8,  // 48: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
+	10, // 49: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
+	17, // 50: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
+	19, // 51: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
+	21, // 52: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
+	23, // 53: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
+	25, // 54: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
+	47, // [47:55] is the sub-list for method output_type
+	39, // [39:47] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -2229,7 +2374,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
