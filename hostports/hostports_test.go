@@ -1,7 +1,6 @@
 package hostports
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -35,39 +33,6 @@ func set(ports ...uint16) ephemeral.Set {
 		rs = append(rs, ephemeral.Range{Begin: p, End: p})
 	}
 	return ephemeral.NewSet(rs...)
-}
-
-// hostBind binds (and for TCP listens on) addr in the host namespace with
-// the given socket options, closes it, and returns the error.
-func hostBind(sb *sandbox.Sandbox, network, addr string, opts ...int) error {
-	return sb.Host.Do(func() error {
-		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			err := rc.Control(func(fd uintptr) {
-				for _, o := range opts {
-					if serr == nil {
-						serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o, 1)
-					}
-				}
-			})
-			if err != nil {
-				return err
-			}
-			return serr
-		}}
-		if strings.HasPrefix(network, "tcp") {
-			l, err := lc.Listen(context.Background(), network, addr)
-			if err == nil {
-				l.Close()
-			}
-			return err
-		}
-		c, err := lc.ListenPacket(context.Background(), network, addr)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
 }
 
 // TestHolderIsNamed: a host process holding a port (TCP listening on the
@@ -166,7 +131,7 @@ func TestReservationBlocksHostBinds(t *testing.T) {
 		for _, a := range addrs {
 			for _, opts := range optSets {
 				addr := net.JoinHostPort(a, strconv.Itoa(port))
-				if err := hostBind(sb, nw, addr, opts...); !errors.Is(err, unix.EADDRINUSE) {
+				if err := sb.Host.Bind(nw, addr, opts...); !errors.Is(err, unix.EADDRINUSE) {
 					t.Errorf("host %s bind %s with options %v while reserved: %v, want EADDRINUSE", nw, addr, opts, err)
 				}
 			}
@@ -191,12 +156,12 @@ func TestReservationBlocksHostBinds(t *testing.T) {
 	for _, nw := range []string{"tcp", "udp"} {
 		for _, a := range addrs {
 			addr := net.JoinHostPort(a, strconv.Itoa(port))
-			if err := hostBind(sb, nw, addr); err != nil {
+			if err := sb.Host.Bind(nw, addr); err != nil {
 				t.Errorf("host %s bind %s after release: %v", nw, addr, err)
 			}
 		}
 	}
-	if err := hostBind(sb, "tcp", "127.0.0.1:"+strconv.Itoa(port+1)); !errors.Is(err, unix.EADDRINUSE) {
+	if err := sb.Host.Bind("tcp", "127.0.0.1:"+strconv.Itoa(port+1)); !errors.Is(err, unix.EADDRINUSE) {
 		t.Errorf("port %d still reserved, yet bind: %v", port+1, err)
 	}
 }

@@ -1,11 +1,16 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
+	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // HostProcess is a program running in the sandbox's host namespace (a
@@ -46,4 +51,36 @@ func (p *HostProcess) Stop() error {
 		return nil
 	}
 	return err
+}
+
+// Bind opens a socket in n bound to addr ("tcp": listening too; "udp":
+// bound), with the given SOL_SOCKET options set to 1 (unix.SO_REUSEADDR,
+// unix.SO_REUSEPORT), closes it and returns the error: what a host
+// process's bind of that address would get.
+func (n NS) Bind(network, addr string, sockopts ...int) error {
+	return n.Do(func() error {
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				for _, o := range sockopts {
+					if serr == nil {
+						serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o, 1)
+					}
+				}
+			})
+			return errors.Join(err, serr)
+		}}
+		if strings.HasPrefix(network, "tcp") {
+			l, err := lc.Listen(context.Background(), network, addr)
+			if err == nil {
+				l.Close()
+			}
+			return err
+		}
+		c, err := lc.ListenPacket(context.Background(), network, addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
 }
