@@ -32,7 +32,9 @@ type fakeHeld struct {
 	holder string
 }
 
-func (e fakeHeld) Error() string    { return fmt.Sprintf("port %d is held on the host by %s", e.port, e.holder) }
+func (e fakeHeld) Error() string {
+	return fmt.Sprintf("port %d is held on the host by %s", e.port, e.holder)
+}
 func (e fakeHeld) HeldPort() uint16 { return e.port }
 
 func (f *fakeHostPorts) Reserve(ports ephemeral.Set) error {

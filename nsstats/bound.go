@@ -34,7 +34,6 @@ const (
 )
 
 const (
-
 	inetDiagSKV6Only = 11 // INET_DIAG_SKV6ONLY: u8, the IPV6_V6ONLY flag of an AF_INET6 socket
 
 	// offsets in struct inet_diag_msg
