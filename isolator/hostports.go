@@ -204,6 +204,3 @@ func (s *Isolator) hostRetake(r *Record, rep *RecoveryReport) {
 		s.log.Error("recover: host port reservations not retaken", "container_id", r.ID, "err", err)
 	}
 }
-
-// HostPorts reports the host port reservations held and the conflicts.
-func (s *Isolator) HostPorts() HostPortsStatus { return s.hostPorts.status() }
