@@ -28,6 +28,10 @@
 // tables in the two dumps: those tables are shared by every namespace
 // (unless net.ipv4.tcp_child_ehash_entries gives one its own), so the cost
 // follows the host's table size more than the container's socket count.
+//
+// The same sock_diag dump also serves two other readers: flows.go (the live
+// flows of a shared port's holders) and bound.go (the sockets holding given
+// ports and their processes, which names a host port's holder).
 package nsstats
 
 import (
