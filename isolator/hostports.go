@@ -11,8 +11,10 @@ package isolator
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -57,6 +59,10 @@ type hostLedger struct {
 	count     map[uint16]int
 	held      map[string]ephemeral.Set // container -> ports it counts for
 	conflicts map[uint16]string
+
+	// the conflict watcher (watchConflicts)
+	quit chan struct{}
+	done chan struct{}
 }
 
 func newHostLedger(hp HostPorts) *hostLedger {
@@ -152,6 +158,76 @@ func (h *hostLedger) retake(id string, want ephemeral.Set) (conflicts []HostPort
 	}
 	h.take(id, add)
 	return conflicts, errors.Join(errs...)
+}
+
+// DefaultHostPortsRetry is how often conflicted ports are tried again.
+const DefaultHostPortsRetry = 10 * time.Second
+
+// watchConflicts starts, when recovery found conflicts, a goroutine that
+// tries to reserve the conflicted ports again every interval: once the host
+// process holding one has let it go, the port is reserved (and the
+// conflict cleared) before another can take it. It ends when no conflict
+// is left, or at stop.
+func (h *hostLedger) watchConflicts(interval time.Duration, log *slog.Logger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.conflicts) == 0 || h.quit != nil {
+		return
+	}
+	if interval <= 0 {
+		interval = DefaultHostPortsRetry
+	}
+	h.quit, h.done = make(chan struct{}), make(chan struct{})
+	go func(quit, done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			retaken, left := h.retryConflicts()
+			for _, p := range retaken {
+				log.Info("host port reserved again: the host process that held it let it go", "port", p)
+			}
+			if left == 0 {
+				return
+			}
+		}
+	}(h.quit, h.done)
+}
+
+// retryConflicts tries to reserve each conflicted port (still held by a
+// container) again.
+func (h *hostLedger) retryConflicts() (retaken []uint16, left int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for p := range h.conflicts {
+		err := h.hp.Reserve(ephemeral.NewSet(ephemeral.Range{Begin: p, End: p}))
+		switch {
+		case err == nil:
+			delete(h.conflicts, p)
+			retaken = append(retaken, p)
+		case IsHostPortHeld(err):
+			h.conflicts[p] = err.Error() // the holder may have changed
+		}
+	}
+	sort.Slice(retaken, func(i, j int) bool { return retaken[i] < retaken[j] })
+	return retaken, len(h.conflicts)
+}
+
+// stop ends the conflict watcher, if any, and waits for it.
+func (h *hostLedger) stop() {
+	h.mu.Lock()
+	quit, done := h.quit, h.done
+	h.quit = nil
+	h.mu.Unlock()
+	if quit != nil {
+		close(quit)
+		<-done
+	}
 }
 
 // status reports the reservations held and the conflicts.

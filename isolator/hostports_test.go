@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -78,6 +79,7 @@ func newHostPortsIsolator(t *testing.T, dir string, dp *fakeDP, hp *fakeHostPort
 	t.Helper()
 	cfg := testConfig(t, dir)
 	cfg.HostPorts = hp
+	cfg.HostPortsRetry = 5 * time.Millisecond
 	s, err := New(cfg, dp)
 	if err != nil {
 		t.Fatal(err)
@@ -201,8 +203,8 @@ func TestHostPortsSharedReservedOnce(t *testing.T) {
 
 // TestHostPortsRetakenAtRestart: a restarted lifecycle (the reservations
 // died with the process) takes them again; a port a host process bound in
-// between is reported (recovery report, status) and cleared when its
-// container goes.
+// between is reported (recovery report, status), and reserved again once
+// that process lets it go.
 func TestHostPortsRetakenAtRestart(t *testing.T) {
 	dir := t.TempDir()
 	dp := newFakeDP()
@@ -236,12 +238,22 @@ func TestHostPortsRetakenAtRestart(t *testing.T) {
 	if r, err := s2.Get(bg, "c1"); err != nil || r.State != StateIsolated || r.Ports.String() != "31000-31002" {
 		t.Fatalf("c1 after restart: %+v %v", r, err)
 	}
+	// The squatter goes: the port is reserved again, the conflict cleared.
+	hp2.mu.Lock()
+	delete(hp2.host, 31001)
+	hp2.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(s2.Status(bg).HostPorts.Conflicts) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("conflict not cleared 5s after the squatter left: %+v", s2.Status(bg).HostPorts)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wantReserved(t, s2, hp2, "31000-31002,31010")
 	if err := s2.Cleanup(bg, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if st := s2.Status(bg).HostPorts; len(st.Conflicts) != 0 || st.Reserved != 1 {
-		t.Fatalf("after the conflicted container left: %+v", st)
-	}
+	wantReserved(t, s2, hp2, "31010")
 	for _, id := range []string{"c2", "c3"} {
 		if err := s2.Cleanup(bg, id); err != nil {
 			t.Fatal(err)

@@ -103,6 +103,9 @@ type Config struct {
 	// HostPorts reserves containers' static ports in the host namespace
 	// (hostports.go); nil: no host reservations.
 	HostPorts HostPorts
+	// HostPortsRetry is how often ports a host process took while the
+	// daemon was down are tried again (0: DefaultHostPortsRetry).
+	HostPortsRetry time.Duration
 }
 
 // Observer receives lifecycle events, for metrics. Implementations must be
@@ -181,7 +184,10 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 }
 
 // Close closes the state store. Kernel plumbing stays in place.
-func (s *Isolator) Close() error { return s.store.close() }
+func (s *Isolator) Close() error {
+	s.hostPorts.stop()
+	return s.store.close()
+}
 
 // SetHook installs a fault-injection hook called at named points (tests only).
 func (s *Isolator) SetHook(h func(point string)) { s.hook = h }

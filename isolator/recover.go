@@ -98,6 +98,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		s.log.Info("recover: removed stray", "object", st)
 	}
 	rep.Strays = strays
+	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
 	}
