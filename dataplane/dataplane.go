@@ -84,6 +84,8 @@ type DataPlane struct {
 	copy     []netns.Sysctl
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
+	sink     tcfilter.Sink     // the drop sink every veth's dropping nodes redirect to
+	departed map[string]uint64 // drops counted on the veths of containers torn down since New
 	ctrs     map[string]*record
 	slots    map[uint16]string
 	shared   map[uint16][]tcfilter.Holder
@@ -151,9 +153,10 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	return &DataPlane{
 		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h,
-		ctrs:   map[string]*record{},
-		slots:  map[uint16]string{},
-		shared: map[uint16][]tcfilter.Holder{},
+		ctrs:     map[string]*record{},
+		slots:    map[uint16]string{},
+		shared:   map[uint16][]tcfilter.Holder{},
+		departed: map[string]uint64{},
 	}, nil
 }
 
@@ -325,7 +328,7 @@ func (d *DataPlane) hostIP() net.IP { return d.info.IP.IP }
 func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters {
 	return tcfilter.VethFilters{
 		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
-		HostIP: d.hostIP(), Slot: slot, Obs: d.cfg.Observer,
+		Sink: d.sink.Index, VLAN: d.sink.BPF, HostIP: d.hostIP(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
 	}
 }
 
@@ -401,8 +404,8 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	closers = append(closers, func() { ns.Close() })
-	if ns.SameAs(d.hostNS) || ns.SameAs(d.selfNS) {
-		return p, fmt.Errorf("container %s: %s: %w", c.ID, c.NetNS, ErrHostNamespace)
+	if err := d.refusedNamespace(ns); err != nil {
+		return p, fmt.Errorf("container %s: %s: %w", c.ID, c.NetNS, err)
 	}
 	p.NetNSIno = ns.Ino()
 	if err := d.step("open"); err != nil {

@@ -106,6 +106,15 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 			return info, fmt.Errorf("clsact on %s: %w", l.name, err)
 		}
 	}
+	// The drop sink: before any veth filter points at it.
+	sink, bpfErr, err := tcfilter.EnsureSink(d.h, tcfilter.SinkName)
+	if err != nil {
+		return info, err
+	}
+	if bpfErr != nil {
+		d.log.Warn("cls_bpf programs unavailable: containers' dropped frames go to a sink kept down (the kernel logs rate-limited \"device is down\" notices) and VLAN-tagged frames are not checked",
+			"sink", tcfilter.SinkName, "err", bpfErr)
+	}
 	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
 	if err := eth0.Init(); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
@@ -122,6 +131,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	feats, source := detectFeatures()
 	info.Features = feats
+	info.Features[FeatureClsBPF] = sink.BPF
 	if missing := missingFeatures(feats); len(missing) > 0 {
 		d.log.Warn("kernel features missing; the data plane works without them (bandwidth limits need htb; fq_codel is their preferred queue)",
 			"missing", strings.Join(missing, ","), "source", source)
@@ -148,7 +158,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 			"eth0_speed_mbit", info.LinkSpeed, "speed_known", info.LinkSpeed > 0)
 	}
 
-	d.info, d.links, d.copy, d.eth0, d.lo = info, hl, cp, eth0, lod
+	d.info, d.links, d.copy, d.eth0, d.lo, d.sink = info, hl, cp, eth0, lod, sink
 	d.prepared = true
 	d.startReconciler()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),

@@ -221,6 +221,9 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		RxBytes: s.RxBytes, RxPackets: s.RxPackets, RxErrors: s.RxErrors, RxDropped: s.RxDropped,
 		TxBytes: s.TxBytes, TxPackets: s.TxPackets, TxErrors: s.TxErrors, TxDropped: s.TxDropped,
 	}
+	if st.Dropped, err = d.vethDrops(c.Slot, idx); err != nil {
+		return st, fmt.Errorf("container %s: drop counters: %w", c.ID, err)
+	}
 	if !c.Ingress.IsZero() {
 		if st.Ingress, err = d.shapeCounters(idx, c.Ingress); err != nil {
 			return st, fmt.Errorf("container %s: ingress shaping: %w", c.ID, err)
@@ -313,6 +316,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if veth != 0 {
 		// The ifindex is only trusted if it still carries our name.
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
+			d.addDeparted(c.Slot, veth)
 			existed, err = netns.DeleteLink(d.h, veth)
 		} else {
 			existed, err = netns.DeleteLinkByName(d.h, name)
@@ -417,7 +421,21 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
 	}
-	rec := &record{c: c, veth: veth, ino: ino, mount: mp}
+	// The veth's filters: a veth of an older layout (or pointing at a sink
+	// that was recreated) is brought up to date; one that is right is
+	// only dumped. Redirects keep pointing at an existing egress shaper,
+	// which applyLimits then puts in line.
+	via := 0
+	if !c.Egress.IsZero() {
+		entry, _ := ShaperNames(c.ID)
+		if via, err = d.linkIndex(entry); err != nil {
+			return fmt.Errorf("adopt %s: %w", c.ID, err)
+		}
+	}
+	if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
+		return fmt.Errorf("adopt %s: filters on %s: %w", c.ID, VethName(c.ID), err)
+	}
+	rec := &record{c: c, veth: veth, via: via, ino: ino, mount: mp}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID

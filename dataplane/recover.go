@@ -146,6 +146,9 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 		ns.Close()
 	}
 
+	if l, err := d.h.LinkByIndex(d.sink.Index); err != nil || l.Attrs().Name != tcfilter.SinkName {
+		missing = append(missing, "drop sink "+tcfilter.SinkName)
+	}
 	if c.Slot < 1 || c.Slot > MaxSlot || !c.Ephemeral.IsAligned() {
 		return missing, nil
 	}

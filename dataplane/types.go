@@ -53,6 +53,9 @@ type LinkStats struct {
 	TxBytes, TxPackets, TxErrors, TxDropped uint64
 	// Bandwidth shaping of each direction (Limit zero: not limited).
 	Egress, Ingress ShapeCounters
+	// Frames the container sent that its host veth dropped, by reason
+	// (DropReasons, every one present).
+	Dropped map[string]uint64
 }
 
 // Plumbing describes the kernel objects built for one container.

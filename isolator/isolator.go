@@ -502,7 +502,12 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 			s.log.Error("persist rollback", "container_id", id, "err", perr)
 		}
 		if errors.Is(err, dataplane.ErrHostNamespace) {
-			return Record{}, errorf(codes.FailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
+			which := "the host's own network namespace"
+			var rn *dataplane.RefusedNamespaceError
+			if errors.As(err, &rn) {
+				which = rn.Which
+			}
+			return Record{}, errorf(codes.FailedPrecondition, "%s: %s is %s, not a container's", targetField(t), next.NetNSPath, which)
 		}
 		return Record{}, wrapf(codes.Internal, err, "isolate %s", id)
 	}

@@ -120,6 +120,7 @@ type Metrics struct {
 
 	state     *stateCollector
 	hostPorts *hostPortsCollector // hostports.go
+	drops     *dropCollector      // drops.go
 }
 
 // New creates the registry and registers every isolatord series (each label
@@ -215,7 +216,9 @@ func New(version string) *Metrics {
 
 	m.state = newStateCollector()
 	m.hostPorts = newHostPortsCollector(m.state)
+	m.drops = newDropCollector()
 
+	reg.MustRegister(m.drops)
 	reg.MustRegister(
 		m.filterOps, m.opTotal, m.opDuration, m.rpcRequests, m.rpcDuration,
 		m.recoveryContainers, m.recoveryStrays, m.recoveryUnreserved, m.recoveryDuration, m.recoveries,

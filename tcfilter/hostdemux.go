@@ -262,7 +262,7 @@ func (x *HostDemux) initLocked() error {
 func kindOf(prio uint16, handle uint32) string {
 	htid, _, nid := SplitU32Handle(handle)
 	switch {
-	case prio == PrioARP:
+	case prio == PrioARP || prio == PrioVethARP:
 		return KindARP
 	case htid == TableICMP || htid == TableICMPFn:
 		return KindICMP

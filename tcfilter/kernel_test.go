@@ -23,6 +23,7 @@ type kernelEnv struct {
 	h       *netlink.Handle
 	eth0    int
 	lo      int
+	sink    int // the drop sink (EnsureSink)
 	targets []int
 }
 
@@ -37,6 +38,11 @@ func newKernelEnv(t testing.TB, ntargets int) *kernelEnv {
 	e := &kernelEnv{s: s, h: h}
 	e.eth0 = e.index(t, s.HostEth0)
 	e.lo = e.index(t, "lo")
+	sk, bpfErr, err := EnsureSink(h, SinkName)
+	if err != nil || bpfErr != nil || !sk.BPF {
+		t.Fatalf("drop sink: %+v %v %v", sk, bpfErr, err)
+	}
+	e.sink = sk.Index
 	for i := 0; i < ntargets; i++ {
 		name := fmt.Sprintf("tgt%d", i)
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
@@ -556,7 +562,7 @@ func TestEnsureClsactAcceptsIngress(t *testing.T) {
 
 func TestVethAndContainerFilters(t *testing.T) {
 	e := newKernelEnv(t, 2)
-	v := VethFilters{H: e.h, Veth: e.targets[0], Eth0: e.eth0, Lo: e.lo, HostIP: e.s.HostIP, Slot: 42}
+	v := VethFilters{H: e.h, Veth: e.targets[0], Eth0: e.eth0, Lo: e.lo, Sink: e.sink, VLAN: true, HostIP: e.s.HostIP, MAC: e.s.HostMAC, Slot: 42}
 	old := []ephemeral.Range{rg(32768, 33791), rg(8080, 8080)}
 	if err := v.Install(old); err != nil {
 		t.Fatal(err)

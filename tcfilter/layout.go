@@ -20,6 +20,16 @@ const (
 	PrioIP  uint16 = 2 // protocol ETH_P_IP
 )
 
+// Priorities on a container's host veth (ingress), which also has PrioIP:
+// the VLAN check runs first, ARP after IP, everything else last. The drop
+// sink's egress has one cls_bpf filter.
+const (
+	PrioVethVLAN  uint16 = 1 // cls_bpf, all protocols: drop 802.1Q/802.1ad-tagged frames
+	PrioVethARP   uint16 = 3 // u32, ETH_P_ARP
+	PrioVethOther uint16 = 4 // u32, all protocols: what is neither IPv4 nor ARP -> sink
+	PrioSinkShot  uint16 = 1 // cls_bpf on the sink's egress: drop
+)
+
 // MaxSlot is the largest container slot: slots are u32 node ids (12 bits).
 const MaxSlot = 0xfff
 
@@ -57,6 +67,12 @@ const (
 	TableVethLocal     = 0x011 // divisor 256 on sport>>8: owned sport -> redirect host lo
 	TableVethOutHash   = 0x012 // -> TableVethOut
 	TableVethOut       = 0x013 // divisor 256 on sport>>8: owned sport -> redirect host eth0
+	TableVethHost      = 0x014 // divisor 1: host MAC, plain IPv4 header, source = host IP; by protocol
+	TableVethLoop      = 0x015 // divisor 1: same, source and destination in 127.0.0.0/8
+	TableVethICMP      = 0x016 // divisor 1 (after the IHL eat): allowed ICMP types
+	TableVethFrag      = 0x017 // divisor 1: non-first fragments, by destination
+	TableVethErrHash   = 0x018 // -> TableVethErr
+	TableVethErr       = 0x019 // divisor 256 on the quoted dport>>8: ICMP error about an own port -> out
 
 	// inside the container, keyed on the destination port
 	TableCtrLoHash   = 0x020 // -> TableCtrLo

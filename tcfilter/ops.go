@@ -69,9 +69,14 @@ func (d dev) observe(op, kind string, err error) {
 	}
 }
 
+// protoOf is the protocol of our u32 classifier at prio (PrioVethARP and
+// PrioVethOther exist only on container veths).
 func protoOf(prio uint16) uint16 {
-	if prio == PrioARP {
+	switch prio {
+	case PrioARP, PrioVethARP:
 		return unix.ETH_P_ARP
+	case PrioVethOther:
+		return unix.ETH_P_ALL
 	}
 	return unix.ETH_P_IP
 }
@@ -105,6 +110,7 @@ type node struct {
 	act     int
 	target  int    // ifindex for actRedirect / actMirror
 	kind    string // metrics kind; "" means kindOf(prio, handle)
+	reason  string // drop reason of a node redirecting to the drop sink
 }
 
 func (n node) metricKind() string {
@@ -262,7 +268,7 @@ func (d dev) list() ([]*netlink.U32, error) {
 	out := make([]*netlink.U32, 0, len(fs))
 	for _, f := range fs {
 		u, ok := f.(*netlink.U32)
-		if !ok || (u.Priority != PrioIP && u.Priority != PrioARP) || u.Protocol != protoOf(u.Priority) {
+		if !ok || u.Priority < PrioARP || u.Priority > PrioVethOther || u.Protocol != protoOf(u.Priority) {
 			continue
 		}
 		out = append(out, u)

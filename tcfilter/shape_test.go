@@ -579,13 +579,13 @@ func TestRetargetKernel(t *testing.T) {
 		t.Errorf("Retarget changed match keys")
 	}
 	// 5 range nodes (four 256-port chunks and a 16-port range) in each of
-	// the local and out tables, ICMP, two local fragment nodes, other
-	// fragments
-	if n := strings.Count(via, "to device isxt1"); n != 2*5+4 {
-		t.Errorf("%d redirects to the shaper, want 14:\n%s", n, via)
+	// the local, out and ICMP-error tables, echo request and reply, two
+	// local fragment nodes, other fragments, and ARP (shaped too)
+	if n := strings.Count(via, "to device isxt1"); n != 3*5+2+3+1 {
+		t.Errorf("%d redirects to the shaper, want 21:\n%s", n, via)
 	}
-	if n := strings.Count(via, "to device eth0"); n != 1 { // ARP
-		t.Errorf("%d redirects left to eth0, want 1 (ARP):\n%s", n, via)
+	if n := strings.Count(via, "to device eth0"); n != 0 {
+		t.Errorf("%d redirects left to eth0, want 0:\n%s", n, via)
 	}
 	if strings.Contains(via, "to device lo") {
 		t.Errorf("a redirect still goes to lo:\n%s", via)
@@ -609,8 +609,8 @@ func TestRetargetKernel(t *testing.T) {
 	if err := vf.SetRanges(a.ranges, append(a.ranges, rg(8080, 8080))); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(strip(w.tcShow(t, "vc1")), "to device isxt1"); n != 16 {
-		t.Errorf("after SetRanges with Via: %d redirects to the shaper, want 16", n)
+	if n := strings.Count(strip(w.tcShow(t, "vc1")), "to device isxt1"); n != 24 {
+		t.Errorf("after SetRanges with Via: %d redirects to the shaper, want 24", n)
 	}
 }
 

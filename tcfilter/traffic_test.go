@@ -137,7 +137,7 @@ func (w *wire) plumb(t *testing.T, name string, slot uint16, ranges ...ephemeral
 		})
 	}))
 	must(ContainerFilters{H: ch, Lo: clo.Attrs().Index, Eth0: ceth.Attrs().Index, HostIP: w.s.HostIP}.Install(ranges))
-	vf := VethFilters{H: w.h, Veth: veth, Eth0: w.eth0, Lo: w.lo, HostIP: w.s.HostIP, Slot: slot}
+	vf := VethFilters{H: w.h, Veth: veth, Eth0: w.eth0, Lo: w.lo, Sink: w.sink, VLAN: true, HostIP: w.s.HostIP, MAC: w.mac, Slot: slot}
 	must(vf.Install(ranges))
 	must(w.eth0D.AddRanges(slot, veth, ranges))
 	must(w.loD.AddRanges(slot, veth, ranges))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -113,25 +114,29 @@ func (s rangeSet) apply(add, del []ephemeral.Range) error {
 }
 
 // VethFilters are the filters on the ingress of a container's host-side
-// veth: what the container sends. ARP and ICMP go out through host eth0;
-// TCP and UDP from source ports the container owns go to host lo when the
-// destination is local (host IP or 127.0.0.0/8) and out through host eth0
-// otherwise; anything else (a source port it does not own, another
-// protocol) stops at the veth's own stack, which drops it. Non-first IPv4
-// fragments carry no ports: they go to host lo when the destination is
-// local, else out through eth0.
+// veth: what the container sends. They let out only what a host process
+// owning exactly the container's ports could send (see "Host-side veth
+// ingress" in the package documentation); everything else is redirected to
+// the drop sink by a node that names the reason (Drop*), and counted there.
+// TCP and UDP from owned source ports go to host lo when the destination is
+// local (host IP or 127.0.0.0/8) and out through host eth0 otherwise; ARP
+// requests, echo requests/replies and ICMP errors about the container's own
+// flows go out through eth0; non-first fragments go by destination.
 //
-// With Via set (a container with an egress limit), every IP redirect goes
-// to Via, the entry of the container's egress shaper, instead of host eth0
-// or lo; the shaper's exit (ShaperExit) then forwards by destination the
-// way these filters would have. ARP always goes to host eth0 directly.
+// With Via set (a container with an egress limit), every redirect that is
+// not a drop, ARP included, goes to Via, the entry of the container's
+// egress shaper, instead of host eth0 or lo; the shaper's exit (ShaperExit)
+// then forwards by destination the way these filters would have.
 type VethFilters struct {
 	H      *netlink.Handle // host namespace
 	Veth   int             // host-side veth ifindex
 	Eth0   int             // host eth0 ifindex
 	Lo     int             // host lo ifindex
 	Via    int             // egress shaper entry ifindex; 0: none (straight to eth0/lo)
+	Sink   int             // drop sink ifindex (EnsureSink)
+	VLAN   bool            // attach the cls_bpf VLAN check (the kernel loads our programs)
 	HostIP net.IP
+	MAC    net.HardwareAddr // the host MAC (every frame's source)
 	Slot   uint16
 	Obs    Observer
 }
@@ -155,7 +160,16 @@ func (v VethFilters) local() int {
 var (
 	vethLocal = portTable{hashTable: TableVethLocalHash, table: TableVethLocal, sport: true}
 	vethOut   = portTable{hashTable: TableVethOutHash, table: TableVethOut, sport: true}
+	vethErr   = portTable{hashTable: TableVethErrHash, table: TableVethErr}
 )
+
+// vethTables are the veth's fixed tables (divisor 1), by priority.
+var vethTables = []tableSpec{
+	{KindIP, PrioIP, TableVethHost, 1},
+	{KindIP, PrioIP, TableVethLoop, 1},
+	{KindICMP, PrioIP, TableVethICMP, 1},
+	{KindIP, PrioIP, TableVethFrag, 1},
+}
 
 func (v VethFilters) dev() dev { return dev{h: v.H, ifindex: v.Veth, label: "veth", obs: v.Obs} }
 
@@ -166,19 +180,22 @@ func (v VethFilters) check() error {
 	if v.HostIP.To4() == nil {
 		return fmt.Errorf("veth filters: host IP %v is not IPv4", v.HostIP)
 	}
-	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 || v.Via < 0 {
-		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d via=%d must be positive", v.Veth, v.Eth0, v.Lo, v.Via)
+	if len(v.MAC) != 6 {
+		return fmt.Errorf("veth filters: host MAC %v is not an Ethernet address", v.MAC)
+	}
+	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 || v.Via < 0 || v.Sink <= 0 {
+		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d via=%d sink=%d must be positive", v.Veth, v.Eth0, v.Lo, v.Via, v.Sink)
 	}
 	return nil
 }
 
-// withKinds labels the metrics kind of root nodes that have none: ip (arp
-// in the ARP priority).
+// withKinds labels the metrics kind of nodes that have none: ip (arp in
+// the ARP priorities).
 func withKinds(ns []node) []node {
 	for i := range ns {
 		if ns[i].kind == "" {
 			ns[i].kind = KindIP
-			if ns[i].prio == PrioARP {
+			if ns[i].prio == PrioARP || ns[i].prio == PrioVethARP {
 				ns[i].kind = KindARP
 			}
 		}
@@ -186,41 +203,141 @@ func withKinds(ns []node) []node {
 	return ns
 }
 
-func (v VethFilters) rootNodes() []node {
+// macKeys match the Ethernet source address (the MAC header lies before
+// the network header: the source at -8..-3, the ethertype at -2..-1).
+func macKeys(mac net.HardwareAddr) []nl.TcU32Key {
+	return []nl.TcU32Key{
+		key(-8, 0xffffffff, uint32(mac[0])<<24|uint32(mac[1])<<16|uint32(mac[2])<<8|uint32(mac[3])),
+		key(-4, 0xffff0000, uint32(mac[4])<<24|uint32(mac[5])<<16),
+	}
+}
+
+func plainIPv4Key() nl.TcU32Key              { return key(0, 0xff000000, 0x45000000) } // version 4, IHL 5
+func srcKey(ip net.IP) nl.TcU32Key           { return key(12, 0xffffffff, ip4(ip)) }
+func srcLoopbackKey() nl.TcU32Key            { return key(12, 0xff000000, 0x7f000000) }
+func keys(ks ...[]nl.TcU32Key) []nl.TcU32Key { return slices.Concat(ks...) }
+
+// fixedOffsetEat makes s move the current offset by off bytes (a multiple
+// of 4) for the table it links to.
+func fixedOffsetEat(s *nl.TcU32Sel, off uint16) *nl.TcU32Sel {
+	s.Flags |= nl.TC_U32_OFFSET | nl.TC_U32_EAT
+	s.Off = off
+	return s
+}
+
+// drop is a terminal node (or the default of a terminal link node) that
+// redirects to the sink, counting reason.
+func (v VethFilters) drop(n node, reason string) node {
+	n.sel.Flags |= nl.TC_U32_TERMINAL
+	n.act, n.target, n.reason = actRedirect, v.Sink, reason
+	if n.classid == 0 {
+		n.classid = ClassID(v.Slot)
+	}
+	return n
+}
+
+// fixedNodes are every node of the veth that does not depend on the
+// container's ports: the root nodes of the IP, ARP and catch-all
+// priorities, the nodes of the divisor-1 tables and the port tables' hash
+// nodes. Root nodes (table id 0) are matched by node id.
+func (v VethFilters) fixedNodes() []node {
 	c := ClassID(v.Slot)
+	mac := macKeys(v.MAC)
+	hip := dstKey(v.HostIP)
+	hostIP := v.HostIP.To4()
+	h := func(t, id uint32) uint32 { return MakeU32Handle(t, 0, id) }
 	l4 := func(proto uint8, extra ...nl.TcU32Key) *nl.TcU32Sel {
 		return eatIHL(sel(0, append([]nl.TcU32Key{protoKey(proto), firstFragKey()}, extra...)...))
 	}
-	hip := dstKey(v.HostIP)
+	to := func(prio uint16, handle uint32, s *nl.TcU32Sel, target int) node {
+		s.Flags |= nl.TC_U32_TERMINAL
+		return node{prio: prio, handle: handle, classid: c, sel: s, act: actRedirect, target: target}
+	}
+	link := func(handle uint32, s *nl.TcU32Sel, t uint32) node {
+		return node{prio: PrioIP, handle: handle, sel: s, link: t}
+	}
+	// An ICMP error quoting a TCP or UDP packet (inner IHL 5) sent to the
+	// host IP: the quoted header starts 8 bytes into the ICMP message, its
+	// protocol byte is at 8+9, its destination at 8+16; eating 28 bytes
+	// puts the quoted ports at offset 0 for the port lookup.
+	icmpErr := func(id uint32, typ, proto uint8) node {
+		s := fixedOffsetEat(sel(0, icmpTypeKey(typ), key(8, 0xff000000, 0x45000000),
+			key(16, 0x00ff0000, uint32(proto)<<16), key(24, 0xffffffff, ip4(hostIP))), 28)
+		return v.drop(node{prio: PrioIP, handle: h(TableVethICMP, id), sel: s, link: vethErr.hashTable, kind: KindICMP}, DropICMP)
+	}
+	arpReq := sel(0, keys(mac, []nl.TcU32Key{
+		key(0, 0xffffffff, 0x00010800), // Ethernet, IPv4
+		key(4, 0xffffffff, 0x06040001), // 6, 4, request
+		key(8, 0xffffffff, uint32(v.MAC[0])<<24|uint32(v.MAC[1])<<16|uint32(v.MAC[2])<<8|uint32(v.MAC[3])),
+		key(12, 0xffffffff, uint32(v.MAC[4])<<24|uint32(v.MAC[5])<<16|uint32(hostIP[0])<<8|uint32(hostIP[1])),
+		key(16, 0xffff0000, uint32(hostIP[2])<<24|uint32(hostIP[3])<<16),
+	})...)
 	return withKinds([]node{
-		{prio: PrioARP, handle: nodeARPRoot, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: v.Eth0},
-		{prio: PrioIP, handle: 1, classid: c, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP)), act: actRedirect, target: v.out(), kind: KindICMP},
-		{prio: PrioIP, handle: 2, sel: l4(ipprotoTCP, hip), link: vethLocal.hashTable},
-		{prio: PrioIP, handle: 3, sel: l4(ipprotoUDP, hip), link: vethLocal.hashTable},
-		{prio: PrioIP, handle: 4, sel: l4(ipprotoTCP, dstLoopbackKey()), link: vethLocal.hashTable},
-		{prio: PrioIP, handle: 5, sel: l4(ipprotoUDP, dstLoopbackKey()), link: vethLocal.hashTable},
-		{prio: PrioIP, handle: 6, sel: l4(ipprotoTCP), link: vethOut.hashTable},
-		{prio: PrioIP, handle: 7, sel: l4(ipprotoUDP), link: vethOut.hashTable},
-		// first fragments (and unfragmented packets) that got here come
-		// from a port the container does not own, or are another protocol
-		{prio: PrioIP, handle: 8, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey())},
-		// non-first fragments
-		{prio: PrioIP, handle: 9, classid: c, sel: sel(nl.TC_U32_TERMINAL, hip), act: actRedirect, target: v.local()},
-		{prio: PrioIP, handle: 10, classid: c, sel: sel(nl.TC_U32_TERMINAL, dstLoopbackKey()), act: actRedirect, target: v.local()},
-		{prio: PrioIP, handle: 11, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: v.out()},
+		// root of the IP priority
+		v.drop(link(1, sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key(), srcKey(v.HostIP)})...), TableVethHost), DropProtocol),
+		v.drop(link(2, sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key(), srcLoopbackKey(), dstLoopbackKey()})...), TableVethLoop), DropProtocol),
+		v.drop(node{prio: PrioIP, handle: 3, sel: sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key()})...)}, DropSource),
+		v.drop(node{prio: PrioIP, handle: 4, sel: sel(0, mac...)}, DropIPHeader),
+		v.drop(node{prio: PrioIP, handle: 5, sel: sel(0, macKeys(VLANMarkMAC)...)}, DropVLAN),
+		v.drop(node{prio: PrioIP, handle: 6, sel: sel(0)}, DropMAC),
+
+		// source = host IP, by protocol
+		v.drop(link(h(TableVethHost, 1), l4(ipprotoTCP, hip), vethLocal.hashTable), DropPort),
+		v.drop(link(h(TableVethHost, 2), l4(ipprotoUDP, hip), vethLocal.hashTable), DropPort),
+		v.drop(link(h(TableVethHost, 3), l4(ipprotoTCP, dstLoopbackKey()), vethLocal.hashTable), DropPort),
+		v.drop(link(h(TableVethHost, 4), l4(ipprotoUDP, dstLoopbackKey()), vethLocal.hashTable), DropPort),
+		v.drop(link(h(TableVethHost, 5), l4(ipprotoTCP), vethOut.hashTable), DropPort),
+		v.drop(link(h(TableVethHost, 6), l4(ipprotoUDP), vethOut.hashTable), DropPort),
+		v.drop(node{prio: PrioIP, handle: h(TableVethHost, 7), sel: l4(ipprotoICMP), link: TableVethICMP, kind: KindICMP}, DropICMP),
+		// what is left of TCP, UDP and ICMP are non-first fragments
+		link(h(TableVethHost, 8), sel(0, protoKey(ipprotoTCP)), TableVethFrag),
+		link(h(TableVethHost, 9), sel(0, protoKey(ipprotoUDP)), TableVethFrag),
+		link(h(TableVethHost, 10), sel(0, protoKey(ipprotoICMP)), TableVethFrag),
+
+		// source and destination in 127.0.0.0/8: TCP and UDP to host lo
+		v.drop(link(h(TableVethLoop, 1), l4(ipprotoTCP), vethLocal.hashTable), DropPort),
+		v.drop(link(h(TableVethLoop, 2), l4(ipprotoUDP), vethLocal.hashTable), DropPort),
+		link(h(TableVethLoop, 3), sel(0, protoKey(ipprotoTCP)), TableVethFrag),
+		link(h(TableVethLoop, 4), sel(0, protoKey(ipprotoUDP)), TableVethFrag),
+
+		// ICMP (offset: the ICMP header)
+		{prio: PrioIP, handle: h(TableVethICMP, 1), classid: c, sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(8)), act: actRedirect, target: v.out(), kind: KindICMP},
+		{prio: PrioIP, handle: h(TableVethICMP, 2), classid: c, sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(0)), act: actRedirect, target: v.out(), kind: KindICMP},
+		icmpErr(3, 3, ipprotoTCP), // destination unreachable (incl. fragmentation needed)
+		icmpErr(4, 3, ipprotoUDP),
+		icmpErr(5, 11, ipprotoTCP), // time exceeded
+		icmpErr(6, 11, ipprotoUDP),
+
+		// non-first fragments: they carry no ports
+		to(PrioIP, h(TableVethFrag, 1), sel(0, hip), v.local()),
+		to(PrioIP, h(TableVethFrag, 2), sel(0, dstLoopbackKey()), v.local()),
+		to(PrioIP, h(TableVethFrag, 3), sel(0), v.out()),
+
+		vethLocal.linkNode(), vethOut.linkNode(), vethErr.linkNode(),
+
+		// ARP: requests in the host's name only (the host answers for its IP)
+		to(PrioVethARP, nodeARPRoot, arpReq, v.out()),
+		v.drop(node{prio: PrioVethARP, handle: 2, sel: sel(0, macKeys(VLANMarkMAC)...)}, DropVLAN),
+		v.drop(node{prio: PrioVethARP, handle: 3, sel: sel(0)}, DropARP),
+
+		// neither IPv4 nor ARP (or too short to read)
+		v.drop(node{prio: PrioVethOther, handle: 1, sel: sel(0, macKeys(VLANMarkMAC)...)}, DropVLAN),
+		v.drop(node{prio: PrioVethOther, handle: 2, sel: sel(0)}, DropEthertype),
 	})
 }
 
 func (v VethFilters) rangeSet() rangeSet {
 	c := ClassID(v.Slot)
 	return rangeSet{d: v.dev(), nodes: func(r ephemeral.Range) []node {
-		return append(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out())...)
+		return slices.Concat(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out()),
+			vethErr.nodes(r, c, actRedirect, v.out()))
 	}}
 }
 
 // Install adds the clsact qdisc and every veth filter for the container's
-// ranges rs. Existing nodes are kept or updated, so it can be re-run. On
-// error the caller removes the veth, which removes all of it.
+// ranges rs. Existing nodes are kept or updated, so it can be re-run (also
+// on a veth of an older layout, which it brings up to date). On error the
+// caller removes the veth, which removes all of it.
 func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if err := v.check(); err != nil {
 		return err
@@ -229,22 +346,48 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		return err
 	}
 	d := v.dev()
-	if err := EnsureClsact(v.H, v.Veth); err != nil {
-		return err
+	// A veth with our nodes has its clsact qdisc (checking costs a dump of
+	// every qdisc of the host, which recovery must not pay per container).
+	fs, err := d.list()
+	fresh := err != nil || len(fs) == 0
+	if fresh {
+		if err := EnsureClsact(v.H, v.Veth); err != nil {
+			return err
+		}
 	}
-	for _, p := range []portTable{vethLocal, vethOut} {
+	if v.VLAN {
+		// Older layouts had the ARP classifier at priority 1, where the
+		// VLAN check goes now.
+		if slices.ContainsFunc(fs, func(f *netlink.U32) bool { return f.Priority == PrioARP }) {
+			if err := d.delPrio(KindARP, PrioARP); err != nil {
+				return err
+			}
+		}
+		attach := noVLANFilter.ensure
+		if fresh {
+			attach = noVLANFilter.attach
+		}
+		if err := attach(v.H, v.Veth); err != nil {
+			return err
+		}
+	}
+	for _, p := range []portTable{vethLocal, vethOut, vethErr} {
 		if err := p.ensure(d); err != nil {
+			return err
+		}
+	}
+	for _, t := range vethTables {
+		if err := d.addTable(t.kind, t.prio, t.htid, t.divisor); err != nil {
 			return err
 		}
 	}
 	if err := v.rangeSet().apply(rs, nil); err != nil {
 		return err
 	}
-	fs, err := d.list()
-	if err != nil {
+	if fs, err = d.list(); err != nil {
 		return err
 	}
-	return syncFixed(d, append(v.rootNodes(), vethLocal.linkNode(), vethOut.linkNode()), fs)
+	return syncFixed(d, v.fixedNodes(), fs)
 }
 
 // SetRanges changes the container's ranges from old to new: it adds the
@@ -265,11 +408,11 @@ func (v VethFilters) SetRanges(old, new []ephemeral.Range) error {
 	return v.rangeSet().apply(rangeDiff(new, old), rangeDiff(old, new))
 }
 
-// Retarget points every IP redirect of the veth (its fixed nodes and the
-// nodes of the container's ranges rs) where v says: host eth0/lo, or v.Via.
-// It only replaces actions (FilterReplace keeps a node's keys and handle),
-// so a packet is never unmatched: it takes the old path or the new one.
-// Nodes already pointing right are left alone.
+// Retarget points every redirect of the veth that is not a drop (its
+// fixed nodes and the nodes of the container's ranges rs) where v says:
+// host eth0/lo, or v.Via. It only replaces actions (FilterReplace keeps a
+// node's keys and handle), so a packet is never unmatched: it takes the old
+// path or the new one. Nodes already pointing right are left alone.
 func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 	if err := v.check(); err != nil {
 		return err
@@ -282,36 +425,30 @@ func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 	if err != nil {
 		return err
 	}
-	have := map[uint32]*netlink.U32{}
-	root := map[uint32]*netlink.U32{} // root nodes by node id
+	type pk struct {
+		prio   uint16
+		handle uint32 // node id only for root nodes
+	}
+	have := map[pk]*netlink.U32{}
 	for _, f := range fs {
-		if f.Priority != PrioIP {
-			continue
-		}
 		htid, _, nid := SplitU32Handle(f.Handle)
 		if htid >= 0x800 {
-			root[nid] = f
+			have[pk{f.Priority, nid}] = f
 		} else {
-			have[f.Handle] = f
+			have[pk{f.Priority, f.Handle}] = f
 		}
+	}
+	want := v.fixedNodes()
+	for _, r := range rs {
+		want = append(want, v.rangeSet().nodes(r)...)
 	}
 	var errs []error
-	for _, r := range rs {
-		for _, n := range v.rangeSet().nodes(r) {
-			if f, ok := have[n.handle]; ok && sameNode(d.build(n), f) {
-				continue
-			}
-			if err := d.replace(KindIP, n); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for _, n := range v.rootNodes() {
-		f, ok := root[n.handle]
-		if n.prio != PrioIP || n.act != actRedirect || !ok {
+	for _, n := range want {
+		f, ok := have[pk{n.prio, n.handle}]
+		if n.act != actRedirect || n.target == v.Sink || !ok {
 			continue
 		}
-		n.handle = f.Handle // the kernel's 80x: table id
+		n.handle = f.Handle // a root node's table id is the kernel's 80x:
 		if sameNode(d.build(n), f) {
 			continue
 		}

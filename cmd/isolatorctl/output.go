@@ -104,6 +104,8 @@ type usageJSON struct {
 	TCP            *tcpJSON     `json:"tcp"`
 	SNMP           *snmpJSON    `json:"snmp"`
 	CollectedAt    string       `json:"collected_at,omitempty"`
+	// frames the host refused from the container, by reason (null: not isolated)
+	DroppedPackets map[string]uint64 `json:"dropped_packets"`
 }
 
 type statusJSON struct {
@@ -361,6 +363,7 @@ func (r usageResult) jsonValue() any {
 		CollectedAt:    timeString(u.GetCollectedAt(), time.RFC3339Nano),
 		EgressShaping:  toShapingJSON(u.GetEgressShaping()),
 		IngressShaping: toShapingJSON(u.GetIngressShaping()),
+		DroppedPackets: u.GetDroppedPackets(),
 	}
 	if t := u.GetTraffic(); t != nil {
 		out.Traffic = &trafficJSON{
@@ -408,6 +411,12 @@ func (r usageResult) writeTable(w io.Writer) error {
 		fmt.Fprintln(tw, "TRAFFIC\tBYTES\tPACKETS\tERRORS\tDROPPED")
 		fmt.Fprintf(tw, "rx\t%d\t%d\t%d\t%d\n", t.GetRxBytes(), t.GetRxPackets(), t.GetRxErrors(), t.GetRxDropped())
 		fmt.Fprintf(tw, "tx\t%d\t%d\t%d\t%d\n", t.GetTxBytes(), t.GetTxPackets(), t.GetTxErrors(), t.GetTxDropped())
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintf(tw, "Refused by the host:\t%s\n", dropsString(u.GetDroppedPackets()))
 		if err := tw.Flush(); err != nil {
 			return err
 		}
@@ -586,4 +595,21 @@ func (r cleanupResult) jsonValue() any { return cleanupJSON{ContainerID: r.id} }
 func (r cleanupResult) writeTable(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "Container %s cleaned up\n", r.id)
 	return err
+}
+
+// dropsString sums the frames the host refused and names the reasons of
+// those that are not zero: "3 (port 2, protocol 1)", or "0".
+func dropsString(m map[string]uint64) string {
+	var total uint64
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(m)) {
+		if m[r] > 0 {
+			total += m[r]
+			parts = append(parts, fmt.Sprintf("%s %d", r, m[r]))
+		}
+	}
+	if total == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }

@@ -246,6 +246,7 @@ func serve(o *options, log *slog.Logger) error {
 	if err := reservePool(hp, cfg.EphemeralPool, cfg.StateDir, log); err != nil {
 		return err
 	}
+	m.WatchDrops(dp)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

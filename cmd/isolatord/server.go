@@ -180,6 +180,7 @@ func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResp
 		TxBytes: st.TxBytes, TxPackets: st.TxPackets, TxErrors: st.TxErrors, TxDropped: st.TxDropped,
 	}
 	resp.EgressShaping, resp.IngressShaping = shapingToProto(st.Egress), shapingToProto(st.Ingress)
+	resp.DroppedPackets = st.Dropped
 	// Socket and SNMP figures are read inside the container's namespace
 	// (through its bind mount, safe against pid reuse), without forking.
 	path := r.Mount

@@ -1342,9 +1342,30 @@ type UsageResponse struct {
 	// Unset when not collected.
 	Snmp *SnmpStats `protobuf:"bytes,11,opt,name=snmp,proto3" json:"snmp,omitempty"`
 	// When the figures were read.
-	CollectedAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=collected_at,json=collectedAt,proto3" json:"collected_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CollectedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=collected_at,json=collectedAt,proto3" json:"collected_at,omitempty"`
+	// Frames the container sent that the host dropped, by reason; every
+	// reason is present (zero included) while the container is ISOLATED.
+	// The rule: a frame leaves a container's host-side veth only if a process
+	// on the host that owned exactly the container's ports could have sent
+	// it. Reasons:
+	//
+	//	mac        Ethernet source is not the host's MAC
+	//	ip_header  IPv4 header with options (IHL > 5), or not version 4
+	//	source_ip  IPv4 source is not the host IP (127.0.0.0/8 is allowed
+	//	           only toward 127.0.0.0/8)
+	//	port       TCP/UDP source port the container does not own
+	//	icmp       ICMP other than echo request/reply, or an error
+	//	           (unreachable, time exceeded) not quoting a TCP/UDP packet
+	//	           sent to one of the container's ports
+	//	protocol   IP protocol other than TCP, UDP and ICMP (GRE, SCTP, ...)
+	//	arp        ARP other than a request with the host's MAC and IP as
+	//	           sender (the host answers for its own IP)
+	//	ethertype  neither IPv4 nor ARP (IPv6, LLDP, ...), or too short
+	//	vlan       VLAN-tagged (802.1Q/802.1ad) frame, or an all-zero
+	//	           Ethernet source
+	DroppedPackets map[string]uint64 `protobuf:"bytes,20,rep,name=dropped_packets,json=droppedPackets,proto3" json:"dropped_packets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UsageResponse) Reset() {
@@ -1429,6 +1450,13 @@ func (x *UsageResponse) GetSnmp() *SnmpStats {
 func (x *UsageResponse) GetCollectedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CollectedAt
+	}
+	return nil
+}
+
+func (x *UsageResponse) GetDroppedPackets() map[string]uint64 {
+	if x != nil {
+		return x.DroppedPackets
 	}
 	return nil
 }
@@ -2166,7 +2194,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"overlimits\x18\a \x01(\x04R\n" +
 	"overlimits\x12#\n" +
 	"\rbacklog_bytes\x18\b \x01(\x04R\fbacklogBytes\x12'\n" +
-	"\x0fbacklog_packets\x18\t \x01(\x04R\x0ebacklogPackets\"\xcd\x03\n" +
+	"\x0fbacklog_packets\x18\t \x01(\x04R\x0ebacklogPackets\"\xea\x04\n" +
 	"\rUsageResponse\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12E\n" +
 	"\x0fephemeral_ports\x18\x02 \x01(\v2\x1c.isolatord.v1.EphemeralRangeR\x0eephemeralPorts\x124\n" +
@@ -2176,7 +2204,11 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x03tcp\x18\n" +
 	" \x01(\v2\x16.isolatord.v1.TcpStatsR\x03tcp\x12+\n" +
 	"\x04snmp\x18\v \x01(\v2\x17.isolatord.v1.SnmpStatsR\x04snmp\x12=\n" +
-	"\fcollected_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcollectedAt\"3\n" +
+	"\fcollected_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vcollectedAt\x12X\n" +
+	"\x0fdropped_packets\x18\x14 \x03(\v2/.isolatord.v1.UsageResponse.DroppedPacketsEntryR\x0edroppedPackets\x1aA\n" +
+	"\x13DroppedPacketsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"3\n" +
 	"\x0eCleanupRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"\x11\n" +
 	"\x0fCleanupResponse\"/\n" +
@@ -2256,7 +2288,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),           // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),             // 1: isolatord.v1.PortRange
@@ -2292,16 +2324,17 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	nil,                           // 31: isolatord.v1.SnmpStats.IcmpEntry
 	nil,                           // 32: isolatord.v1.SnmpStats.TcpEntry
 	nil,                           // 33: isolatord.v1.SnmpStats.UdpEntry
-	nil,                           // 34: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                           // 35: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	nil,                           // 34: isolatord.v1.UsageResponse.DroppedPacketsEntry
+	nil,                           // 35: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                           // 36: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	36, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	36, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	37, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	37, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
 	28, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
@@ -2327,36 +2360,37 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
 	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
 	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	36, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	4,  // 31: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	4,  // 32: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	34, // 33: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	35, // 34: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	2,  // 35: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 36: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	26, // 37: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
-	27, // 38: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
-	5,  // 39: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
-	7,  // 40: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
-	9,  // 41: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
-	11, // 42: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
-	18, // 43: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
-	20, // 44: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
-	22, // 45: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
-	24, // 46: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
-	6,  // 47: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	8,  // 48: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	10, // 49: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	17, // 50: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	19, // 51: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	21, // 52: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	23, // 53: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	25, // 54: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	47, // [47:55] is the sub-list for method output_type
-	39, // [39:47] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	37, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	34, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
+	4,  // 32: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	4,  // 33: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	35, // 34: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	36, // 35: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	2,  // 36: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 37: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	26, // 38: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	27, // 39: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	5,  // 40: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
+	7,  // 41: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
+	9,  // 42: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
+	11, // 43: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
+	18, // 44: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
+	20, // 45: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
+	22, // 46: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
+	24, // 47: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
+	6,  // 48: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
+	8,  // 49: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
+	10, // 50: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
+	17, // 51: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
+	19, // 52: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
+	21, // 53: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
+	23, // 54: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
+	25, // 55: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
+	48, // [48:56] is the sub-list for method output_type
+	40, // [40:48] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -2374,7 +2408,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,866 @@
+package dataplane
+
+// The attack suite of the rule "a frame leaves a container's veth only if
+// a process on the host that owned exactly the container's ports could
+// have sent it": a hostile tenant (root in container A, raw AF_PACKET
+// socket on its eth0) tries every trick, with ip_forward=1 on the sandbox
+// host (never the real one). Each case asserts that its frames reached
+// neither the client namespace, nor the host's sockets (and host lo), nor
+// container B (AF_PACKET captures on the receiving side), and that A's
+// drop counter for the reason rose. Absence is proved by ordering, not by
+// waiting: after a case's frames, legitimate canaries are sent along every
+// path, and once each capture has seen its canary, anything sent before it
+// would have arrived too.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/test/sandbox"
+)
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// capture collects the frames one AF_PACKET socket sees.
+type capture struct {
+	name   string
+	fd     int
+	mu     sync.Mutex
+	frames [][]byte
+	done   chan struct{}
+}
+
+// startCapture opens a packet socket on ifname inside ns (the socket stays
+// in that namespace) and reads until the test ends.
+func startCapture(t *testing.T, ns doer, ifname, name string) *capture {
+	t.Helper()
+	c := &capture{name: name, fd: -1, done: make(chan struct{})}
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		c.fd = fd
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+			return err
+		}
+		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 50000})
+	})
+	if err != nil {
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+		}
+		t.Fatalf("capture on %s: %v", name, err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		defer close(c.done)
+		buf := make([]byte, 70000)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n, _, err := unix.Recvfrom(c.fd, buf, 0)
+			if err != nil || n <= 0 {
+				continue
+			}
+			c.mu.Lock()
+			if len(c.frames) < 200000 {
+				c.frames = append(c.frames, bytes.Clone(buf[:n]))
+			}
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-c.done; unix.Close(c.fd) })
+	return c
+}
+
+func (c *capture) count(marker []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.frames {
+		if bytes.Contains(f, marker) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until the capture has seen marker (bounded by d).
+func (c *capture) waitFor(marker []byte, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if c.count(marker) > 0 {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return c.count(marker) > 0
+}
+
+// udpSink is a UDP socket of the host that records what it receives.
+type udpSink struct {
+	mu   sync.Mutex
+	got  [][]byte
+	conn *net.UDPConn
+}
+
+func (u *udpSink) count(marker []byte) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, p := range u.got {
+		if bytes.Contains(p, marker) {
+			n++
+		}
+	}
+	return n
+}
+
+func startUDPSink(t *testing.T, ns doer, port int) *udpSink {
+	t.Helper()
+	u := &udpSink{}
+	err := ns.Do(func() (err error) {
+		u.conn, err = net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 70000)
+		for {
+			n, err := u.conn.Read(buf)
+			if err != nil {
+				return
+			}
+			u.mu.Lock()
+			u.got = append(u.got, bytes.Clone(buf[:n]))
+			u.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { u.conn.Close(); <-done })
+	return u
+}
+
+// ---- frame building ----
+
+func csum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+func eth(dst, src net.HardwareAddr, typ uint16, payload ...[]byte) []byte {
+	b := append(append(append([]byte{}, dst...), src...), byte(typ>>8), byte(typ))
+	for _, p := range payload {
+		b = append(b, p...)
+	}
+	return b
+}
+
+type ipOpts struct {
+	options []byte // multiple of 4
+	fragOff uint16 // in 8-byte units
+	mf      bool
+	id      uint16
+}
+
+func ipv4(src, dst net.IP, proto byte, payload []byte, o ipOpts) []byte {
+	hl := 20 + len(o.options)
+	h := make([]byte, hl)
+	h[0] = 0x40 | byte(hl/4)
+	binary.BigEndian.PutUint16(h[2:], uint16(hl+len(payload)))
+	binary.BigEndian.PutUint16(h[4:], o.id)
+	ff := o.fragOff & 0x1fff
+	if o.mf {
+		ff |= 0x2000
+	}
+	binary.BigEndian.PutUint16(h[6:], ff)
+	h[8] = 64
+	h[9] = proto
+	copy(h[12:], src.To4())
+	copy(h[16:], dst.To4())
+	copy(h[20:], o.options)
+	binary.BigEndian.PutUint16(h[10:], csum(h))
+	return append(h, payload...)
+}
+
+func udp(sport, dport uint16, payload []byte) []byte {
+	b := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(b[0:], sport)
+	binary.BigEndian.PutUint16(b[2:], dport)
+	binary.BigEndian.PutUint16(b[4:], uint16(8+len(payload)))
+	return append(b, payload...) // checksum 0: none
+}
+
+func tcpSyn(sport, dport uint16, payload []byte) []byte {
+	b := make([]byte, 20, 20+len(payload))
+	binary.BigEndian.PutUint16(b[0:], sport)
+	binary.BigEndian.PutUint16(b[2:], dport)
+	binary.BigEndian.PutUint32(b[4:], 12345)
+	b[12] = 5 << 4
+	b[13] = 0x02 // SYN
+	binary.BigEndian.PutUint16(b[14:], 65535)
+	return append(b, payload...)
+}
+
+func icmpMsg(typ, code byte, rest []byte) []byte {
+	b := append([]byte{typ, code, 0, 0}, rest...)
+	binary.BigEndian.PutUint16(b[2:], csum(b))
+	return b
+}
+
+func arpBody(op uint16, sha net.HardwareAddr, spa net.IP, tha net.HardwareAddr, tpa net.IP) []byte {
+	b := []byte{0, 1, 8, 0, 6, 4, byte(op >> 8), byte(op)}
+	b = append(b, sha...)
+	b = append(b, spa.To4()...)
+	b = append(b, tha...)
+	return append(b, tpa.To4()...)
+}
+
+// rawSender sends frames out of a container's eth0 through a packet socket.
+type rawSender struct {
+	fd, ifindex int
+}
+
+func openRawSender(t *testing.T, ns doer) *rawSender {
+	t.Helper()
+	s := &rawSender{fd: -1}
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ContainerEth0)
+		if err != nil {
+			return err
+		}
+		s.ifindex = ifi.Index
+		s.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("raw socket in container: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(s.fd) })
+	return s
+}
+
+func (s *rawSender) send(f []byte) error {
+	typ := binary.BigEndian.Uint16(f[12:14])
+	return unix.Sendto(s.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: s.ifindex, Protocol: htons(typ), Halen: 6})
+}
+
+func newMarker(t *testing.T, kind string) []byte {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return []byte("ISO12-" + kind + "-" + hex.EncodeToString(b))
+}
+
+// attackBed is the sandbox of the suite.
+type attackBed struct {
+	e                      *env
+	a, b                   ctr
+	raw                    *rawSender
+	client, hostLo, inB    *capture
+	hostUDP                *udpSink
+	hostMAC, clientMAC     net.HardwareAddr
+	hostIP, clientIP, ip77 net.IP
+}
+
+const (
+	bedHostPort   = 8000  // a host socket
+	bedClientPort = 9000  // the client's
+	bedOwnPort    = 31000 // A's static port
+	bedBPort      = 31010 // B's static port
+)
+
+func newAttackBed(t *testing.T) *attackBed {
+	e := newEnv(t)
+	if !e.info.Features[FeatureClsBPF] {
+		t.Skip("the kernel does not load cls_bpf programs")
+	}
+	x := &attackBed{e: e, hostMAC: e.info.MAC, hostIP: sandbox.HostIP, clientIP: sandbox.ClientIP, ip77: net.IPv4(198, 18, 0, 77).To4()}
+	// The usual setting of a container host, on the sandbox host only: a
+	// frame falling to a veth's own stack would be routed.
+	if err := e.sb.Host.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	x.a = e.start("A", 1, "40960-41983", "31000-31009", "", bedOwnPort+1)
+	x.b = e.start("B", 2, "41984-43007", "31010-31019", "", bedBPort+1)
+	x.raw = openRawSender(t, x.a.proc)
+	x.client = startCapture(t, e.sb.Client, "eth0", "client")
+	x.hostLo = startCapture(t, e.sb.Host, "lo", "host lo")
+	x.inB = startCapture(t, x.b.proc, ContainerEth0, "container B")
+	x.hostUDP = startUDPSink(t, e.sb.Host, bedHostPort)
+	startUDPSink(t, x.b.proc, bedBPort) // B's port is open: a leak would not even be refused
+	err := e.sb.Client.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		x.clientMAC = ifi.HardwareAddr
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client and A learn each other's MAC (ARP through the filters).
+	x.canaries(t)
+	return x
+}
+
+// sendUDP sends one datagram from A with an ordinary socket (a port of
+// A's ephemeral range), bound to src when given.
+func (x *attackBed) sendUDP(t *testing.T, src net.IP, dst string, payload []byte) {
+	t.Helper()
+	err := x.a.proc.Do(func() error {
+		var laddr *net.UDPAddr
+		if src != nil {
+			laddr = &net.UDPAddr{IP: src}
+		}
+		raddr, err := net.ResolveUDPAddr("udp4", dst)
+		if err != nil {
+			return err
+		}
+		c, err := net.DialUDP("udp4", laddr, raddr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(payload)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("udp from A to %s: %v", dst, err)
+	}
+}
+
+// canaries sends legitimate datagrams from A to the client, a host socket
+// and B, and waits until each capture saw its own.
+func (x *attackBed) canaries(t *testing.T) {
+	t.Helper()
+	m := newMarker(t, "canary")
+	for _, d := range []string{clientAddr(bedClientPort), hostAddr(bedHostPort), hostAddr(bedBPort)} {
+		x.sendUDP(t, nil, d, m)
+	}
+	for _, c := range []*capture{x.client, x.hostLo, x.inB} {
+		if !c.waitFor(m, 5*time.Second) {
+			t.Fatalf("canary never reached %s: the bed is broken", c.name)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for x.hostUDP.count(m) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if x.hostUDP.count(m) == 0 {
+		t.Fatal("canary never reached the host's socket")
+	}
+}
+
+func (x *attackBed) drops(t *testing.T) map[string]uint64 {
+	t.Helper()
+	s, err := x.e.d.Stats(context.Background(), x.a.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Dropped
+}
+
+// nothingReached asserts that no frame carrying m reached anyone.
+func (x *attackBed) nothingReached(t *testing.T, m []byte) {
+	t.Helper()
+	x.canaries(t)
+	for _, c := range []*capture{x.client, x.hostLo, x.inB} {
+		if n := c.count(m); n > 0 {
+			t.Errorf("%d frame(s) of the attack reached %s", n, c.name)
+		}
+	}
+	if n := x.hostUDP.count(m); n > 0 {
+		t.Errorf("%d datagram(s) of the attack reached a host socket", n)
+	}
+}
+
+// rose waits until A's counter for reason has grown by at least n.
+func (x *attackBed) rose(t *testing.T, before map[string]uint64, reason string, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	var now map[string]uint64
+	for {
+		now = x.drops(t)
+		if now[reason] >= before[reason]+n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if now[reason] < before[reason]+n {
+		t.Errorf("drop counter %q went from %d to %d, want +%d (all: %v)", reason, before[reason], now[reason], n, now)
+	}
+}
+
+// legit frames of A: host MAC and IP, A's static port.
+func (x *attackBed) udpFrame(dstMAC net.HardwareAddr, src net.IP, sport uint16, dst net.IP, dport uint16, m []byte, o ipOpts) []byte {
+	return eth(dstMAC, x.hostMAC, unix.ETH_P_IP, ipv4(src, dst, unix.IPPROTO_UDP, udp(sport, dport, m), o))
+}
+
+func TestAttackSuite(t *testing.T) {
+	checkRootUnchanged(t)
+	x := newAttackBed(t)
+	evilMAC := net.HardwareAddr{0x02, 0x66, 0x66, 0x66, 0x66, 0x66}
+	hm := x.hostMAC // frames to the host MAC: a veth's own stack would take them
+
+	t.Run("control/raw-frames-of-an-owner-get-out", func(t *testing.T) {
+		m := newMarker(t, "ok")
+		if err := x.raw.send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{})); err != nil {
+			t.Fatal(err)
+		}
+		if !x.client.waitFor(m, 5*time.Second) {
+			t.Fatal("a legitimate raw frame did not reach the client: the suite would prove nothing")
+		}
+		// An ICMP error about a flow of A's own port, quoted with IHL 5.
+		m2 := newMarker(t, "okicmp")
+		quoted := ipv4(x.clientIP, x.hostIP, unix.IPPROTO_UDP, udp(5555, bedOwnPort, m2), ipOpts{})
+		f := eth(x.clientMAC, x.hostMAC, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, append(make([]byte, 4), quoted...)), ipOpts{}))
+		if err := x.raw.send(f); err != nil {
+			t.Fatal(err)
+		}
+		if !x.client.waitFor(m2, 5*time.Second) {
+			t.Error("a port unreachable about A's own port did not reach the client")
+		}
+		// An ARP request in the host's name.
+		m3 := newMarker(t, "okarp")
+		bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+		if err := x.raw.send(eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, hm, x.hostIP, make(net.HardwareAddr, 6), x.clientIP), m3)); err != nil {
+			t.Fatal(err)
+		}
+		if !x.client.waitFor(m3, 5*time.Second) {
+			t.Error("an ARP request in the host's name did not reach the client")
+		}
+	})
+
+	type tc struct {
+		name, reason string
+		frames       func(m []byte) [][]byte
+	}
+	one := func(f func(m []byte) []byte) func(m []byte) [][]byte {
+		return func(m []byte) [][]byte { return [][]byte{f(m)} }
+	}
+	quote := func(proto byte, sport, dport uint16, m []byte) []byte {
+		var l4 []byte
+		if proto == unix.IPPROTO_TCP {
+			l4 = tcpSyn(sport, dport, m)
+		} else {
+			l4 = udp(sport, dport, m)
+		}
+		return append(make([]byte, 4), ipv4(x.clientIP, x.hostIP, proto, l4, ipOpts{})...)
+	}
+	cases := []tc{
+		// forged sources
+		{"forged-source-ip/tcp", tcfilter.DropSource, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.ip77, x.clientIP, unix.IPPROTO_TCP, tcpSyn(bedOwnPort, bedClientPort, m), ipOpts{}))
+		})},
+		{"forged-source-ip/udp-to-host-socket", tcfilter.DropSource, one(func(m []byte) []byte {
+			return x.udpFrame(hm, x.ip77, bedOwnPort, x.hostIP, bedHostPort, m, ipOpts{})
+		})},
+		{"forged-source-ip/icmp-echo", tcfilter.DropSource, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.ip77, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(8, 0, append([]byte{0, 1, 0, 1}, m...)), ipOpts{}))
+		})},
+		{"forged-source-ip/loopback-to-outside", tcfilter.DropSource, one(func(m []byte) []byte {
+			return x.udpFrame(hm, net.IPv4(127, 0, 0, 1), bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{})
+		})},
+		{"forged-source-mac/udp", tcfilter.DropMAC, one(func(m []byte) []byte {
+			return eth(hm, evilMAC, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{}))
+		})},
+		{"forged-source-mac/tcp", tcfilter.DropMAC, one(func(m []byte) []byte {
+			return eth(hm, evilMAC, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_TCP, tcpSyn(bedOwnPort, bedClientPort, m), ipOpts{}))
+		})},
+		{"forged-source-mac/icmp", tcfilter.DropMAC, one(func(m []byte) []byte {
+			return eth(hm, evilMAC, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(8, 0, append([]byte{0, 1, 0, 1}, m...)), ipOpts{}))
+		})},
+		// source ports A does not own
+		{"unowned-port/other-containers-static-port-tcp", tcfilter.DropPort, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_TCP, tcpSyn(bedBPort, bedClientPort, m), ipOpts{}))
+		})},
+		{"unowned-port/other-containers-static-port-to-host", tcfilter.DropPort, one(func(m []byte) []byte {
+			return x.udpFrame(hm, x.hostIP, bedBPort, x.hostIP, bedHostPort, m, ipOpts{})
+		})},
+		{"unowned-port/host-range", tcfilter.DropPort, one(func(m []byte) []byte {
+			return x.udpFrame(hm, x.hostIP, 61000, x.clientIP, bedClientPort, m, ipOpts{})
+		})},
+		{"unowned-port/0-and-1", tcfilter.DropPort, func(m []byte) [][]byte {
+			return [][]byte{
+				x.udpFrame(hm, x.hostIP, 0, x.clientIP, bedClientPort, m, ipOpts{}),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_TCP, tcpSyn(1, bedClientPort, m), ipOpts{})),
+			}
+		}},
+		{"unowned-port/loopback-to-bs-port", tcfilter.DropPort, one(func(m []byte) []byte {
+			lo := net.IPv4(127, 0, 0, 1)
+			return x.udpFrame(hm, lo, bedBPort, lo, bedHostPort, m, ipOpts{})
+		})},
+		// other IP protocols
+		{"protocol/gre", tcfilter.DropProtocol, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, 47, append([]byte{0, 0, 8, 0}, m...), ipOpts{}))
+		})},
+		{"protocol/sctp", tcfilter.DropProtocol, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_SCTP, append(udp(bedOwnPort, bedClientPort, nil), m...), ipOpts{}))
+		})},
+		{"protocol/253", tcfilter.DropProtocol, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.hostIP, 253, m, ipOpts{}))
+		})},
+		// other ethertypes
+		{"ethertype/ipv6", tcfilter.DropEthertype, one(func(m []byte) []byte {
+			h := make([]byte, 40)
+			h[0] = 0x60
+			binary.BigEndian.PutUint16(h[4:], uint16(len(m)+8))
+			h[6], h[7] = unix.IPPROTO_UDP, 64
+			copy(h[8:], net.ParseIP("fe80::1"))
+			copy(h[24:], net.ParseIP("ff02::1"))
+			return eth(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, hm, unix.ETH_P_IPV6, h, udp(bedOwnPort, bedClientPort, m))
+		})},
+		{"ethertype/lldp", tcfilter.DropEthertype, one(func(m []byte) []byte {
+			return eth(net.HardwareAddr{0x01, 0x80, 0xc2, 0, 0, 0x0e}, hm, 0x88cc, []byte{0x02, 0x07, 0x04}, hm, []byte{0}, m)
+		})},
+		{"ethertype/random", tcfilter.DropEthertype, one(func(m []byte) []byte {
+			return eth(hm, hm, 0x1234, m)
+		})},
+		{"ethertype/vlan-802.1q", tcfilter.DropVLAN, one(func(m []byte) []byte {
+			inner := ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})
+			return eth(x.clientMAC, hm, unix.ETH_P_8021Q, []byte{0, 5, 0x08, 0x00}, inner)
+		})},
+		{"ethertype/vlan-802.1ad", tcfilter.DropVLAN, one(func(m []byte) []byte {
+			inner := ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})
+			return eth(x.clientMAC, hm, unix.ETH_P_8021AD, []byte{0, 5, 0x08, 0x00}, inner)
+		})},
+		// IP options and fragments
+		{"ip-options", tcfilter.DropIPHeader, one(func(m []byte) []byte {
+			return x.udpFrame(hm, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{options: []byte{1, 1, 1, 1}})
+		})},
+		{"ip-options/record-route-to-host", tcfilter.DropIPHeader, one(func(m []byte) []byte {
+			return x.udpFrame(hm, x.hostIP, bedOwnPort, x.hostIP, bedHostPort, m, ipOpts{options: []byte{7, 7, 4, 0, 0, 0, 0, 0}})
+		})},
+		{"fragments/later-part-claims-another-protocol", tcfilter.DropProtocol, one(func(m []byte) []byte {
+			// the first part (own port, allowed) is sent by the case below
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, 47, m, ipOpts{fragOff: 2, id: 777}))
+		})},
+		{"fragments/later-part-from-another-source", tcfilter.DropSource, one(func(m []byte) []byte {
+			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.ip77, x.clientIP, unix.IPPROTO_UDP, m, ipOpts{fragOff: 2, id: 778}))
+		})},
+		{"fragments/first-part-from-an-unowned-port", tcfilter.DropPort, one(func(m []byte) []byte {
+			return x.udpFrame(hm, x.hostIP, bedBPort, x.clientIP, bedClientPort, m, ipOpts{mf: true, id: 779})
+		})},
+		// ICMP
+		{"icmp/error-quoting-another-containers-flow", tcfilter.DropICMP, func(m []byte) [][]byte {
+			return [][]byte{
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, quote(unix.IPPROTO_UDP, 5555, bedBPort, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 4, quote(unix.IPPROTO_TCP, 5555, bedBPort, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(11, 0, quote(unix.IPPROTO_UDP, 5555, 61000, m)), ipOpts{})),
+			}
+		}},
+		{"icmp/error-quoting-with-options-or-icmp", tcfilter.DropICMP, func(m []byte) [][]byte {
+			withOpts := append(make([]byte, 4), ipv4(x.clientIP, x.hostIP, unix.IPPROTO_UDP, udp(5555, bedOwnPort, m), ipOpts{options: []byte{1, 1, 1, 1}})...)
+			ofICMP := append(make([]byte, 4), ipv4(x.clientIP, x.hostIP, unix.IPPROTO_ICMP, icmpMsg(8, 0, m), ipOpts{})...)
+			return [][]byte{
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, withOpts), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, ofICMP), ipOpts{})),
+			}
+		}},
+		{"icmp/other-types", tcfilter.DropICMP, func(m []byte) [][]byte {
+			redirect := append(x.ip77.To4(), ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, 53, m), ipOpts{})...)
+			return [][]byte{
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(5, 1, redirect), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(13, 0, append(make([]byte, 16), m...)), ipOpts{})),
+			}
+		}},
+		// ARP (the marker rides in the Ethernet padding)
+		{"arp/gratuitous-reply-poisoning-the-host-ip", tcfilter.DropARP, one(func(m []byte) []byte {
+			bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+			return eth(bcast, hm, unix.ETH_P_ARP, arpBody(2, evilMAC, x.hostIP, bcast, x.hostIP), m)
+		})},
+		{"arp/gratuitous-request-with-a-foreign-mac", tcfilter.DropARP, one(func(m []byte) []byte {
+			bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+			return eth(bcast, evilMAC, unix.ETH_P_ARP, arpBody(1, evilMAC, x.hostIP, make(net.HardwareAddr, 6), x.hostIP), m)
+		})},
+		{"arp/reply-in-the-hosts-name", tcfilter.DropARP, one(func(m []byte) []byte {
+			return eth(x.clientMAC, hm, unix.ETH_P_ARP, arpBody(2, hm, x.hostIP, x.clientMAC, x.clientIP), m)
+		})},
+		{"arp/request-with-a-foreign-sender-ip", tcfilter.DropARP, one(func(m []byte) []byte {
+			bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+			return eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, hm, x.ip77, make(net.HardwareAddr, 6), x.clientIP), m)
+		})},
+		{"arp/request-with-a-foreign-sender-mac", tcfilter.DropARP, one(func(m []byte) []byte {
+			bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+			return eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, evilMAC, x.hostIP, make(net.HardwareAddr, 6), x.clientIP), m)
+		})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMarker(t, "atk")
+			before := x.drops(t)
+			if c.name == "fragments/later-part-claims-another-protocol" {
+				// the first part: A's own port, allowed out
+				first := x.udpFrame(hm, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, []byte("first-part-12345"), ipOpts{mf: true, id: 777})
+				if err := x.raw.send(first); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fs := c.frames(m)
+			for _, f := range fs {
+				if err := x.raw.send(f); err != nil {
+					t.Fatalf("send: %v", err)
+				}
+			}
+			x.nothingReached(t, m)
+			x.rose(t, before, c.reason, uint64(len(fs)))
+		})
+	}
+
+	t.Run("arp/the-neighbours-still-know-the-host", func(t *testing.T) {
+		h, err := e2nl(x.e.sb.Client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		ns, err := h.NeighList(0, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			if n.IP.Equal(x.hostIP) && n.HardwareAddr.String() != x.hostMAC.String() {
+				t.Errorf("the client believes %s is at %s (the host is %s)", x.hostIP, n.HardwareAddr, x.hostMAC)
+			}
+		}
+		mustEcho(t, x.e.sb.Client, "tcp", hostAddr(bedOwnPort+1), "A")
+	})
+
+	t.Run("container-changes-its-eth0", func(t *testing.T) {
+		h, err := x.a.proc.Netlink()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		l, err := h.LinkByName(ContainerEth0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run("mac", func(t *testing.T) {
+			// Frames to the host leave through the container's lo
+			// (redirected to eth0), with lo's MAC: change both.
+			lo, err := h.LinkByName("lo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := newMarker(t, "mac")
+			before := x.drops(t)
+			for _, x := range []netlink.Link{l, lo} {
+				if err := h.LinkSetHardwareAddr(x, evilMAC); err != nil {
+					t.Fatal(err)
+				}
+			}
+			x.sendUDP(t, nil, clientAddr(bedClientPort), m)
+			x.sendUDP(t, nil, hostAddr(bedHostPort), m)
+			for _, x := range []netlink.Link{l, lo} {
+				if err := h.LinkSetHardwareAddr(x, x0MAC(t, x, evilMAC)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			x.nothingReached(t, m)
+			// The datagram to the host left with lo's new MAC; the one to
+			// the client waited for the client's MAC (the change flushed
+			// it): the ARP request in the new MAC's name was dropped.
+			x.rose(t, before, tcfilter.DropMAC, 1)
+			x.rose(t, before, tcfilter.DropARP, 1)
+		})
+		t.Run("ip", func(t *testing.T) {
+			m := newMarker(t, "ip")
+			before := x.drops(t)
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: x.ip77, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}}
+			if err := h.AddrAdd(l, a); err != nil {
+				t.Fatal(err)
+			}
+			x.sendUDP(t, x.ip77, clientAddr(bedClientPort), m)
+			if err := h.AddrDel(l, a); err != nil {
+				t.Fatal(err)
+			}
+			x.nothingReached(t, m)
+			x.rose(t, before, tcfilter.DropSource, 1)
+		})
+		t.Run("mtu", func(t *testing.T) {
+			m := newMarker(t, "mtu")
+			st0, err := x.e.d.Stats(context.Background(), x.a.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.LinkSetMTU(l, 9000); err != nil {
+				t.Fatal(err)
+			}
+			x.sendUDP(t, nil, clientAddr(bedClientPort), append(m, make([]byte, 4000)...))
+			if err := h.LinkSetMTU(l, x.e.info.MTU); err != nil {
+				t.Fatal(err)
+			}
+			x.nothingReached(t, m)
+			st1, err := x.e.d.Stats(context.Background(), x.a.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// too big for the host end: the veth drops it
+			if st1.TxDropped+st1.RxDropped <= st0.TxDropped+st0.RxDropped {
+				t.Errorf("veth drop counters did not rise: %+v -> %+v", st0, st1)
+			}
+		})
+	})
+}
+
+// x0MAC is the MAC link had before the test set it to evil: the host's.
+func x0MAC(t *testing.T, link netlink.Link, evil net.HardwareAddr) net.HardwareAddr {
+	t.Helper()
+	if link.Attrs().HardwareAddr.String() == evil.String() {
+		t.Fatalf("%s had the test's MAC already", link.Attrs().Name)
+	}
+	return link.Attrs().HardwareAddr
+}
+
+func e2nl(ns sandbox.NS) (*netlink.Handle, error) { return ns.Netlink() }
+
+// TestARPFloodIsShaped: ARP a limited container sends goes through its
+// egress shaper like everything else it sends.
+func TestARPFloodIsShaped(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	if !e.info.Features[FeatureHTB] {
+		t.Skip("no HTB")
+	}
+	p := e.spawn("F", []uint16{40961}, false)
+	c := e.spec("F", p, 3, "40960-41983", "", "")
+	c.Egress = Limit{Rate: 20000}
+	e.setup(c)
+	raw := openRawSender(t, p)
+	client := startCapture(t, e.sb.Client, "eth0", "client")
+	m := newMarker(t, "flood")
+	bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	f := eth(bcast, e.info.MAC, unix.ETH_P_ARP, arpBody(1, e.info.MAC, sandbox.HostIP, make(net.HardwareAddr, 6), sandbox.ClientIP), m)
+	st0, err := e.d.Stats(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000 // ~330 KB at 66 bytes: ~16 s at 20 kB/s
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if err := raw.send(f); err != nil && !errors.Is(err, unix.ENOBUFS) {
+			t.Fatal(err)
+		}
+	}
+	sent := time.Since(start)
+	// Wait (bounded) until the shaper has accounted for every frame:
+	// sent, dropped (queue full) or queued.
+	deadline := time.Now().Add(5 * time.Second)
+	var st1 LinkStats
+	for {
+		if st1, err = e.d.Stats(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		eg := st1.Egress
+		if eg.Packets+eg.Drops+eg.QueueLen-st0.Egress.Packets-st0.Egress.Drops >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	eg := st1.Egress
+	if got := eg.Packets + eg.Drops + eg.QueueLen - st0.Egress.Packets - st0.Egress.Drops; got < n {
+		t.Errorf("the shaper saw %d of %d ARP frames", got, n)
+	}
+	elapsed := time.Since(start)
+	got := client.count(m)
+	// What may have left: the burst plus the rate over the time so far.
+	allowed := (c.Egress.EffectiveBurst() + uint64(elapsed.Seconds()*float64(c.Egress.Rate))) / uint64(len(f))
+	if uint64(got) > allowed+10 {
+		t.Errorf("%d ARP frames reached the client in %v (sent in %v), the limit allows ~%d", got, elapsed, sent, allowed)
+	}
+	if got == 0 {
+		t.Error("no ARP frame of the limited container got out at all")
+	}
+}
+
+// TestRefusedNamespaces: pid 1's and the daemon process's namespaces are
+// never a container's, whatever namespace the data plane plumbs.
+func TestRefusedNamespaces(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	// A data plane created from a thread inside the sandbox host: its own
+	// (thread) namespace is the host namespace, the process's is not.
+	var d *DataPlane
+	err := e.sb.Host.Do(func() (err error) {
+		d, err = New(Config{HostNS: e.sb.Host.Path, Logger: quietLogger(t)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.PrepareHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/proc/1/ns/net", "/proc/self/ns/net", e.sb.Host.Path} {
+		if o, err := netns.Open(path); err != nil {
+			t.Logf("%s cannot be opened here (%v): not checked", path, err)
+			continue
+		} else {
+			o.Close()
+		}
+		c := Container{ID: e.uniqueID("root"), Slot: 9, NetNS: path, Ephemeral: mustRange(t, "40960-41983")}
+		_, err := d.Setup(context.Background(), c)
+		var rn *RefusedNamespaceError
+		if !errors.Is(err, ErrHostNamespace) || !errors.As(err, &rn) {
+			t.Errorf("Setup in %s: %v, want a refused namespace", path, err)
+			continue
+		}
+		t.Logf("%s: %v", path, err)
+		if _, err := netns.Open(d.mountPath(c.ID)); err == nil {
+			t.Errorf("a refused Setup left a bind mount for %s", c.ID)
+		}
+	}
+	if len(d.ctrs) != 0 {
+		t.Errorf("refused setups registered containers: %v", d.ctrs)
+	}
+}
+
+func mustRange(t *testing.T, s string) ephemeral.Range {
+	t.Helper()
+	r, err := ephemeral.ParseRange(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -1,0 +1,80 @@
+package metrics
+
+import (
+	"context"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/isolatord/isolatord/dataplane"
+)
+
+// DropSource is what isolatord_dropped_packets_total reads at scrape time;
+// *dataplane.DataPlane implements it.
+type DropSource interface {
+	DropTotals(ctx context.Context) (map[string]uint64, error)
+}
+
+var _ DropSource = (*dataplane.DataPlane)(nil)
+
+// DropReasons are the reason label values of isolatord_dropped_packets_total,
+// every one present from zero.
+var DropReasons = dataplane.DropReasons
+
+// dropCollector exports the frames containers sent that the host dropped.
+type dropCollector struct {
+	mu     sync.Mutex
+	src    DropSource
+	last   map[string]uint64 // what the last scrape exported: a counter never goes back
+	desc   *prometheus.Desc
+	errors prometheus.Counter
+}
+
+func newDropCollector() *dropCollector {
+	return &dropCollector{
+		last: map[string]uint64{},
+		desc: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "dropped_packets_total"),
+			"Frames containers sent that their host-side veth dropped, by reason (mac, ip_header, source_ip, port, icmp, protocol, arp, ethertype, vlan): a frame leaves only if a host process owning exactly the container's ports could have sent it. Read from the kernel at scrape time; counts of containers cleaned up since the daemon started are kept.",
+			[]string{"reason"}, nil),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "dropped_packets_errors_total",
+			Help:      "Scrapes whose dropped-packet counters could not all be read from the kernel (the series then keep their last values where lower).",
+		}),
+	}
+}
+
+// WatchDrops makes every scrape read the drop counters from src. Until it
+// is called every reason reads zero.
+func (m *Metrics) WatchDrops(src DropSource) {
+	m.drops.mu.Lock()
+	m.drops.src = src
+	m.drops.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *dropCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	c.errors.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.src != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), StateTimeout)
+		now, err := c.src.DropTotals(ctx)
+		cancel()
+		if err != nil {
+			c.errors.Inc()
+		}
+		for r, n := range now {
+			c.last[r] = max(c.last[r], n)
+		}
+	}
+	for _, r := range DropReasons {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.last[r]), r)
+	}
+	c.errors.Collect(ch)
+}

@@ -1,0 +1,61 @@
+package tcfilter
+
+// Drop reasons: why a container's frame was dropped on its host veth.
+const (
+	DropMAC       = "mac"       // Ethernet source is not the host MAC
+	DropIPHeader  = "ip_header" // IPv4 header with options (IHL > 5), or not version 4
+	DropSource    = "source_ip" // IPv4 source is not the host IP (127.0.0.0/8 only to 127.0.0.0/8)
+	DropPort      = "port"      // TCP/UDP source port the container does not own
+	DropICMP      = "icmp"      // ICMP other than echo, or an error not about an own flow
+	DropProtocol  = "protocol"  // IP protocol other than TCP, UDP and ICMP
+	DropARP       = "arp"       // ARP other than a request in the host's name
+	DropEthertype = "ethertype" // neither IPv4 nor ARP (IPv6, LLDP, ...), or too short to read
+	DropVLAN      = "vlan"      // 802.1Q/802.1ad-tagged frame
+)
+
+// DropReasons lists every reason, in a fixed order.
+var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN}
+
+// Drops reads how many frames the container's veth dropped, by reason
+// (every reason present), from one dump of the veth's filters: the packet
+// counters of the nodes that redirect to the sink.
+func (v VethFilters) Drops() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, r := range DropReasons {
+		out[r] = 0
+	}
+	if err := v.check(); err != nil {
+		return out, err
+	}
+	type pk struct {
+		prio   uint16
+		handle uint32
+	}
+	reason := map[pk]string{}
+	for _, n := range v.fixedNodes() {
+		if n.reason != "" {
+			reason[pk{n.prio, n.handle}] = n.reason
+		}
+	}
+	fs, err := v.dev().list()
+	if err != nil {
+		return out, err
+	}
+	for _, f := range fs {
+		htid, _, nid := SplitU32Handle(f.Handle)
+		k := pk{f.Priority, f.Handle}
+		if htid >= 0x800 {
+			k.handle = nid
+		}
+		r, ok := reason[k]
+		if !ok || mirredTarget(f) != v.Sink {
+			continue
+		}
+		for _, a := range f.Actions {
+			if s := a.Attrs().Statistics; s != nil && s.Basic != nil {
+				out[r] += uint64(s.Basic.Packets)
+			}
+		}
+	}
+	return out, nil
+}

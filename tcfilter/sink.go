@@ -1,0 +1,59 @@
+package tcfilter
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// SinkName is the host device every dropping node redirects to.
+const SinkName = "isolatord-drop"
+
+// Sink is the host's drop sink (see "Drops" in the package documentation).
+type Sink struct {
+	Index int  // ifindex
+	BPF   bool // up with the dropping program on its egress; false: kept down (mirred drops)
+}
+
+// EnsureSink makes sure the host namespace of h has the drop sink: an ifb
+// device named name whose egress has a direct-action cls_bpf program that
+// drops everything, brought up only once that program is in place. When
+// the kernel cannot load the program (bpfErr != nil) the device is kept
+// down: mirred then drops what is redirected to it (and the kernel logs a
+// rate-limited "device is down" notice). It can be re-run; an existing
+// device of another kind with that name is an error.
+func EnsureSink(h *netlink.Handle, name string) (s Sink, bpfErr error, err error) {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV) {
+			return s, nil, fmt.Errorf("look up drop sink %s: %w", name, err)
+		}
+		if err := h.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 0}}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return s, nil, fmt.Errorf("create drop sink %s: %w", name, err)
+		}
+		if l, err = h.LinkByName(name); err != nil {
+			return s, nil, fmt.Errorf("drop sink %s: %w", name, err)
+		}
+	}
+	if l.Type() != "ifb" {
+		return s, nil, fmt.Errorf("drop sink %s exists and is a %s device, not ifb", name, l.Type())
+	}
+	s.Index = l.Attrs().Index
+	if err := EnsureClsact(h, s.Index); err != nil {
+		return s, nil, err
+	}
+	if bpfErr = shotFilter.ensure(h, s.Index); bpfErr != nil {
+		if err := h.LinkSetDown(l); err != nil {
+			return s, bpfErr, fmt.Errorf("drop sink %s: set down: %w", name, err)
+		}
+		return s, bpfErr, nil
+	}
+	s.BPF = true
+	if err := h.LinkSetUp(l); err != nil {
+		return s, nil, fmt.Errorf("drop sink %s: set up: %w", name, err)
+	}
+	return s, nil, nil
+}
