@@ -20,6 +20,9 @@
 //	host demux (host eth0, host lo)           veth ingress        container
 //	001  L     divisor 1   -> H1               010 -> 011 (sport)  020 -> 021 lo  (dport)
 //	002  H1    divisor 256 on dport>>8         012 -> 013 (sport)  022 -> 023 eth0 (dport)
+//	                                           014 host source, 015 loopback,
+//	                                           016 ICMP, 017 fragments,
+//	                                           018 -> 019 (quoted dport)
 //	003  ICMP  divisor 1   (eth0)
 //	004  ICMP fan-out, divisor 1 (eth0)
 //	005  ARP fan-out, divisor 1, ARP prio (eth0)
@@ -126,16 +129,104 @@
 //
 // # Host-side veth ingress (VethFilters: what a container sends)
 //
-// ARP -> redirect host eth0. ICMP -> redirect host eth0. TCP/UDP first
-// fragments to the host IP or 127.0.0.0/8 -> (eat) table 010 -> 011: source
-// port in an own range -> redirect host lo; other TCP/UDP first fragments ->
-// 012 -> 013: own source port -> redirect host eth0. Any other first
-// fragment (a source port the container does not own, another protocol)
-// hits a terminal no-action node and goes to the veth's own stack, where it
-// is dropped: the veth has no address and forwarding is off, and its source
-// (the host IP) is a martian there. Non-first fragments carry no ports:
-// to host lo if the destination is local, else out through eth0. Shared
-// ports must be in the holders' veth ranges.
+// The rule: a frame leaves a container's veth only if a process on the
+// host that owned exactly the container's ports could have sent it.
+// Everything else is redirected to the drop sink by a node that names the
+// reason (Drop*). The veth's ingress hook has four classifiers:
+//
+//	prio 1  cls_bpf, all protocols: the VLAN check (below)
+//	prio 2  u32, IPv4
+//	prio 3  u32, ARP
+//	prio 4  u32, all protocols: one match-all drop node, DropEthertype
+//	        (IPv6, LLDP, anything else; also IPv4 too short for u32 to
+//	        read the keys it needs: u32 then gives up on its classifier)
+//
+// IPv4 root (tables 800:..): node 1 = [Ethernet source == host MAC (two
+// keys at -8 and -4 from the network header), version 4 and IHL 5, source
+// == host IP] links to table 014; node 2 = [same, source and destination in
+// 127.0.0.0/8] links to 015; both are TERMINAL link nodes whose action (a
+// redirect to the sink, DropProtocol) runs when nothing in the linked
+// table matched (u32 returns to a terminal link node and takes its
+// result). Then: node 3 [MAC, 0x45] -> DropSource; node 4 [MAC] ->
+// DropIPHeader (options, or not version 4); node 5 [MAC == 00:..:00] ->
+// DropVLAN; node 6 [] -> DropMAC.
+//
+// Table 014 (source = host IP): TCP/UDP first fragments to the host IP or
+// 127/8 -> (eat IHL) 010 -> 011, own source port -> redirect host lo;
+// other TCP/UDP first fragments -> 012 -> 013, own source port -> redirect
+// host eth0; each of those link nodes is TERMINAL with DropPort as its
+// default. ICMP first fragments -> (eat) table 016 (default DropICMP).
+// Remaining TCP, UDP and ICMP packets are non-first fragments -> table
+// 017: to the host IP or 127/8 -> host lo, else eth0 (they carry no ports;
+// their first part passed the port check or nothing can reassemble them;
+// a later part cannot rewrite the ports, which lie in the first 8 bytes).
+// Table 015 (127/8 to 127/8): TCP/UDP first fragments -> 010 -> 011 (default
+// DropPort); non-first fragments -> 017.
+//
+// Table 016 (ICMP, at the ICMP header): type 8 (echo request) and 0 (echo
+// reply) -> eth0 (the echo identifier is not constrained); type 3
+// (unreachable, fragmentation needed included) and 11 (time exceeded)
+// only when the quoted packet has IHL 5 (key at 8), is TCP or UDP (key at
+// 16) and was sent to the host IP (key at 24): such a node eats a fixed 28
+// bytes (ICMP header + quoted IPv4 header) and links to 018 -> 019, keyed on
+// the quoted destination port: an error about a packet one of the
+// container's ports received (what a host stack sends) -> eth0. Errors that
+// quote a packet with options, an ICMP packet or another container's flow
+// are dropped (DropICMP); the container's stack sends errors only about
+// packets it received, so nothing legitimate is lost.
+//
+// ARP (prio 3): node 1 = [Ethernet source == host MAC, Ethernet/IPv4,
+// 6/4, op 1 (request), sender MAC == host MAC, sender IP == host IP] ->
+// eth0; node 2 [MAC == 00:..:00] -> DropVLAN; node 3 [] -> DropARP. The
+// host's own stack answers every ARP request for the host IP that reaches
+// eth0, so a container's ARP replies are not needed and are dropped
+// (containers' replies to the ARP fan-out would only duplicate the host's).
+// Nothing a container sends can change what the neighbours believe about
+// the host IP: its requests carry the true mapping.
+//
+// Per packet this is a constant number of key checks, whatever the number
+// of containers: a legitimate TCP/UDP packet costs the 4 keys of root
+// node 1 plus what it cost before (its table-014 node and the port lookup).
+// Node ids of the veth follow from their meaning (the drop nodes are fixed
+// nodes, counted per node), so Retarget, Install after a restart and Drops
+// find them from handles alone; Install brings a veth of an older layout
+// (ARP at prio 1, default "stop" node) up to date.
+//
+// With an egress limit every redirect that is not a drop, ARP included,
+// goes to the container's shaper (Via), so an ARP flood is shaped too.
+//
+// # Drops (the sink and the VLAN check)
+//
+// This kernel has no gact, police or act_bpf, so no "action drop". Drop
+// nodes redirect (mirred, stolen) to the host's sink device SinkName, an
+// ifb that is up and whose egress hook holds one cls_bpf filter in
+// direct-action mode running a two-instruction program returning
+// TC_ACT_SHOT: the packet dies in dev_queue_xmit before ifb_xmit (which
+// would re-inject it into the veth). The program is loaded with the bpf
+// syscall from hand-written instructions (bpf.go). Per-container,
+// per-reason counters come for free: each drop node's mirred action
+// counts the packets it redirected, read from one dump of the veth's
+// filters (VethFilters.Drops). When the kernel cannot load the program
+// the sink is kept down: mirred then drops what is redirected to a down
+// device and still counts it (with a rate-limited "device is down" kernel
+// notice), and the VLAN check is not attached. A redirect to a deleted
+// sink also drops (mirred's device reference is gone). EnsureSink
+// re-creates a missing sink at start-up and Install re-points every drop
+// node at it.
+//
+// VLAN: the receive path moves an 802.1Q/802.1ad tag into skb metadata
+// before tc runs, so u32 sees the inner packet, and a redirect to eth0
+// would put the tag back on the wire (VLAN hopping). The VLAN check
+// (cls_bpf, prio 1, direct action) overwrites a tagged frame's Ethernet
+// source with zeros and returns TC_ACT_UNSPEC, so the u32 priorities drop
+// it with DropVLAN (a direct-action drop would be counted only per qdisc:
+// netlink's cls_bpf has no actions). An untagged frame with an all-zero
+// source counts as vlan too. It costs every frame of the container one
+// run of a JIT-compiled program (three instructions for an untagged frame).
+//
+// ShaperExit (the exit of a limited container's shaper) forwards by
+// destination without checking: only the veth's redirects feed the
+// shaper entry, which has no address and no route.
 //
 // # Inside the container (ContainerFilters)
 //
@@ -174,7 +265,7 @@
 //     is the HTB; A transmits into B, whose ingress filters (ShaperExit)
 //     send each packet where the veth would have: ICMP -> host eth0;
 //     destination host IP or 127.0.0.0/8 -> host lo; everything else -> host
-//     eth0. ARP is not shaped (it goes straight to eth0). The veth keeps
+//     eth0; ARP -> host eth0 (ARP is shaped too). The veth keeps
 //     deciding what the container may send (its source ports), so the
 //     shaper exit needs no per-container state. Only limited containers pay
 //     for the extra hop (a veth transmit, one more u32 lookup of 4 nodes).
@@ -214,8 +305,12 @@
 //   - Non-first IPv4 fragments have no ports: the host demux leaves them to
 //     the host, so fragmented UDP towards a container does not work (TCP
 //     sets DF). Mesos had the same limit, worse (it classified payload bytes).
-//   - IPv4 only; VLAN-tagged frames (without hardware tag stripping) never
-//     match; the eth0 demux matches one host address.
+//   - IPv4 only (a container's IPv6 is dropped); VLAN-tagged frames
+//     (without hardware tag stripping) never match the host demux; the eth0
+//     demux matches one host address.
+//   - A container cannot send IP options (a host process could, with
+//     IP_OPTIONS): the veth checks every key at fixed offsets, and
+//     containers have no use for them.
 //   - Fan-out costs one clone per container per ARP/ICMP packet, and adding
 //     or removing a fan-out node costs O(containers) in the kernel (its node
 //     list is sorted and walked); ~0.2 ms at 1,000 containers.

@@ -381,7 +381,8 @@ func (s Shaper) Drain(timeout time.Duration) error {
 // container's egress shaper pair: they send what the shaper let through
 // where the container's veth would have sent it. ICMP -> host eth0;
 // destination host IP or 127.0.0.0/8 -> host lo; anything else -> host
-// eth0 (ARP too, though the veth sends ARP to eth0 directly).
+// eth0 (ARP too: the veth sends a limited container's ARP through the
+// shaper).
 type ShaperExit struct {
 	H      *netlink.Handle // host namespace
 	Dev    int             // the shaper's exit end (B)
