@@ -8,8 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SinkName is the host device every dropping node redirects to.
-const SinkName = "isolatord-drop"
+// SinkName is the host device every dropping node redirects to (it does
+// not start with "iso", the prefix of containers' veths).
+const SinkName = "drop.isolatord"
 
 // Sink is the host's drop sink (see "Drops" in the package documentation).
 type Sink struct {
