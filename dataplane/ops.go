@@ -433,7 +433,9 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 		}
 	}
 	if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
-		return fmt.Errorf("adopt %s: filters on %s: %w", c.ID, VethName(c.ID), err)
+		// The container is kept (its traffic flows through the filters it
+		// has); a later Adopt tries again.
+		d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
 	}
 	rec := &record{c: c, veth: veth, via: via, ino: ino, mount: mp}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
