@@ -32,6 +32,7 @@ import (
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/traffic"
 )
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -169,19 +170,7 @@ func startUDPSink(t *testing.T, ns doer, port int) *udpSink {
 
 // ---- frame building ----
 
-func csum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
-}
+var csum = traffic.Checksum
 
 func eth(dst, src net.HardwareAddr, typ uint16, payload ...[]byte) []byte {
 	b := append(append(append([]byte{}, dst...), src...), byte(typ>>8), byte(typ))

@@ -146,12 +146,12 @@ func echoRequest(id, seq uint16) []byte {
 	binary.BigEndian.PutUint16(m[4:], id)
 	binary.BigEndian.PutUint16(m[6:], seq)
 	copy(m[8:], "isotraffic-ping!")
-	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	binary.BigEndian.PutUint16(m[2:], Checksum(m))
 	return m
 }
 
-// checksum is the Internet checksum (RFC 1071).
-func checksum(b []byte) uint16 {
+// Checksum is the Internet checksum (RFC 1071).
+func Checksum(b []byte) uint16 {
 	var s uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		s += uint32(b[i])<<8 | uint32(b[i+1])

@@ -257,7 +257,7 @@ func TestPingResultTally(t *testing.T) {
 
 func TestChecksum(t *testing.T) {
 	m := echoRequest(0x1234, 7)
-	if checksum(m) != 0 {
-		t.Errorf("checksum over a message including its checksum = %#x, want 0", checksum(m))
+	if Checksum(m) != 0 {
+		t.Errorf("checksum over a message including its checksum = %#x, want 0", Checksum(m))
 	}
 }
