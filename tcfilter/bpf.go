@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -99,13 +100,54 @@ func loadProg(name string, insns []bpfInsn) (int, error) {
 		license:  uint64(uintptr(unsafe.Pointer(&lic[0]))),
 	}
 	copy(attr.progName[:15], name)
-	fd, _, e := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	var e unix.Errno
+	for try := 0; try < loadTries; try++ {
+		var fd uintptr
+		fd, _, e = unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		if e == 0 {
+			runtime.KeepAlive(insns)
+			runtime.KeepAlive(lic)
+			return int(fd), nil
+		}
+		// The verifier returns EAGAIN when a signal interrupts it; the Go
+		// runtime's preemption signals do that now and then (seen once in
+		// 1,000 setups). Any other error is final.
+		if e != unix.EAGAIN {
+			break
+		}
+	}
 	runtime.KeepAlive(insns)
 	runtime.KeepAlive(lic)
-	if e != 0 {
-		return -1, fmt.Errorf("load bpf program %s: %w", name, e)
+	return -1, fmt.Errorf("load bpf program %s: %w", name, e)
+}
+
+// loadTries bounds the retries of an interrupted BPF_PROG_LOAD.
+const loadTries = 10
+
+// progCache keeps each program loaded once for the life of the process: every
+// veth's filter refers to the same program instead of a fresh copy.
+var progCache struct {
+	sync.Mutex
+	fds map[string]int
+}
+
+// cachedProg returns the fd of f's program, loading it on first use. The fd
+// stays open (the filters hold their own references).
+func cachedProg(f bpfFilter) (int, error) {
+	progCache.Lock()
+	defer progCache.Unlock()
+	if fd, ok := progCache.fds[f.name]; ok {
+		return fd, nil
 	}
-	return int(fd), nil
+	fd, err := loadProg(f.name, f.insns)
+	if err != nil {
+		return -1, err
+	}
+	if progCache.fds == nil {
+		progCache.fds = map[string]int{}
+	}
+	progCache.fds[f.name] = fd
+	return fd, nil
 }
 
 // Names of our cls_bpf filters (the kernel reports them in a dump).
@@ -141,14 +183,13 @@ func (f bpfFilter) present(h *netlink.Handle, link int) (bool, error) {
 	return false, nil
 }
 
-// attach adds f to link (which must have a clsact qdisc). The filter keeps
-// the program; our fd is closed.
+// attach adds f to link (which must have a clsact qdisc). The filter takes
+// its own reference to the cached program.
 func (f bpfFilter) attach(h *netlink.Handle, link int) error {
-	fd, err := loadProg(f.name, f.insns)
+	fd, err := cachedProg(f)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
 	err = h.FilterAdd(&netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{
 			LinkIndex: link, Parent: f.parent, Priority: f.prio, Protocol: unix.ETH_P_ALL, Handle: 1,
