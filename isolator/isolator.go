@@ -166,7 +166,7 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg.StateDir)
+	st, err := openStore(cfg.StateDir, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
