@@ -437,6 +437,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 	veth := p.VethIndex
 	undo.push("veth "+p.Veth, func() error { _, err := netns.DeleteLink(d.h, veth); return err })
+	if err := d.setAlias(veth, c); err != nil {
+		return p, err
+	}
 	if err := d.step("veth"); err != nil {
 		return p, err
 	}

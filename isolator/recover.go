@@ -20,8 +20,15 @@ type RecoveryReport struct {
 	Finished   int      // intents completed (isolate found complete, update rolled forward, re-plumbed)
 	RolledBack int      // intents undone (isolate torn down back to prepared, update rolled back)
 	CleanedUp  int      // containers removed (cleanup intent finished, namespace gone)
-	Strays     []string // kernel objects that belonged to no known container, removed
-	Unreserved []string // records whose ports no longer fit the configuration (kept, not reserved)
+	Strays     []string // kernel objects removed (none at start-up: see Unattributed)
+	// Rebuilt are the containers whose records were rebuilt from the kernel.
+	Rebuilt []string
+	// Unattributed are kernel objects of isolatord's shape that belong to
+	// no container: left in place (RemoveUnattributed removes them).
+	Unattributed []string
+	// StateMovedAside is where a corrupt state file was moved ("" if not).
+	StateMovedAside string
+	Unreserved      []string // records whose ports no longer fit the configuration (kept, not reserved)
 	// HostPortConflicts are containers' ports a host process took while the
 	// daemon was down (hostports.go).
 	HostPortConflicts []HostPortConflict
@@ -45,6 +52,10 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	recs, err := s.store.load()
 	if err != nil {
 		return rep, fmt.Errorf("load state: %w", err)
+	}
+	rep.StateMovedAside = s.store.movedAside
+	if recs, err = s.rebuild(ctx, recs, &rep); err != nil {
+		return rep, err
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
 
@@ -85,25 +96,30 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		}
 	}
 
-	// 3. Remove kernel objects that belong to nobody.
+	// 3. Report kernel objects that belong to nobody; they stay.
 	cs := make([]dataplane.Container, 0, len(keep))
 	for _, r := range keep {
 		cs = append(cs, s.container(r))
 	}
-	strays, err := s.dp.RemoveStrays(ctx, cs)
+	strays, err := s.dp.Strays(ctx, cs)
 	if err != nil {
-		return rep, fmt.Errorf("remove strays: %w", err)
+		return rep, fmt.Errorf("list unattributed kernel objects: %w", err)
 	}
-	for _, st := range strays {
-		s.log.Info("recover: removed stray", "object", st)
+	rep.Unattributed = append(rep.Unattributed, strays...)
+	sort.Strings(rep.Unattributed)
+	for _, st := range rep.Unattributed {
+		s.log.Warn("recover: kernel object attributable to no container; left in place (isolatorctl remove-unattributed removes it)", "object", st)
 	}
-	rep.Strays = strays
+	s.mu.Lock()
+	s.unattributed = rep.Unattributed
+	s.rebuilt = rep.Rebuilt
+	s.mu.Unlock()
 	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
 	}
 	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
-		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "strays", len(rep.Strays),
+		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed),
 		"host_port_conflicts", len(rep.HostPortConflicts))
 	return rep, nil
 }

@@ -210,6 +210,23 @@ func (s *store) put(r *Record) error {
 	})
 }
 
+// putAll writes records in one transaction.
+func (s *store) putAll(rs []*Record) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketContainers)
+		for _, r := range rs {
+			v, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(r.ID), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // del removes one record; removing a missing record is not an error.
 func (s *store) del(id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {

@@ -259,6 +259,7 @@ func serve(o *options, log *slog.Logger) error {
 		return err
 	}
 	m.WatchDrops(dp)
+	m.WatchRecovery(iso)
 
 	// Metrics first, so that a long recovery is visible.
 	stopMetrics, _, err := metrics.Serve(ctx, o.metricsAddr, m.Handler(), log)
@@ -276,7 +277,7 @@ func serve(o *options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
-	log.Info("recovered", "duration_seconds", time.Since(start).Seconds(), "kept", rep.Kept, "strays", len(rep.Strays))
+	log.Info("recovered", "duration_seconds", time.Since(start).Seconds(), "kept", rep.Kept, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed))
 
 	if ctx.Err() != nil {
 		log.Info("shut down before serving; container plumbing stays in place")

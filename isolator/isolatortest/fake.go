@@ -41,6 +41,8 @@ type DataPlane struct {
 	// Host is what PrepareHost reports besides the names and HostIno
 	// (LinkSpeed, Features).
 	Host dataplane.HostInfo
+	// Discovered is what Discover returns.
+	Discovered dataplane.Discovery
 }
 
 // New returns an empty fake data plane.
@@ -191,6 +193,31 @@ func (f *DataPlane) Adopt(ctx context.Context, c dataplane.Container) error {
 	}
 	f.Limits[c.ID] = [2]dataplane.Limit{c.Egress, c.Ingress}
 	return nil
+}
+
+// Discover returns Discovered (tests set it: what the kernel would show).
+func (f *DataPlane) Discover(ctx context.Context) (dataplane.Discovery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Discovered, f.record("discover", "")
+}
+
+// Strays lists the plumbed containers not in keep, removing nothing.
+func (f *DataPlane) Strays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	known := map[string]bool{}
+	for _, c := range keep {
+		known[c.ID] = true
+	}
+	var out []string
+	for id := range f.Plumbed {
+		if !known[id] {
+			out = append(out, "veth iso-"+id)
+		}
+	}
+	sort.Strings(out)
+	return out, f.record("strays?", "")
 }
 
 func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
