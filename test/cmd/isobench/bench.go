@@ -109,6 +109,7 @@ func (b *bench) run(ctx context.Context) {
 		{"data_plane", b.phaseData},
 		{"shared_ports", b.phaseShared},
 		{"restart", b.phaseRestart},
+		{"rebuild", b.phaseRebuild},
 		{"teardown", b.phaseTeardown},
 	}
 	for i, p := range phases {
