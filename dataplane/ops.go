@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
@@ -398,17 +397,8 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if err != nil {
 		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
 	}
-	if d.rootQdiscs == nil {
-		qs, err := d.h.QdiscList(nil)
-		if err != nil {
-			return fmt.Errorf("adopt %s: list qdiscs: %w", c.ID, err)
-		}
-		d.rootQdiscs = map[int]bool{}
-		for _, q := range qs {
-			if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
-				d.rootQdiscs[a.LinkIndex] = true
-			}
-		}
+	if err := d.fillRootQdiscs(); err != nil {
+		return fmt.Errorf("adopt %s: %w", c.ID, err)
 	}
 	mp := d.mountPath(c.ID)
 	ns, err := netns.Open(mp)

@@ -100,8 +100,10 @@ type Discovery struct {
 }
 
 // Discover rebuilds every container that has a host veth of ours from the
-// kernel. It changes nothing.
-func (d *DataPlane) Discover(ctx context.Context) (Discovery, error) {
+// kernel, except those whose IDs known lists (the lifecycle's records
+// cover them: reading their namespaces and filters would only slow a
+// restart down). It changes nothing.
+func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, error) {
 	var out Discovery
 	if err := checkCtx(ctx); err != nil {
 		return out, err
@@ -118,6 +120,10 @@ func (d *DataPlane) Discover(ctx context.Context) (Discovery, error) {
 	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
 		return out, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
+	}
+	skip := make(map[string]bool, len(known))
+	for _, id := range known {
+		skip[VethName(id)] = true
 	}
 	byVeth := map[string]string{} // veth name -> ID of a pin with that hash
 	for id := range mounts {
@@ -145,6 +151,10 @@ func (d *DataPlane) Discover(ctx context.Context) (Discovery, error) {
 			x.shared = append(x.shared, e.Range.Begin)
 		}
 	}
+	// one qdisc dump for all (a dump is not filtered by device)
+	if err := d.fillRootQdiscs(); err != nil {
+		return out, err
+	}
 	shapers := map[string]int{}
 	vethIdx := map[int]bool{}
 	for _, l := range ls {
@@ -160,6 +170,9 @@ func (d *DataPlane) Discover(ctx context.Context) (Discovery, error) {
 			continue
 		}
 		vethIdx[a.Index] = true
+		if skip[a.Name] {
+			continue
+		}
 		f, why := d.discoverOne(a, byVeth, byTarget[a.Index], mounts, shapers)
 		if why != "" {
 			out.Unattributed = append(out.Unattributed, fmt.Sprintf("veth %s: %s", a.Name, why))
@@ -290,19 +303,43 @@ func (d *DataPlane) discoverOne(a *netlink.LinkAttrs, byVeth map[string]string, 
 		}
 	}
 	f.Shared = shared.Subtract(excl).Subtract(eph)
-	// limits: ingress HTB on the veth, egress on the shaper entry
-	if st, err := d.shaper(a.Index).Read(); err == nil {
-		f.Ingress = st.Limit()
-	} else {
-		f.Lost = append(f.Lost, "ingress limit")
+	// limits: ingress HTB on the veth, egress on the shaper entry (read
+	// only where a root qdisc is: one device's qdiscs cost a dump of all)
+	var err2 error
+	if d.rootQdiscs[a.Index] {
+		if f.Ingress, err2 = d.readLimit(a.Index); err2 != nil {
+			f.Lost = append(f.Lost, "ingress limit")
+		}
 	}
 	entry, _ := ShaperNames(f.ID)
-	if idx, ok := shapers[entry]; ok {
-		if st, err := d.shaper(idx).Read(); err == nil {
-			f.Egress = st.Limit()
-		} else {
+	if idx, ok := shapers[entry]; ok && d.rootQdiscs[idx] {
+		if f.Egress, err2 = d.readLimit(idx); err2 != nil {
 			f.Lost = append(f.Lost, "egress limit")
 		}
 	}
 	return f, ""
+}
+
+func (d *DataPlane) readLimit(link int) (Limit, error) {
+	st, err := d.shaper(link).Read()
+	return st.Limit(), err
+}
+
+// fillRootQdiscs fills the recovery cache of links with a root qdisc
+// (d.rootQdiscs) from one dump, unless it is valid; call with d.mu held.
+func (d *DataPlane) fillRootQdiscs() error {
+	if d.rootQdiscs != nil {
+		return nil
+	}
+	qs, err := d.h.QdiscList(nil)
+	if err != nil {
+		return fmt.Errorf("list qdiscs: %w", err)
+	}
+	d.rootQdiscs = map[int]bool{}
+	for _, q := range qs {
+		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
+			d.rootQdiscs[a.LinkIndex] = true
+		}
+	}
+	return nil
 }

@@ -41,7 +41,7 @@ type DataPlane interface {
 	Adopt(ctx context.Context, c dataplane.Container) error
 	RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error)
 	Strays(ctx context.Context, keep []dataplane.Container) ([]string, error)
-	Discover(ctx context.Context) (dataplane.Discovery, error)
+	Discover(ctx context.Context, known []string) (dataplane.Discovery, error)
 	MountPath(id string) string
 }
 

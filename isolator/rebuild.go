@@ -24,7 +24,13 @@ import (
 
 // rebuild merges the kernel's containers into recs.
 func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryReport) ([]*Record, error) {
-	disc, err := s.dp.Discover(ctx)
+	var known []string
+	for _, r := range recs {
+		if r.State != StatePrepared {
+			known = append(known, r.ID)
+		}
+	}
+	disc, err := s.dp.Discover(ctx, known)
 	if err != nil {
 		return recs, fmt.Errorf("read containers from the kernel: %w", err)
 	}

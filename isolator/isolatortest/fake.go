@@ -196,7 +196,7 @@ func (f *DataPlane) Adopt(ctx context.Context, c dataplane.Container) error {
 }
 
 // Discover returns Discovered (tests set it: what the kernel would show).
-func (f *DataPlane) Discover(ctx context.Context) (dataplane.Discovery, error) {
+func (f *DataPlane) Discover(ctx context.Context, known []string) (dataplane.Discovery, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.Discovered, f.record("discover", "")
