@@ -95,6 +95,9 @@ type DataPlane struct {
 	// filtered by device, so a dump per container would make recovery
 	// quadratic). nil when not valid; every mutating call clears it.
 	rootQdiscs map[int]bool
+	// recoveryLinks (host link name -> ifindex) is filled with rootQdiscs
+	// and valid while it is (rebuild.go).
+	recoveryLinks map[string]int
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}

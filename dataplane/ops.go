@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -393,12 +392,9 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if other, ok := d.slots[c.Slot]; ok {
 		return fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
 	}
-	l, err := d.h.LinkByName(VethName(c.ID))
+	veth, err := d.recoveryLinkIndex(VethName(c.ID))
 	if err != nil {
 		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
-	}
-	if err := d.fillRootQdiscs(); err != nil {
-		return fmt.Errorf("adopt %s: %w", c.ID, err)
 	}
 	mp := d.mountPath(c.ID)
 	ns, err := netns.Open(mp)
@@ -407,7 +403,6 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	}
 	ino := ns.Ino()
 	ns.Close()
-	veth := l.Attrs().Index
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
 	}

@@ -325,8 +325,9 @@ func (d *DataPlane) readLimit(link int) (Limit, error) {
 	return st.Limit(), err
 }
 
-// fillRootQdiscs fills the recovery cache of links with a root qdisc
-// (d.rootQdiscs) from one dump, unless it is valid; call with d.mu held.
+// fillRootQdiscs fills the recovery caches (d.rootQdiscs: links with a
+// root qdisc; d.recoveryLinks: host links by name) from one dump each,
+// unless they are valid; call with d.mu held.
 func (d *DataPlane) fillRootQdiscs() error {
 	if d.rootQdiscs != nil {
 		return nil
@@ -335,11 +336,37 @@ func (d *DataPlane) fillRootQdiscs() error {
 	if err != nil {
 		return fmt.Errorf("list qdiscs: %w", err)
 	}
+	ls, err := d.h.LinkList()
+	if err != nil {
+		return fmt.Errorf("list host links: %w", err)
+	}
 	d.rootQdiscs = map[int]bool{}
 	for _, q := range qs {
 		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
 			d.rootQdiscs[a.LinkIndex] = true
 		}
 	}
+	d.recoveryLinks = make(map[string]int, len(ls))
+	for _, l := range ls {
+		d.recoveryLinks[l.Attrs().Name] = l.Attrs().Index
+	}
 	return nil
+}
+
+// recoveryLinkIndex returns the ifindex of host link name from the
+// recovery cache (filled by one dump for all containers: a request per
+// container is what made recovery with the state slow), asking the kernel
+// when the cache does not have it.
+func (d *DataPlane) recoveryLinkIndex(name string) (int, error) {
+	if err := d.fillRootQdiscs(); err != nil {
+		return 0, err
+	}
+	if idx, ok := d.recoveryLinks[name]; ok {
+		return idx, nil
+	}
+	l, err := d.h.LinkByName(name)
+	if err != nil {
+		return 0, err
+	}
+	return l.Attrs().Index, nil
 }

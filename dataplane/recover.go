@@ -122,8 +122,8 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	}
 	name := VethName(c.ID)
 	veth := 0
-	if l, err := d.h.LinkByName(name); err == nil {
-		veth = l.Attrs().Index
+	if idx, err := d.recoveryLinkIndex(name); err == nil {
+		veth = idx
 	} else {
 		missing = append(missing, "veth "+name)
 	}
@@ -228,9 +228,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if apply {
-		d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
-	}
+	d.rootQdiscs = nil // recovery ends here (and qdiscs may change): the cache is no longer valid
 	if err := d.ready(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,6 +50,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		return rep, fmt.Errorf("bandwidth limits: %v", err)
 	}
 
+	tHost := time.Since(start)
 	recs, err := s.store.load()
 	if err != nil {
 		return rep, fmt.Errorf("load state: %w", err)
@@ -84,6 +86,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 	s.mu.Unlock()
 
+	tRebuild := time.Since(start)
 	// 2. Resolve each record against the kernel.
 	var keep []*Record
 	for _, r := range recs {
@@ -96,6 +99,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		}
 	}
 
+	tResolve := time.Since(start)
 	// 3. Report kernel objects that belong to nobody; they stay.
 	cs := make([]dataplane.Container, 0, len(keep))
 	for _, r := range keep {
@@ -105,7 +109,14 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("list unattributed kernel objects: %w", err)
 	}
-	rep.Unattributed = append(rep.Unattributed, strays...)
+	// (what Discover already explained is not listed twice)
+	for _, st := range strays {
+		if !slices.ContainsFunc(rep.Unattributed, func(u string) bool {
+			return strings.HasPrefix(u, st+":") || strings.HasPrefix(u, st+" ")
+		}) {
+			rep.Unattributed = append(rep.Unattributed, st)
+		}
+	}
 	sort.Strings(rep.Unattributed)
 	for _, st := range rep.Unattributed {
 		s.log.Warn("recover: kernel object attributable to no container; left in place (isolatorctl remove-unattributed removes it)", "object", st)
@@ -120,7 +131,8 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
 		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed),
-		"host_port_conflicts", len(rep.HostPortConflicts))
+		"host_port_conflicts", len(rep.HostPortConflicts),
+		"host_done_seconds", tHost.Seconds(), "rebuild_done_seconds", tRebuild.Seconds(), "resolve_done_seconds", tResolve.Seconds(), "total_seconds", time.Since(start).Seconds())
 	return rep, nil
 }
 

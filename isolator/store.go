@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // The store is an embedded bbolt database in the state directory holding one
@@ -176,7 +177,7 @@ func classifyOpen(path string, err error) error {
 	var errno syscall.Errno
 	var pe *fs.PathError
 	switch {
-	case errors.Is(err, bolt.ErrTimeout):
+	case errors.Is(err, berrors.ErrTimeout):
 		return fmt.Errorf("state %s is locked by another process (an isolatord of another host network namespace with the same --state-dir?): %w", path, err)
 	case errors.As(err, &pe), errors.As(err, &errno):
 		return fmt.Errorf("open state %s: %w", path, err)

@@ -204,6 +204,14 @@ func (f *DataPlane) Discover(ctx context.Context, known []string) (dataplane.Dis
 
 // Strays lists the plumbed containers not in keep, removing nothing.
 func (f *DataPlane) Strays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+	return f.strays(keep, false)
+}
+
+func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+	return f.strays(keep, true)
+}
+
+func (f *DataPlane) strays(keep []dataplane.Container, remove bool) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	known := map[string]bool{}
@@ -211,32 +219,21 @@ func (f *DataPlane) Strays(ctx context.Context, keep []dataplane.Container) ([]s
 		known[c.ID] = true
 	}
 	var out []string
-	for id := range f.Plumbed {
+	for id, c := range f.Plumbed {
 		if !known[id] {
 			out = append(out, "veth iso-"+id)
+			if remove {
+				delete(f.Plumbed, id)
+				f.clearOwner(c.ID)
+			}
 		}
 	}
 	sort.Strings(out)
-	return out, f.record("strays?", "")
-}
-
-func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	known := map[string]bool{}
-	for _, c := range keep {
-		known[c.ID] = true
+	op := "strays?"
+	if remove {
+		op = "strays"
 	}
-	var removed []string
-	for id, c := range f.Plumbed {
-		if !known[id] {
-			removed = append(removed, "veth iso-"+id)
-			delete(f.Plumbed, id)
-			f.clearOwner(c.ID)
-		}
-	}
-	sort.Strings(removed)
-	return removed, f.record("strays", "")
+	return out, f.record(op, "")
 }
 
 func (f *DataPlane) MountPath(id string) string { return "/fake/netns/" + id }

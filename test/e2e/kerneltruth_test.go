@@ -36,15 +36,7 @@ const (
 
 // ktContainer is what must survive a fault, as isolatorctl lists it.
 type ktContainer struct {
-	ContainerID    string `json:"container_id"`
-	State          string `json:"state"`
-	EphemeralPorts struct{ Begin, End int } `json:"ephemeral_ports"`
-	Ports          []struct {
-		Begin, End int
-		Shared     bool
-	} `json:"ports"`
-	Veth         string     `json:"veth"`
-	Netns        string     `json:"netns"`
+	ctlContainer
 	EgressLimit  *limitRate `json:"egress_limit"`
 	IngressLimit *limitRate `json:"ingress_limit"`
 }

@@ -496,27 +496,9 @@ func (r *Results) writeMarkdown(w io.Writer) {
 		total += ")"
 	}
 	row("Set up "+nn+" one by one", total, "", "")
-	rec := "n/a"
-	if cp.RecoverySeconds != nil {
-		rec = fmt.Sprintf("%.3f s to serving", *cp.RecoverySeconds)
-		if cp.RecoveryReportedSeconds != nil {
-			rec += fmt.Sprintf(" (recovery itself: %.3f s)", *cp.RecoveryReportedSeconds)
-		}
-		if cp.RecoveredContainers != nil {
-			rec += fmt.Sprintf(", %d containers back", *cp.RecoveredContainers)
-		}
-	}
+	rec := restartString(cp.RecoverySeconds, cp.RecoveryReportedSeconds, cp.RecoveredContainers)
 	row("Restart (kill -9) with "+nn, rec, "<= 0.5 s", r.targetStatus(fmt.Sprintf("restart recovery with %d", n)))
-	reb := "n/a"
-	if cp.RebuildSeconds != nil {
-		reb = fmt.Sprintf("%.3f s to serving", *cp.RebuildSeconds)
-		if cp.RebuildReportedSeconds != nil {
-			reb += fmt.Sprintf(" (recovery itself: %.3f s)", *cp.RebuildReportedSeconds)
-		}
-		if cp.RebuiltContainers != nil {
-			reb += fmt.Sprintf(", %d containers back", *cp.RebuiltContainers)
-		}
-	}
+	reb := restartString(cp.RebuildSeconds, cp.RebuildReportedSeconds, cp.RebuiltContainers)
 	row("Rebuild from the kernel alone (kill -9, no state) with "+nn, reb, "<= 2 s", r.targetStatus(fmt.Sprintf("rebuild from the kernel with %d", n)))
 	rss := "n/a"
 	if cp.RSSMiB != nil {
@@ -656,4 +638,20 @@ func unitOrder(u string) int {
 		return 3
 	}
 	return 1
+}
+
+// restartString is a restart figure: time to serving, the recovery time
+// the daemon logged, containers back.
+func restartString(serving, reported *float64, back *int) string {
+	if serving == nil {
+		return "n/a"
+	}
+	s := fmt.Sprintf("%.3f s to serving", *serving)
+	if reported != nil {
+		s += fmt.Sprintf(" (recovery itself: %.3f s)", *reported)
+	}
+	if back != nil {
+		s += fmt.Sprintf(", %d containers back", *back)
+	}
+	return s
 }
