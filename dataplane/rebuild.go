@@ -131,11 +131,9 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 			byVeth[VethName(id)] = id
 		}
 	}
-	// exclusive ranges, fan-out and shared holders on eth0, by target
-	es, err := d.eth0.Entries()
-	if err != nil {
-		return out, fmt.Errorf("%s demux entries: %w", d.links.Eth0, err)
-	}
+	// exclusive ranges, fan-out and shared holders on eth0, by target, from
+	// the demux's index (PrepareHost read it from the kernel just before)
+	es := d.eth0.KnownAll()
 	byTarget := map[int]*demuxOf{}
 	for _, e := range es {
 		x := byTarget[e.Target]

@@ -253,10 +253,14 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 
 	// 1. host filters first, so nothing is steered to a veth about to go.
 	for _, dm := range d.demuxes() {
-		es, err := dm.d.Entries()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s demux entries: %w", dm.name, err))
-			continue
+		// The report at start-up reads the demux's index (PrepareHost read
+		// it from the kernel just before); a removal reads the kernel.
+		es := dm.d.KnownAll()
+		if apply {
+			if es, err = dm.d.Entries(); err != nil {
+				errs = append(errs, fmt.Errorf("%s demux entries: %w", dm.name, err))
+				continue
+			}
 		}
 		fanDone := map[uint16]bool{}
 		for _, e := range es {
