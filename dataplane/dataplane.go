@@ -95,6 +95,9 @@ type DataPlane struct {
 	// filtered by device, so a dump per container would make recovery
 	// quadratic). nil when not valid; every mutating call clears it.
 	rootQdiscs map[int]bool
+	// recoveryLinks (host link name -> ifindex) is filled with rootQdiscs
+	// and valid while it is (rebuild.go).
+	recoveryLinks map[string]int
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
@@ -437,6 +440,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 	veth := p.VethIndex
 	undo.push("veth "+p.Veth, func() error { _, err := netns.DeleteLink(d.h, veth); return err })
+	if err := d.setAlias(veth, c); err != nil {
+		return p, err
+	}
 	if err := d.step("veth"); err != nil {
 		return p, err
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -394,21 +392,9 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if other, ok := d.slots[c.Slot]; ok {
 		return fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
 	}
-	l, err := d.h.LinkByName(VethName(c.ID))
+	veth, err := d.recoveryLinkIndex(VethName(c.ID))
 	if err != nil {
 		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
-	}
-	if d.rootQdiscs == nil {
-		qs, err := d.h.QdiscList(nil)
-		if err != nil {
-			return fmt.Errorf("adopt %s: list qdiscs: %w", c.ID, err)
-		}
-		d.rootQdiscs = map[int]bool{}
-		for _, q := range qs {
-			if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
-				d.rootQdiscs[a.LinkIndex] = true
-			}
-		}
 	}
 	mp := d.mountPath(c.ID)
 	ns, err := netns.Open(mp)
@@ -417,7 +403,6 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	}
 	ino := ns.Ino()
 	ns.Close()
-	veth := l.Attrs().Index
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
 	}

@@ -122,8 +122,8 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	}
 	name := VethName(c.ID)
 	veth := 0
-	if l, err := d.h.LinkByName(name); err == nil {
-		veth = l.Attrs().Index
+	if idx, err := d.recoveryLinkIndex(name); err == nil {
+		veth = idx
 	} else {
 		missing = append(missing, "veth "+name)
 	}
@@ -214,12 +214,21 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 // A bind mount whose veth is already gone cannot be told from someone else's
 // named namespace; the lifecycle removes those by ID with Teardown.
 func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]string, error) {
+	return d.strays(ctx, keep, true)
+}
+
+// Strays lists what RemoveStrays would remove, changing nothing.
+func (d *DataPlane) Strays(ctx context.Context, keep []Container) ([]string, error) {
+	return d.strays(ctx, keep, false)
+}
+
+func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([]string, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
+	d.rootQdiscs = nil // recovery ends here (and qdiscs may change): the cache is no longer valid
 	if err := d.ready(); err != nil {
 		return nil, err
 	}
@@ -244,10 +253,14 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 
 	// 1. host filters first, so nothing is steered to a veth about to go.
 	for _, dm := range d.demuxes() {
-		es, err := dm.d.Entries()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s demux entries: %w", dm.name, err))
-			continue
+		// The report at start-up reads the demux's index (PrepareHost read
+		// it from the kernel just before); a removal reads the kernel.
+		es := dm.d.KnownAll()
+		if apply {
+			if es, err = dm.d.Entries(); err != nil {
+				errs = append(errs, fmt.Errorf("%s demux entries: %w", dm.name, err))
+				continue
+			}
 		}
 		fanDone := map[uint16]bool{}
 		for _, e := range es {
@@ -258,7 +271,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 				if ok && containsRange(exclusiveRanges(kc.Ephemeral, kc.Ports), e.Range) {
 					continue
 				}
-				if _, err := dm.d.DelRanges(e.Slot, []ephemeral.Range{e.Range}); err != nil {
+				if _, err := delIf(apply, func() (int, error) { return dm.d.DelRanges(e.Slot, []ephemeral.Range{e.Range}) }); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -272,7 +285,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 					continue
 				}
 				fanDone[e.Slot] = true
-				if _, err := dm.d.DelFanout(e.Slot); err != nil {
+				if _, err := delIf(apply, func() (int, error) { return dm.d.DelFanout(e.Slot) }); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -290,7 +303,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 			}
 		}
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Slot < hs[j].Slot })
-		if err := d.setShared(port, hs); err != nil {
+		if _, err := delIf(apply, func() (int, error) { return 0, d.setShared(port, hs) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -309,7 +322,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 		if _, ours := veths[name]; !ours || keepVeth[name] {
 			continue
 		}
-		if _, _, err := netns.Unmount(d.cfg.NetNSDir, id); err != nil {
+		if _, err := delIf(apply, func() (int, error) { _, _, err := netns.Unmount(d.cfg.NetNSDir, id); return 0, err }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -319,7 +332,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 		if keepVeth[name] {
 			continue
 		}
-		if _, err := netns.DeleteLink(d.h, idx); err != nil {
+		if _, err := delIf(apply, func() (bool, error) { return netns.DeleteLink(d.h, idx) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -335,7 +348,7 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 		if keepVeth[VethPrefix+name[len(ShaperEntryPrefix):]] {
 			continue
 		}
-		if _, err := netns.DeleteLink(d.h, idx); err != nil {
+		if _, err := delIf(apply, func() (bool, error) { return netns.DeleteLink(d.h, idx) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -343,6 +356,10 @@ func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]strin
 	}
 
 	// 3. forget unkept containers.
+	if !apply {
+		sort.Strings(removed)
+		return removed, errors.Join(errs...)
+	}
 	for id, rec := range d.ctrs {
 		if kc, ok := keepBySlot[rec.c.Slot]; !ok || kc.ID != id {
 			delete(d.ctrs, id)
@@ -373,4 +390,14 @@ func containsRange(rs []ephemeral.Range, r ephemeral.Range) bool {
 		}
 	}
 	return false
+}
+
+// delIf runs a deletion when apply is set (RemoveStrays) and does nothing
+// when it is not (Strays: report only).
+func delIf[T any](apply bool, del func() (T, error)) (T, error) {
+	if !apply {
+		var zero T
+		return zero, nil
+	}
+	return del()
 }

@@ -20,6 +20,7 @@ type Container struct {
 	Shared    ephemeral.Set   // shared static ports (SO_REUSEPORT across containers)
 	Egress    Limit           // bandwidth limit on what the container sends; zero = none
 	Ingress   Limit           // bandwidth limit on what it receives; zero = none
+	Meta      Meta            // kept in the host veth's alias (rebuild.go); ID is filled in
 }
 
 // MaxSlot is the largest container slot: u32 node ids have 12 bits.

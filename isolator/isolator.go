@@ -40,6 +40,8 @@ type DataPlane interface {
 	Check(ctx context.Context, c dataplane.Container) ([]string, error)
 	Adopt(ctx context.Context, c dataplane.Container) error
 	RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error)
+	Strays(ctx context.Context, keep []dataplane.Container) ([]string, error)
+	Discover(ctx context.Context, known []string) (dataplane.Discovery, error)
 	MountPath(id string) string
 }
 
@@ -82,6 +84,11 @@ type Record struct {
 	// While State == updating: the ports being moved to.
 	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
 	NewShared *ephemeral.Set `json:"new_shared,omitempty"`
+
+	// PinOwned: the namespace pin (Mount) was created by isolatord.
+	PinOwned bool `json:"pin_owned,omitempty"`
+	// Lost names what a rebuild from the kernel could not recover.
+	Lost []string `json:"lost,omitempty"`
 }
 
 // Config configures the lifecycle.
@@ -144,6 +151,9 @@ type Isolator struct {
 	ledger     *ephemeral.Ledger
 	slots      slotSet
 	hostPorts  *hostLedger // its own lock: take it after mu, never before
+	// unattributed: kernel objects recovery left in place (rebuild.go)
+	unattributed []string
+	rebuilt      []string
 	// Hooks for tests (fault injection); nil in production.
 	hook func(point string)
 }
@@ -166,7 +176,7 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg.StateDir)
+	st, err := openStore(cfg.StateDir, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +553,7 @@ func (s *Isolator) container(r *Record) dataplane.Container {
 		ns = r.Mount
 	}
 	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared,
-		Egress: r.Egress, Ingress: r.Ingress}
+		Egress: r.Egress, Ingress: r.Ingress, Meta: dataplane.Meta{Created: unixOrZero(r.Created), Labels: r.Labels, PinOwned: r.PinOwned}}
 }
 
 // Update changes the static ports of a container, all or nothing.
@@ -857,6 +867,9 @@ type Status struct {
 	// Bandwidth limits of containers that ask for none.
 	DefaultEgress, DefaultIngress dataplane.Limit
 	HostPorts                     HostPortsStatus // host port reservations (hostports.go)
+	// What start-up recovery left for the operator (rebuild.go).
+	Unattributed, Rebuilt []string
+	StateMovedAside       string
 }
 
 // Status returns capacities, holdings and the host the data plane found.
@@ -873,7 +886,9 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		Containers:    map[State]int{},
 		Host:          s.host,
 		DefaultEgress: s.cfg.Egress, DefaultIngress: s.cfg.Ingress,
-		HostPorts: s.hostPorts.status(),
+		HostPorts:    s.hostPorts.status(),
+		Unattributed: append([]string(nil), s.unattributed...), Rebuilt: append([]string(nil), s.rebuilt...),
+		StateMovedAside: s.store.movedAside,
 	}
 	for _, r := range s.records {
 		st.Containers[r.State]++
@@ -975,4 +990,11 @@ func (s *slotSet) put(i uint16) {
 		s.used[i] = false
 		s.n--
 	}
+}
+
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
 }

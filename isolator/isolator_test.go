@@ -465,7 +465,22 @@ func TestRecoveryDecisions(t *testing.T) {
 	if r, _ := s2.Get(bg, "broken"); r.State != StateIsolated {
 		t.Fatalf("broken should be re-plumbed: %+v", r)
 	}
+	// What no record explains is left in place and reported, never
+	// removed at start-up; the operator's RemoveUnattributed removes it.
+	if _, ok := dp.Plumbed["stray"]; !ok {
+		t.Fatal("stray removed at start-up")
+	}
+	if u := s2.Unattributed(); len(u) != 1 || !strings.Contains(u[0], "stray") {
+		t.Fatalf("unattributed: %v", u)
+	}
+	removed, err := s2.RemoveUnattributed(bg)
+	if err != nil || len(removed) != 1 {
+		t.Fatalf("RemoveUnattributed: %v, %v", removed, err)
+	}
 	if _, ok := dp.Plumbed["stray"]; ok {
-		t.Fatal("stray not removed")
+		t.Fatal("stray not removed on request")
+	}
+	if _, ok := dp.Plumbed["alive"]; !ok {
+		t.Fatal("RemoveUnattributed removed a known container")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -20,8 +21,15 @@ type RecoveryReport struct {
 	Finished   int      // intents completed (isolate found complete, update rolled forward, re-plumbed)
 	RolledBack int      // intents undone (isolate torn down back to prepared, update rolled back)
 	CleanedUp  int      // containers removed (cleanup intent finished, namespace gone)
-	Strays     []string // kernel objects that belonged to no known container, removed
-	Unreserved []string // records whose ports no longer fit the configuration (kept, not reserved)
+	Strays     []string // kernel objects removed (none at start-up: see Unattributed)
+	// Rebuilt are the containers whose records were rebuilt from the kernel.
+	Rebuilt []string
+	// Unattributed are kernel objects of isolatord's shape that belong to
+	// no container: left in place (RemoveUnattributed removes them).
+	Unattributed []string
+	// StateMovedAside is where a corrupt state file was moved ("" if not).
+	StateMovedAside string
+	Unreserved      []string // records whose ports no longer fit the configuration (kept, not reserved)
 	// HostPortConflicts are containers' ports a host process took while the
 	// daemon was down (hostports.go).
 	HostPortConflicts []HostPortConflict
@@ -42,12 +50,18 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		return rep, fmt.Errorf("bandwidth limits: %v", err)
 	}
 
+	tHost := time.Since(start)
 	recs, err := s.store.load()
 	if err != nil {
 		return rep, fmt.Errorf("load state: %w", err)
 	}
+	rep.StateMovedAside = s.store.movedAside
+	if recs, err = s.rebuild(ctx, recs, &rep); err != nil {
+		return rep, err
+	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
 
+	tRebuild := time.Since(start)
 	// 1. Rebuild the bookkeeping from the records, before any decision, so no
 	//    port or block can be handed out twice.
 	s.mu.Lock()
@@ -73,6 +87,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 	s.mu.Unlock()
 
+	tClaims := time.Since(start)
 	// 2. Resolve each record against the kernel.
 	var keep []*Record
 	for _, r := range recs {
@@ -85,26 +100,40 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		}
 	}
 
-	// 3. Remove kernel objects that belong to nobody.
+	tResolve := time.Since(start)
+	// 3. Report kernel objects that belong to nobody; they stay.
 	cs := make([]dataplane.Container, 0, len(keep))
 	for _, r := range keep {
 		cs = append(cs, s.container(r))
 	}
-	strays, err := s.dp.RemoveStrays(ctx, cs)
+	strays, err := s.dp.Strays(ctx, cs)
 	if err != nil {
-		return rep, fmt.Errorf("remove strays: %w", err)
+		return rep, fmt.Errorf("list unattributed kernel objects: %w", err)
 	}
+	// (what Discover already explained is not listed twice)
 	for _, st := range strays {
-		s.log.Info("recover: removed stray", "object", st)
+		if !slices.ContainsFunc(rep.Unattributed, func(u string) bool {
+			return strings.HasPrefix(u, st+":") || strings.HasPrefix(u, st+" ")
+		}) {
+			rep.Unattributed = append(rep.Unattributed, st)
+		}
 	}
-	rep.Strays = strays
+	sort.Strings(rep.Unattributed)
+	for _, st := range rep.Unattributed {
+		s.log.Warn("recover: kernel object attributable to no container; left in place (isolatorctl remove-unattributed removes it)", "object", st)
+	}
+	s.mu.Lock()
+	s.unattributed = rep.Unattributed
+	s.rebuilt = rep.Rebuilt
+	s.mu.Unlock()
 	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
 	}
 	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
-		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "strays", len(rep.Strays),
-		"host_port_conflicts", len(rep.HostPortConflicts))
+		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed),
+		"host_port_conflicts", len(rep.HostPortConflicts),
+		"host_done_seconds", tHost.Seconds(), "rebuild_done_seconds", tRebuild.Seconds(), "claims_done_seconds", tClaims.Seconds(), "resolve_done_seconds", tResolve.Seconds(), "total_seconds", time.Since(start).Seconds())
 	return rep, nil
 }
 

@@ -2,12 +2,18 @@ package isolator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // The store is an embedded bbolt database in the state directory holding one
@@ -24,36 +30,172 @@ var (
 const schemaVersion = "1"
 
 type store struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
+	// loaded holds the records read (and so checked) at open, for the
+	// first load.
+	loaded []*Record
+	// movedAside is where a corrupt state file was moved at open ("" if
+	// none); fault is what was wrong with it.
+	movedAside, fault string
 }
 
-func openStore(dir string) (*store, error) {
+// openStore opens the state in dir and reads every record. A file that
+// cannot be read as a database (bbolt refusing it, a panic or memory fault
+// while reading its pages, a record that does not decode) is corrupt: it
+// is moved aside to isolatord.db.corrupt-<time> and an empty state is
+// created, which recovery then rebuilds from the kernel. Errors of the file
+// system (permissions, read-only, no space) and bbolt's lock held by
+// another process are returned as they are: nothing is moved.
+func openStore(dir string, log *slog.Logger) (*store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "isolatord.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
-	if err != nil {
-		return nil, fmt.Errorf("open state %s: %w (is another isolatord running?)", path, err)
+	st, err := openChecked(path)
+	if err == nil || !isCorrupt(err) {
+		return st, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		if _, err := tx.CreateBucketIfNotExists(bucketContainers); err != nil {
-			return err
+	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000Z"))
+	if rerr := os.Rename(path, aside); rerr != nil {
+		return nil, fmt.Errorf("state %s is corrupt (%v) and could not be moved aside: %w", path, err, rerr)
+	}
+	log.Error("state file corrupt: moved aside; rebuilding the state from the kernel", "file", path, "fault", err.Error(), "moved_to", aside)
+	st, err2 := openChecked(path)
+	if err2 != nil {
+		return nil, fmt.Errorf("new state %s after moving the corrupt one aside: %w", path, err2)
+	}
+	st.movedAside, st.fault = aside, err.Error()
+	return st, nil
+}
+
+// corruptError marks a fault of the file's content.
+type corruptError struct{ err error }
+
+func (e corruptError) Error() string { return e.err.Error() }
+func (e corruptError) Unwrap() error { return e.err }
+
+func isCorrupt(err error) bool {
+	var c corruptError
+	return errors.As(err, &c)
+}
+
+// openChecked opens path and reads all of it, with bbolt's panics and
+// memory faults (a truncated or damaged mapping) turned into errors.
+func openChecked(path string) (st *store, err error) {
+	var db *bolt.DB
+	defer func() {
+		if err != nil && db != nil {
+			db.Close()
 		}
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
+	}()
+	if err := walkFile(path); err != nil {
+		return nil, err
+	}
+	err = guard(func() error {
+		var oerr error
+		db, oerr = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
+		if oerr != nil {
+			db = nil
+			return classifyOpen(path, oerr)
 		}
-		if v := meta.Get([]byte("schema")); v != nil && string(v) != schemaVersion {
-			return fmt.Errorf("state schema %q, this isolatord understands %q", v, schemaVersion)
-		}
-		return meta.Put([]byte("schema"), []byte(schemaVersion))
+		return nil
 	})
 	if err != nil {
-		db.Close()
+		return nil, err
+	}
+	err = guard(func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			if _, err := tx.CreateBucketIfNotExists(bucketContainers); err != nil {
+				return corruptError{err}
+			}
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
+				return corruptError{err}
+			}
+			if v := meta.Get([]byte("schema")); v != nil && string(v) != schemaVersion {
+				return fmt.Errorf("state schema %q, this isolatord understands %q", v, schemaVersion)
+			}
+			return meta.Put([]byte("schema"), []byte(schemaVersion))
+		})
+	})
+	if err != nil {
 		return nil, fmt.Errorf("init state %s: %w", path, err)
 	}
-	return &store{db: db}, nil
+	st = &store{db: db, path: path}
+	err = guard(func() error {
+		recs, err := st.read()
+		if err != nil {
+			return corruptError{err}
+		}
+		st.loaded = recs
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read state %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// walkFile reads every page of an existing state file, read-only, in this
+// goroutine, before the file is opened for writing: bbolt rebuilds its free
+// list at a writable open in a goroutine of its own, where a damaged page
+// would panic out of reach of guard.
+func walkFile(path string) error {
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		return nil // missing or empty: bbolt creates a fresh database
+	}
+	return guard(func() error {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
+		if err != nil {
+			return classifyOpen(path, err)
+		}
+		defer db.Close()
+		var walk func(b *bolt.Bucket) error
+		walk = func(b *bolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				if v == nil {
+					if nb := b.Bucket(k); nb != nil {
+						return walk(nb)
+					}
+				}
+				return nil
+			})
+		}
+		err = db.View(func(tx *bolt.Tx) error {
+			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walk(b) })
+		})
+		if err != nil {
+			return corruptError{fmt.Errorf("read state %s: %w", path, err)}
+		}
+		return nil
+	})
+}
+
+// classifyOpen names the cause of a failed bolt.Open.
+func classifyOpen(path string, err error) error {
+	var errno syscall.Errno
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("state %s is locked by another process (an isolatord of another host network namespace with the same --state-dir?): %w", path, err)
+	case errors.As(err, &pe), errors.As(err, &errno):
+		return fmt.Errorf("open state %s: %w", path, err)
+	}
+	return corruptError{fmt.Errorf("open state %s: %w", path, err)}
+}
+
+// guard runs fn, turning a panic or a memory fault in it into a corrupt
+// state error.
+func guard(fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptError{fmt.Errorf("bbolt: %v", r)}
+		}
+	}()
+	return fn()
 }
 
 func (s *store) close() error { return s.db.Close() }
@@ -69,6 +211,23 @@ func (s *store) put(r *Record) error {
 	})
 }
 
+// putAll writes records in one transaction.
+func (s *store) putAll(rs []*Record) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketContainers)
+		for _, r := range rs {
+			v, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(r.ID), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // del removes one record; removing a missing record is not an error.
 func (s *store) del(id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
@@ -76,8 +235,17 @@ func (s *store) del(id string) error {
 	})
 }
 
-// load returns every record.
+// load returns every record (the first time: those read at open).
 func (s *store) load() ([]*Record, error) {
+	if s.loaded != nil {
+		out := s.loaded
+		s.loaded = nil
+		return out, nil
+	}
+	return s.read()
+}
+
+func (s *store) read() ([]*Record, error) {
 	var out []*Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketContainers).ForEach(func(k, v []byte) error {

@@ -33,6 +33,7 @@ func allSeries(t *testing.T) map[string]*dto.MetricFamily {
 		recs:   []isolator.Record{{ID: "c1", State: isolator.StateIsolated, Ephemeral: ephemeral.Range{Begin: 32768, End: 33791}}},
 		stats:  map[string]dataplane.LinkStats{"c1": {}},
 	}, true)
+	m.WatchRecovery(&fakeRecovery{})
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,16 @@ import (
 // Fan-out appears as an arp and an icmp entry; a shared port as one entry
 // per holder that owns a bucket or a pin.
 func (x *HostDemux) Known(slot uint16) []Entry {
+	return x.known(func(s uint16) bool { return s == slot })
+}
+
+// KnownAll is Known for every slot: the entries of the in-memory index,
+// for a recovery that must not dump the filters again.
+func (x *HostDemux) KnownAll() []Entry {
+	return x.known(func(uint16) bool { return true })
+}
+
+func (x *HostDemux) known(want func(slot uint16) bool) []Entry {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []Entry
@@ -24,24 +34,26 @@ func (x *HostDemux) Known(slot uint16) []Entry {
 		}
 	}
 	for _, o := range x.nodes {
-		if o.slot == slot {
+		if want(o.slot) {
 			add(Entry{Kind: EntryRange, Slot: o.slot, Target: o.target, Range: o.r})
 		}
 	}
-	if t, ok := x.fanout[slot]; ok {
-		add(Entry{Kind: EntryARP, Slot: slot, Target: t})
-		add(Entry{Kind: EntryICMP, Slot: slot, Target: t})
+	for slot, t := range x.fanout {
+		if want(slot) {
+			add(Entry{Kind: EntryARP, Slot: slot, Target: t})
+			add(Entry{Kind: EntryICMP, Slot: slot, Target: t})
+		}
 	}
 	for port, sp := range x.shared {
 		r := ephemeral.Range{Begin: port, End: port}
 		for b, h := range sp.buckets {
-			if sp.present[b] && h.Slot == slot {
-				add(Entry{Kind: EntryShared, Slot: slot, Target: h.Target, Range: r})
+			if sp.present[b] && want(h.Slot) {
+				add(Entry{Kind: EntryShared, Slot: h.Slot, Target: h.Target, Range: r})
 			}
 		}
 		for _, h := range sp.pins {
-			if h.Slot == slot {
-				add(Entry{Kind: EntryShared, Slot: slot, Target: h.Target, Range: r})
+			if want(h.Slot) {
+				add(Entry{Kind: EntryShared, Slot: h.Slot, Target: h.Target, Range: r})
 			}
 		}
 	}
@@ -49,6 +61,9 @@ func (x *HostDemux) Known(slot uint16) []Entry {
 		a, b := out[i], out[j]
 		if a.Kind != b.Kind {
 			return a.Kind < b.Kind
+		}
+		if a.Slot != b.Slot {
+			return a.Slot < b.Slot
 		}
 		return a.Range.Begin < b.Range.Begin
 	})

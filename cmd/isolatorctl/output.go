@@ -42,6 +42,7 @@ type containerJSON struct {
 	IsolatedAt     string     `json:"isolated_at,omitempty"`
 	EgressLimit    *limitJSON `json:"egress_limit"`  // null: none
 	IngressLimit   *limitJSON `json:"ingress_limit"` // null: none
+	NotRecovered   []string   `json:"not_recovered,omitempty"`
 }
 
 // limitJSON is a bandwidth limit: bytes per second and bytes.
@@ -128,6 +129,9 @@ type statusJSON struct {
 	LinkSpeedMbps        uint64            `json:"link_speed_mbps"` // 0: unknown
 	ShapingQueue         string            `json:"shaping_queue"`   // "": no HTB, limits refused
 	HostPorts            hostPortsJSON     `json:"host_ports"`
+	Unattributed         []string          `json:"unattributed"` // kernel objects of no container, left in place
+	Rebuilt              []string          `json:"rebuilt"`      // containers rebuilt from the kernel at start-up
+	StateMovedAside      string            `json:"state_moved_aside,omitempty"`
 }
 
 type cleanupJSON struct {
@@ -211,6 +215,7 @@ func toContainerJSON(c *isolatordv1.Container) containerJSON {
 		IsolatedAt:     timeString(c.GetIsolatedAt(), time.RFC3339Nano),
 		EgressLimit:    toLimitJSON(c.GetEgressLimit()),
 		IngressLimit:   toLimitJSON(c.GetIngressLimit()),
+		NotRecovered:   c.GetNotRecovered(),
 	}
 	for _, p := range c.GetPorts() {
 		out.Ports = append(out.Ports, portJSON{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
@@ -521,6 +526,9 @@ func (r statusResult) jsonValue() any {
 		LinkSpeedMbps:        s.GetLinkSpeedMbps(),
 		ShapingQueue:         s.GetShapingQueue(),
 		HostPorts:            toHostPortsJSON(s.GetHostPorts()),
+		Unattributed:         append([]string{}, s.GetUnattributed()...),
+		Rebuilt:              append([]string{}, s.GetRebuilt()...),
+		StateMovedAside:      s.GetStateMovedAside(),
 	}
 	if out.Features == nil {
 		out.Features = map[string]bool{}
@@ -584,6 +592,7 @@ func (r statusResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "Bandwidth shaping:\t%s\n", shaping)
 	fmt.Fprintf(tw, "Default limits:\tegress %s; ingress %s\n", limitString(s.GetDefaultEgressLimit()), limitString(s.GetDefaultIngressLimit()))
 	writeHostPorts(tw, s.GetHostPorts())
+	writeRecovery(tw, s)
 	return tw.Flush()
 }
 

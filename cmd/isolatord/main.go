@@ -12,11 +12,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,6 +35,7 @@ var version = "dev"
 
 type options struct {
 	socket, stateDir, metricsAddr string
+	lockDir                       string
 	eth0, lo, netnsDir, hostNetNS string
 	ports, ephemeralPorts         string
 	blockSize                     int
@@ -55,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.socket, "socket", "/run/isolatord/isolatord.sock", "unix socket to serve gRPC on")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/isolatord", "directory of the state database")
+	fs.StringVar(&o.lockDir, "lock-dir", "/run/isolatord", "directory of the per-host-namespace lock file (one daemon per host network namespace)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9617", "address to serve Prometheus /metrics on (empty disables)")
 	fs.StringVar(&o.eth0, "eth0", "", "public interface (default: the device of the default route)")
 	fs.StringVar(&o.lo, "lo", "", "loopback interface (default: the first loopback link)")
@@ -220,6 +220,18 @@ func readHostLocalRange(hostNS string) (ephemeral.Range, error) {
 }
 
 func serve(o *options, log *slog.Logger) error {
+	// Signals first (none ends the daemon without a log line), then the
+	// host namespace's lock: before any state is read or the kernel touched.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	unwatch := watchSignals(log, stop)
+	defer unwatch()
+	lock, err := lockHostNS(o.lockDir, o.hostNetNS)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
 	cfg, uids, err := config(o, log)
 	if err != nil {
 		return err
@@ -247,9 +259,7 @@ func serve(o *options, log *slog.Logger) error {
 		return err
 	}
 	m.WatchDrops(dp)
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	m.WatchRecovery(iso)
 
 	// Metrics first, so that a long recovery is visible.
 	stopMetrics, _, err := metrics.Serve(ctx, o.metricsAddr, m.Handler(), log)
@@ -260,15 +270,24 @@ func serve(o *options, log *slog.Logger) error {
 
 	start := time.Now()
 	rep, err := iso.Start(ctx)
+	if err != nil && ctx.Err() != nil {
+		log.Info("shut down during recovery; a restart completes it", "err", err.Error())
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
-	log.Info("recovered", "duration_seconds", time.Since(start).Seconds(), "kept", rep.Kept, "strays", len(rep.Strays))
+	log.Info("recovered", "duration_seconds", time.Since(start).Seconds(), "kept", rep.Kept, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed))
 
+	if ctx.Err() != nil {
+		log.Info("shut down before serving; container plumbing stays in place")
+		return nil
+	}
 	lis, err := listenUnix(o.socket)
 	if err != nil {
 		return err
 	}
+	defer os.Remove(o.socket)
 	gs, hs := newGRPCServer(iso, uids, log, m)
 
 	errc := make(chan error, 1)
@@ -280,6 +299,7 @@ func serve(o *options, log *slog.Logger) error {
 
 	select {
 	case err := <-errc:
+		gs.Stop()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -333,7 +353,7 @@ func listenUnix(path string) (net.Listener, error) {
 		}
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("--socket: %s is in use (another isolatord running?)", path)
+			return nil, fmt.Errorf("--socket: %s is in use: a process answers on it (an isolatord of another host network namespace, or another program)", path)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("--socket: remove stale %s: %w", path, err)

@@ -57,6 +57,7 @@ func toProto(r isolator.Record) *pb.Container {
 		Pid:            int32(r.Pid),
 		CreatedAt:      timestamppb.New(r.Created),
 		Labels:         r.Labels,
+		NotRecovered:   r.Lost,
 	}
 	switch r.State {
 	case isolator.StatePrepared:
@@ -246,6 +247,9 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		DefaultIngressLimit:  limitToProto(st.DefaultIngress),
 		LinkSpeedMbps:        st.Host.LinkSpeed,
 		ShapingQueue:         st.Host.ShapingQueue,
+		Unattributed:         st.Unattributed,
+		Rebuilt:              st.Rebuilt,
+		StateMovedAside:      st.StateMovedAside,
 	}
 	if st.Host.IP.IP != nil {
 		resp.HostIp = st.Host.IP.IP.String()
@@ -256,4 +260,12 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	}
 	resp.HostPorts = hostPortsToProto(st.HostPorts)
 	return resp, nil
+}
+
+func (s *server) RemoveUnattributed(ctx context.Context, req *pb.RemoveUnattributedRequest) (*pb.RemoveUnattributedResponse, error) {
+	removed, err := s.iso.RemoveUnattributed(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "remove unattributed kernel objects: %v (removed: %q)", err, removed)
+	}
+	return &pb.RemoveUnattributedResponse{Removed: removed}, nil
 }

@@ -41,6 +41,8 @@ type DataPlane struct {
 	// Host is what PrepareHost reports besides the names and HostIno
 	// (LinkSpeed, Features).
 	Host dataplane.HostInfo
+	// Discovered is what Discover returns.
+	Discovered dataplane.Discovery
 }
 
 // New returns an empty fake data plane.
@@ -193,23 +195,45 @@ func (f *DataPlane) Adopt(ctx context.Context, c dataplane.Container) error {
 	return nil
 }
 
+// Discover returns Discovered (tests set it: what the kernel would show).
+func (f *DataPlane) Discover(ctx context.Context, known []string) (dataplane.Discovery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Discovered, f.record("discover", "")
+}
+
+// Strays lists the plumbed containers not in keep, removing nothing.
+func (f *DataPlane) Strays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+	return f.strays(keep, false)
+}
+
 func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+	return f.strays(keep, true)
+}
+
+func (f *DataPlane) strays(keep []dataplane.Container, remove bool) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	known := map[string]bool{}
 	for _, c := range keep {
 		known[c.ID] = true
 	}
-	var removed []string
+	var out []string
 	for id, c := range f.Plumbed {
 		if !known[id] {
-			removed = append(removed, "veth iso-"+id)
-			delete(f.Plumbed, id)
-			f.clearOwner(c.ID)
+			out = append(out, "veth iso-"+id)
+			if remove {
+				delete(f.Plumbed, id)
+				f.clearOwner(c.ID)
+			}
 		}
 	}
-	sort.Strings(removed)
-	return removed, f.record("strays", "")
+	sort.Strings(out)
+	op := "strays?"
+	if remove {
+		op = "strays"
+	}
+	return out, f.record(op, "")
 }
 
 func (f *DataPlane) MountPath(id string) string { return "/fake/netns/" + id }

@@ -111,6 +111,9 @@ func StartDaemon(t testing.TB, sb *sandbox.Sandbox, o DaemonOptions) *Daemon {
 	}
 	d.Args = append([]string{
 		"--socket", d.Socket, "--state-dir", d.StateDir, "--netns-dir", d.NetNSDir,
+		// the per-host-namespace lock file under the test's directory,
+		// not /run/isolatord (the sandbox host namespace is the key)
+		"--lock-dir", filepath.Join(dir, "lock"),
 		"--ports", o.Ports, "--ephemeral-ports", o.Ephemeral,
 		"--ephemeral-ports-per-container", fmt.Sprint(o.BlockSize),
 		"--metrics-addr", "", "--log-level", "debug",

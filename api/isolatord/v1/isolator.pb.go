@@ -327,8 +327,11 @@ type Container struct {
 	// plugin, so that a runtime can find its own containers.
 	Labels map[string]string `protobuf:"bytes,11,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Bandwidth limits in force; unset when there is none.
-	EgressLimit   *BandwidthLimit `protobuf:"bytes,12,opt,name=egress_limit,json=egressLimit,proto3" json:"egress_limit,omitempty"`
-	IngressLimit  *BandwidthLimit `protobuf:"bytes,13,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"`
+	EgressLimit  *BandwidthLimit `protobuf:"bytes,12,opt,name=egress_limit,json=egressLimit,proto3" json:"egress_limit,omitempty"`
+	IngressLimit *BandwidthLimit `protobuf:"bytes,13,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"`
+	// What could not be recovered when the container's record was rebuilt
+	// from the kernel (e.g. "labels", "creation time"); empty otherwise.
+	NotRecovered  []string `protobuf:"bytes,30,rep,name=not_recovered,json=notRecovered,proto3" json:"not_recovered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +453,13 @@ func (x *Container) GetEgressLimit() *BandwidthLimit {
 func (x *Container) GetIngressLimit() *BandwidthLimit {
 	if x != nil {
 		return x.IngressLimit
+	}
+	return nil
+}
+
+func (x *Container) GetNotRecovered() []string {
+	if x != nil {
+		return x.NotRecovered
 	}
 	return nil
 }
@@ -1784,6 +1794,14 @@ type StatusResponse struct {
 	// Queue under bandwidth limits: "fq_codel" or "bfifo"; "" when the kernel
 	// has no HTB (limits are refused).
 	ShapingQueue string `protobuf:"bytes,18,opt,name=shaping_queue,json=shapingQueue,proto3" json:"shaping_queue,omitempty"`
+	// Kernel objects of isolatord's shape that belong to no container, left
+	// in place at start-up; RemoveUnattributed removes them.
+	Unattributed []string `protobuf:"bytes,30,rep,name=unattributed,proto3" json:"unattributed,omitempty"`
+	// Containers whose records were rebuilt from the kernel at start-up
+	// (state missing, corrupt or out of date).
+	Rebuilt []string `protobuf:"bytes,31,rep,name=rebuilt,proto3" json:"rebuilt,omitempty"`
+	// Where a corrupt state file was moved aside at start-up ("" if none).
+	StateMovedAside string `protobuf:"bytes,32,opt,name=state_moved_aside,json=stateMovedAside,proto3" json:"state_moved_aside,omitempty"`
 	// Host port reservations (issue 17): static ports held by containers
 	// that isolatord also holds in the host namespace, so a host process's
 	// bind() of them fails.
@@ -1948,6 +1966,27 @@ func (x *StatusResponse) GetShapingQueue() string {
 	return ""
 }
 
+func (x *StatusResponse) GetUnattributed() []string {
+	if x != nil {
+		return x.Unattributed
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetRebuilt() []string {
+	if x != nil {
+		return x.Rebuilt
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetStateMovedAside() string {
+	if x != nil {
+		return x.StateMovedAside
+	}
+	return ""
+}
+
 func (x *StatusResponse) GetHostPorts() *HostPortReservations {
 	if x != nil {
 		return x.HostPorts
@@ -2076,6 +2115,87 @@ func (x *HostPortConflict) GetHolder() string {
 	return ""
 }
 
+type RemoveUnattributedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveUnattributedRequest) Reset() {
+	*x = RemoveUnattributedRequest{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveUnattributedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveUnattributedRequest) ProtoMessage() {}
+
+func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveUnattributedRequest.ProtoReflect.Descriptor instead.
+func (*RemoveUnattributedRequest) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
+}
+
+type RemoveUnattributedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What was removed.
+	Removed       []string `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveUnattributedResponse) Reset() {
+	*x = RemoveUnattributedResponse{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveUnattributedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveUnattributedResponse) ProtoMessage() {}
+
+func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveUnattributedResponse.ProtoReflect.Descriptor instead.
+func (*RemoveUnattributedResponse) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RemoveUnattributedResponse) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 var File_isolatord_v1_isolator_proto protoreflect.FileDescriptor
 
 const file_isolatord_v1_isolator_proto_rawDesc = "" +
@@ -2091,7 +2211,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x04ceil\x18\x03 \x01(\x03R\x04ceil\"8\n" +
 	"\x0eEphemeralRange\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\rR\x05begin\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\rR\x03end\"\xab\x05\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\"\xd0\x05\n" +
 	"\tContainer\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.isolatord.v1.ContainerStateR\x05state\x12E\n" +
@@ -2108,7 +2228,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"isolatedAt\x12;\n" +
 	"\x06labels\x18\v \x03(\v2#.isolatord.v1.Container.LabelsEntryR\x06labels\x12?\n" +
 	"\fegress_limit\x18\f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
-	"\ringress_limit\x18\r \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x1a9\n" +
+	"\ringress_limit\x18\r \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x12#\n" +
+	"\rnot_recovered\x18\x1e \x03(\tR\fnotRecovered\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x02\n" +
@@ -2222,7 +2343,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\xdb\b\n" +
+	"\rStatusRequest\"\xc5\t\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
 	"\x0eephemeral_pool\x18\x02 \x01(\tR\rephemeralPool\x12\x1d\n" +
@@ -2245,7 +2366,10 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x14default_egress_limit\x18\x0f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x12defaultEgressLimit\x12P\n" +
 	"\x15default_ingress_limit\x18\x10 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\x13defaultIngressLimit\x12&\n" +
 	"\x0flink_speed_mbps\x18\x11 \x01(\x04R\rlinkSpeedMbps\x12#\n" +
-	"\rshaping_queue\x18\x12 \x01(\tR\fshapingQueue\x12A\n" +
+	"\rshaping_queue\x18\x12 \x01(\tR\fshapingQueue\x12\"\n" +
+	"\funattributed\x18\x1e \x03(\tR\funattributed\x12\x18\n" +
+	"\arebuilt\x18\x1f \x03(\tR\arebuilt\x12*\n" +
+	"\x11state_moved_aside\x18  \x01(\tR\x0fstateMovedAside\x12A\n" +
 	"\n" +
 	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
@@ -2260,11 +2384,14 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\tconflicts\x18\x03 \x03(\v2\x1e.isolatord.v1.HostPortConflictR\tconflicts\">\n" +
 	"\x10HostPortConflict\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder*m\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\"\x1b\n" +
+	"\x19RemoveUnattributedRequest\"6\n" +
+	"\x1aRemoveUnattributedResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x03(\tR\aremoved*m\n" +
 	"\x0eContainerState\x12\x1f\n" +
 	"\x1bCONTAINER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONTAINER_STATE_PREPARED\x10\x01\x12\x1c\n" +
-	"\x18CONTAINER_STATE_ISOLATED\x10\x022\xa9\x04\n" +
+	"\x18CONTAINER_STATE_ISOLATED\x10\x022\x92\x05\n" +
 	"\bIsolator\x12F\n" +
 	"\aPrepare\x12\x1c.isolatord.v1.PrepareRequest\x1a\x1d.isolatord.v1.PrepareResponse\x12F\n" +
 	"\aIsolate\x12\x1c.isolatord.v1.IsolateRequest\x1a\x1d.isolatord.v1.IsolateResponse\x12C\n" +
@@ -2273,7 +2400,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\aCleanup\x12\x1c.isolatord.v1.CleanupRequest\x1a\x1d.isolatord.v1.CleanupResponse\x12:\n" +
 	"\x03Get\x12\x18.isolatord.v1.GetRequest\x1a\x19.isolatord.v1.GetResponse\x12=\n" +
 	"\x04List\x12\x19.isolatord.v1.ListRequest\x1a\x1a.isolatord.v1.ListResponse\x12C\n" +
-	"\x06Status\x12\x1b.isolatord.v1.StatusRequest\x1a\x1c.isolatord.v1.StatusResponseB=Z;github.com/isolatord/isolatord/api/isolatord/v1;isolatordv1b\x06proto3"
+	"\x06Status\x12\x1b.isolatord.v1.StatusRequest\x1a\x1c.isolatord.v1.StatusResponse\x12g\n" +
+	"\x12RemoveUnattributed\x12'.isolatord.v1.RemoveUnattributedRequest\x1a(.isolatord.v1.RemoveUnattributedResponseB=Z;github.com/isolatord/isolatord/api/isolatord/v1;isolatordv1b\x06proto3"
 
 var (
 	file_isolatord_v1_isolator_proto_rawDescOnce sync.Once
@@ -2288,60 +2416,62 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
-	(ContainerState)(0),           // 0: isolatord.v1.ContainerState
-	(*PortRange)(nil),             // 1: isolatord.v1.PortRange
-	(*BandwidthLimit)(nil),        // 2: isolatord.v1.BandwidthLimit
-	(*EphemeralRange)(nil),        // 3: isolatord.v1.EphemeralRange
-	(*Container)(nil),             // 4: isolatord.v1.Container
-	(*PrepareRequest)(nil),        // 5: isolatord.v1.PrepareRequest
-	(*PrepareResponse)(nil),       // 6: isolatord.v1.PrepareResponse
-	(*IsolateRequest)(nil),        // 7: isolatord.v1.IsolateRequest
-	(*IsolateResponse)(nil),       // 8: isolatord.v1.IsolateResponse
-	(*UpdateRequest)(nil),         // 9: isolatord.v1.UpdateRequest
-	(*UpdateResponse)(nil),        // 10: isolatord.v1.UpdateResponse
-	(*UsageRequest)(nil),          // 11: isolatord.v1.UsageRequest
-	(*TrafficStats)(nil),          // 12: isolatord.v1.TrafficStats
-	(*RttPercentiles)(nil),        // 13: isolatord.v1.RttPercentiles
-	(*TcpStats)(nil),              // 14: isolatord.v1.TcpStats
-	(*SnmpStats)(nil),             // 15: isolatord.v1.SnmpStats
-	(*ShapingStats)(nil),          // 16: isolatord.v1.ShapingStats
-	(*UsageResponse)(nil),         // 17: isolatord.v1.UsageResponse
-	(*CleanupRequest)(nil),        // 18: isolatord.v1.CleanupRequest
-	(*CleanupResponse)(nil),       // 19: isolatord.v1.CleanupResponse
-	(*GetRequest)(nil),            // 20: isolatord.v1.GetRequest
-	(*GetResponse)(nil),           // 21: isolatord.v1.GetResponse
-	(*ListRequest)(nil),           // 22: isolatord.v1.ListRequest
-	(*ListResponse)(nil),          // 23: isolatord.v1.ListResponse
-	(*StatusRequest)(nil),         // 24: isolatord.v1.StatusRequest
-	(*StatusResponse)(nil),        // 25: isolatord.v1.StatusResponse
-	(*HostPortReservations)(nil),  // 26: isolatord.v1.HostPortReservations
-	(*HostPortConflict)(nil),      // 27: isolatord.v1.HostPortConflict
-	nil,                           // 28: isolatord.v1.Container.LabelsEntry
-	nil,                           // 29: isolatord.v1.PrepareRequest.LabelsEntry
-	nil,                           // 30: isolatord.v1.SnmpStats.IpEntry
-	nil,                           // 31: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                           // 32: isolatord.v1.SnmpStats.TcpEntry
-	nil,                           // 33: isolatord.v1.SnmpStats.UdpEntry
-	nil,                           // 34: isolatord.v1.UsageResponse.DroppedPacketsEntry
-	nil,                           // 35: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                           // 36: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(ContainerState)(0),                // 0: isolatord.v1.ContainerState
+	(*PortRange)(nil),                  // 1: isolatord.v1.PortRange
+	(*BandwidthLimit)(nil),             // 2: isolatord.v1.BandwidthLimit
+	(*EphemeralRange)(nil),             // 3: isolatord.v1.EphemeralRange
+	(*Container)(nil),                  // 4: isolatord.v1.Container
+	(*PrepareRequest)(nil),             // 5: isolatord.v1.PrepareRequest
+	(*PrepareResponse)(nil),            // 6: isolatord.v1.PrepareResponse
+	(*IsolateRequest)(nil),             // 7: isolatord.v1.IsolateRequest
+	(*IsolateResponse)(nil),            // 8: isolatord.v1.IsolateResponse
+	(*UpdateRequest)(nil),              // 9: isolatord.v1.UpdateRequest
+	(*UpdateResponse)(nil),             // 10: isolatord.v1.UpdateResponse
+	(*UsageRequest)(nil),               // 11: isolatord.v1.UsageRequest
+	(*TrafficStats)(nil),               // 12: isolatord.v1.TrafficStats
+	(*RttPercentiles)(nil),             // 13: isolatord.v1.RttPercentiles
+	(*TcpStats)(nil),                   // 14: isolatord.v1.TcpStats
+	(*SnmpStats)(nil),                  // 15: isolatord.v1.SnmpStats
+	(*ShapingStats)(nil),               // 16: isolatord.v1.ShapingStats
+	(*UsageResponse)(nil),              // 17: isolatord.v1.UsageResponse
+	(*CleanupRequest)(nil),             // 18: isolatord.v1.CleanupRequest
+	(*CleanupResponse)(nil),            // 19: isolatord.v1.CleanupResponse
+	(*GetRequest)(nil),                 // 20: isolatord.v1.GetRequest
+	(*GetResponse)(nil),                // 21: isolatord.v1.GetResponse
+	(*ListRequest)(nil),                // 22: isolatord.v1.ListRequest
+	(*ListResponse)(nil),               // 23: isolatord.v1.ListResponse
+	(*StatusRequest)(nil),              // 24: isolatord.v1.StatusRequest
+	(*StatusResponse)(nil),             // 25: isolatord.v1.StatusResponse
+	(*HostPortReservations)(nil),       // 26: isolatord.v1.HostPortReservations
+	(*HostPortConflict)(nil),           // 27: isolatord.v1.HostPortConflict
+	(*RemoveUnattributedRequest)(nil),  // 28: isolatord.v1.RemoveUnattributedRequest
+	(*RemoveUnattributedResponse)(nil), // 29: isolatord.v1.RemoveUnattributedResponse
+	nil,                                // 30: isolatord.v1.Container.LabelsEntry
+	nil,                                // 31: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                                // 32: isolatord.v1.SnmpStats.IpEntry
+	nil,                                // 33: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                                // 34: isolatord.v1.SnmpStats.TcpEntry
+	nil,                                // 35: isolatord.v1.SnmpStats.UdpEntry
+	nil,                                // 36: isolatord.v1.UsageResponse.DroppedPacketsEntry
+	nil,                                // 37: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                                // 38: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil),      // 39: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	37, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	37, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	28, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	39, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	39, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	30, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	1,  // 8: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
 	2,  // 9: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 10: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	29, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	31, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
 	4,  // 12: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
 	4,  // 13: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
 	1,  // 14: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
@@ -2349,10 +2479,10 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	2,  // 16: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	4,  // 17: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
 	13, // 18: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	30, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	31, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	32, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	33, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	32, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	33, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	34, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	35, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
 	2,  // 23: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
 	3,  // 24: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	12, // 25: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
@@ -2360,12 +2490,12 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
 	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
 	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	37, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	34, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
+	39, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	36, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
 	4,  // 32: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
 	4,  // 33: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	35, // 34: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	36, // 35: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	37, // 34: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	38, // 35: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
 	2,  // 36: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 37: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	26, // 38: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
@@ -2378,16 +2508,18 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	20, // 45: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
 	22, // 46: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
 	24, // 47: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
-	6,  // 48: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	8,  // 49: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	10, // 50: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	17, // 51: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	19, // 52: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	21, // 53: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	23, // 54: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	25, // 55: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	48, // [48:56] is the sub-list for method output_type
-	40, // [40:48] is the sub-list for method input_type
+	28, // 48: isolatord.v1.Isolator.RemoveUnattributed:input_type -> isolatord.v1.RemoveUnattributedRequest
+	6,  // 49: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
+	8,  // 50: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
+	10, // 51: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
+	17, // 52: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
+	19, // 53: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
+	21, // 54: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
+	23, // 55: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
+	25, // 56: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
+	29, // 57: isolatord.v1.Isolator.RemoveUnattributed:output_type -> isolatord.v1.RemoveUnattributedResponse
+	49, // [49:58] is the sub-list for method output_type
+	40, // [40:49] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -2408,7 +2540,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,14 +53,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Isolator_Prepare_FullMethodName = "/isolatord.v1.Isolator/Prepare"
-	Isolator_Isolate_FullMethodName = "/isolatord.v1.Isolator/Isolate"
-	Isolator_Update_FullMethodName  = "/isolatord.v1.Isolator/Update"
-	Isolator_Usage_FullMethodName   = "/isolatord.v1.Isolator/Usage"
-	Isolator_Cleanup_FullMethodName = "/isolatord.v1.Isolator/Cleanup"
-	Isolator_Get_FullMethodName     = "/isolatord.v1.Isolator/Get"
-	Isolator_List_FullMethodName    = "/isolatord.v1.Isolator/List"
-	Isolator_Status_FullMethodName  = "/isolatord.v1.Isolator/Status"
+	Isolator_Prepare_FullMethodName            = "/isolatord.v1.Isolator/Prepare"
+	Isolator_Isolate_FullMethodName            = "/isolatord.v1.Isolator/Isolate"
+	Isolator_Update_FullMethodName             = "/isolatord.v1.Isolator/Update"
+	Isolator_Usage_FullMethodName              = "/isolatord.v1.Isolator/Usage"
+	Isolator_Cleanup_FullMethodName            = "/isolatord.v1.Isolator/Cleanup"
+	Isolator_Get_FullMethodName                = "/isolatord.v1.Isolator/Get"
+	Isolator_List_FullMethodName               = "/isolatord.v1.Isolator/List"
+	Isolator_Status_FullMethodName             = "/isolatord.v1.Isolator/Status"
+	Isolator_RemoveUnattributed_FullMethodName = "/isolatord.v1.Isolator/RemoveUnattributed"
 )
 
 // IsolatorClient is the client API for Isolator service.
@@ -90,6 +91,10 @@ type IsolatorClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Status describes the daemon: version, port pools, features, counts.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// RemoveUnattributed removes the kernel objects of isolatord's shape that
+	// belong to no container (StatusResponse.unattributed): start-up leaves
+	// them in place, removing them is the operator's decision.
+	RemoveUnattributed(ctx context.Context, in *RemoveUnattributedRequest, opts ...grpc.CallOption) (*RemoveUnattributedResponse, error)
 }
 
 type isolatorClient struct {
@@ -180,6 +185,16 @@ func (c *isolatorClient) Status(ctx context.Context, in *StatusRequest, opts ...
 	return out, nil
 }
 
+func (c *isolatorClient) RemoveUnattributed(ctx context.Context, in *RemoveUnattributedRequest, opts ...grpc.CallOption) (*RemoveUnattributedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveUnattributedResponse)
+	err := c.cc.Invoke(ctx, Isolator_RemoveUnattributed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IsolatorServer is the server API for Isolator service.
 // All implementations must embed UnimplementedIsolatorServer
 // for forward compatibility.
@@ -207,6 +222,10 @@ type IsolatorServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Status describes the daemon: version, port pools, features, counts.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// RemoveUnattributed removes the kernel objects of isolatord's shape that
+	// belong to no container (StatusResponse.unattributed): start-up leaves
+	// them in place, removing them is the operator's decision.
+	RemoveUnattributed(context.Context, *RemoveUnattributedRequest) (*RemoveUnattributedResponse, error)
 	mustEmbedUnimplementedIsolatorServer()
 }
 
@@ -240,6 +259,9 @@ func (UnimplementedIsolatorServer) List(context.Context, *ListRequest) (*ListRes
 }
 func (UnimplementedIsolatorServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedIsolatorServer) RemoveUnattributed(context.Context, *RemoveUnattributedRequest) (*RemoveUnattributedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveUnattributed not implemented")
 }
 func (UnimplementedIsolatorServer) mustEmbedUnimplementedIsolatorServer() {}
 func (UnimplementedIsolatorServer) testEmbeddedByValue()                  {}
@@ -406,6 +428,24 @@ func _Isolator_Status_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Isolator_RemoveUnattributed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveUnattributedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IsolatorServer).RemoveUnattributed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Isolator_RemoveUnattributed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IsolatorServer).RemoveUnattributed(ctx, req.(*RemoveUnattributedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Isolator_ServiceDesc is the grpc.ServiceDesc for Isolator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -444,6 +484,10 @@ var Isolator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Isolator_Status_Handler,
+		},
+		{
+			MethodName: "RemoveUnattributed",
+			Handler:    _Isolator_RemoveUnattributed_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -109,6 +109,7 @@ func (b *bench) run(ctx context.Context) {
 		{"data_plane", b.phaseData},
 		{"shared_ports", b.phaseShared},
 		{"restart", b.phaseRestart},
+		{"rebuild", b.phaseRebuild},
 		{"teardown", b.phaseTeardown},
 	}
 	for i, p := range phases {
@@ -243,6 +244,7 @@ func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label stri
 		Args: []string{
 			"--socket", filepath.Join(dir, "isolatord.sock"),
 			"--state-dir", filepath.Join(dir, "state"),
+			"--lock-dir", filepath.Join(dir, "lock"),
 			"--netns-dir", netnsDir,
 			"--ports", staticPorts,
 			"--ephemeral-ports", ephemeralPool,
@@ -693,22 +695,10 @@ func (b *bench) phaseRestart(ctx context.Context) error {
 		b.fail("restart: the daemon logged no \"recovered\" line with duration_seconds")
 	}
 	b.logf("restart with %d containers: serving after %.3fs", b.o.n, took.Seconds())
-	conn, err := b.dial(ctx, filepath.Join(b.tmp, "sn", "isolatord.sock"))
+	b.logRecovery("restart")
+	isolated, err := b.redialN(ctx)
 	if err != nil {
-		return err
-	}
-	b.cN = pb.NewIsolatorClient(conn)
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	list, err := b.cN.List(lctx, &pb.ListRequest{})
-	if err != nil {
-		return fmt.Errorf("list after the restart: %w", err)
-	}
-	isolated := 0
-	for _, c := range list.GetContainers() {
-		if c.GetState() == pb.ContainerState_CONTAINER_STATE_ISOLATED {
-			isolated++
-		}
+		return fmt.Errorf("after the restart: %w", err)
 	}
 	cp.RecoveredContainers = ptr(isolated)
 	if isolated != b.o.n {

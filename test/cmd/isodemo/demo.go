@@ -296,6 +296,7 @@ func (d *demo) stepDaemon(ctx context.Context) error {
 		Args: []string{
 			"--socket", d.socket,
 			"--state-dir", filepath.Join(d.tmp, "state"),
+			"--lock-dir", filepath.Join(d.tmp, "lock"),
 			"--netns-dir", netnsDir,
 			"--ports", managedPorts,
 			"--ephemeral-ports", ephemeralPool,

@@ -1,0 +1,370 @@
+package dataplane
+
+// Rebuilding containers from the kernel alone. Everything isolatord puts in
+// the kernel says whose it is: the host veth's name is a hash of the
+// container ID and its alias carries the ID and metadata (Meta), the bind
+// mount is named after the ID, every filter node carries the slot in its
+// classid, the demux entries give the exclusive ranges, the veth filters
+// the source ranges (exclusive and shared), the container's
+// ip_local_port_range its ephemeral block, and the HTB classes its limits.
+// Discover reads all of that without changing anything; what it cannot
+// attribute to a container is reported, never removed.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/tcfilter"
+)
+
+// Meta is the container metadata kept in its host veth's alias (JSON, at
+// most 255 bytes: labels that do not fit are left out and LabelsDropped
+// says so), so that a daemon without its database still knows it.
+type Meta struct {
+	ID      string            `json:"id"`
+	Created int64             `json:"created,omitempty"` // unix seconds
+	Labels  map[string]string `json:"labels,omitempty"`
+	// PinOwned: the namespace pin <netns-dir>/<id> was created by
+	// isolatord (not there before), so its cleanup removes it.
+	PinOwned      bool `json:"pin_owned,omitempty"`
+	LabelsDropped bool `json:"labels_dropped,omitempty"`
+}
+
+// maxAlias is the longest interface alias the kernel keeps (IFALIASZ - 1).
+const maxAlias = 255
+
+// alias encodes m for the veth's alias, leaving labels out when they do
+// not fit.
+func (m Meta) alias() string {
+	b, err := json.Marshal(m)
+	if err == nil && len(b) <= maxAlias {
+		return string(b)
+	}
+	m.Labels, m.LabelsDropped = nil, len(m.Labels) > 0
+	b, _ = json.Marshal(m)
+	return string(b)
+}
+
+// parseAlias reads Meta from an alias; ok is false when it is not ours.
+func parseAlias(s string) (Meta, bool) {
+	var m Meta
+	if !strings.HasPrefix(s, "{") || json.Unmarshal([]byte(s), &m) != nil || ValidateID(m.ID) != nil {
+		return Meta{}, false
+	}
+	return m, true
+}
+
+// setAlias writes c's metadata on its host veth.
+func (d *DataPlane) setAlias(veth int, c Container) error {
+	m := c.Meta
+	m.ID = c.ID
+	if err := d.h.LinkSetAlias(linkRefIdx(veth), m.alias()); err != nil {
+		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
+	}
+	return nil
+}
+
+func linkRefIdx(idx int) netlink.Link {
+	return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: idx}}
+}
+
+// Found is one container as the kernel shows it.
+type Found struct {
+	Container           // ID, slot, namespace (its pin), ports, ephemeral block, limits, meta
+	Veth      string    // host veth name
+	VethIndex int       // its ifindex
+	Mount     string    // the namespace pin
+	NetNSIno  uint64    // inode of its namespace
+	Created   time.Time // from the veth's alias (zero: not recovered)
+	// Lost names what could not be recovered (e.g. "labels", "creation
+	// time"); the container is served all the same.
+	Lost []string
+}
+
+// Discovery is what Discover found.
+type Discovery struct {
+	Found []Found
+	// Unattributed are kernel objects of isolatord's shape that belong to
+	// no container that could be rebuilt: left in place, reported.
+	Unattributed []string
+}
+
+// Discover rebuilds every container that has a host veth of ours from the
+// kernel, except those whose IDs known lists (the lifecycle's records
+// cover them: reading their namespaces and filters would only slow a
+// restart down). It changes nothing.
+func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, error) {
+	var out Discovery
+	if err := checkCtx(ctx); err != nil {
+		return out, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.ready(); err != nil {
+		return out, err
+	}
+	ls, err := d.h.LinkList()
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return out, fmt.Errorf("list host links: %w", err)
+	}
+	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	if err != nil {
+		return out, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
+	}
+	skip := make(map[string]bool, len(known))
+	for _, id := range known {
+		skip[VethName(id)] = true
+	}
+	byVeth := map[string]string{} // veth name -> ID of a pin with that hash
+	for id := range mounts {
+		if ValidateID(id) == nil {
+			byVeth[VethName(id)] = id
+		}
+	}
+	// exclusive ranges, fan-out and shared holders on eth0, by target, from
+	// the demux's index (PrepareHost read it from the kernel just before)
+	es := d.eth0.KnownAll()
+	byTarget := map[int]*demuxOf{}
+	for _, e := range es {
+		x := byTarget[e.Target]
+		if x == nil {
+			x = &demuxOf{slots: map[uint16]bool{}}
+			byTarget[e.Target] = x
+		}
+		x.slots[e.Slot] = true
+		switch e.Kind {
+		case tcfilter.EntryRange:
+			x.excl = append(x.excl, e.Range)
+		case tcfilter.EntryShared:
+			x.shared = append(x.shared, e.Range.Begin)
+		}
+	}
+	// one qdisc dump for all (a dump is not filtered by device)
+	if err := d.fillRootQdiscs(); err != nil {
+		return out, err
+	}
+	shapers := map[string]int{}
+	vethIdx := map[int]bool{}
+	for _, l := range ls {
+		a := l.Attrs()
+		if isShaperEntryName(a.Name) {
+			shapers[a.Name] = a.Index
+		}
+	}
+	slotsTaken := map[uint16]string{}
+	for _, l := range ls {
+		a := l.Attrs()
+		if !isVethName(a.Name) {
+			continue
+		}
+		vethIdx[a.Index] = true
+		if skip[a.Name] {
+			continue
+		}
+		f, why := d.discoverOne(a, byVeth, byTarget[a.Index], mounts, shapers)
+		if why != "" {
+			out.Unattributed = append(out.Unattributed, fmt.Sprintf("veth %s: %s", a.Name, why))
+			continue
+		}
+		if other, ok := slotsTaken[f.Slot]; ok {
+			out.Unattributed = append(out.Unattributed, fmt.Sprintf("veth %s of container %s: slot %d is also carried by container %s", a.Name, f.ID, f.Slot, other))
+			continue
+		}
+		slotsTaken[f.Slot] = f.ID
+		out.Found = append(out.Found, f)
+	}
+	for target, x := range byTarget {
+		if !vethIdx[target] {
+			out.Unattributed = append(out.Unattributed, fmt.Sprintf("%s demux entries of slot(s) %s point at ifindex %d, which is no veth of ours", d.links.Eth0, slotList(x.slots), target))
+		}
+	}
+	for name := range shapers {
+		if _, ok := vethOfShaper(name, ls); !ok {
+			out.Unattributed = append(out.Unattributed, "egress shaper "+name+": its container's veth is gone")
+		}
+	}
+	sort.Slice(out.Found, func(i, j int) bool { return out.Found[i].ID < out.Found[j].ID })
+	sort.Strings(out.Unattributed)
+	return out, nil
+}
+
+func slotList(m map[uint16]bool) string {
+	var s []string
+	for k := range m {
+		s = append(s, strconv.Itoa(int(k)))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func vethOfShaper(entry string, ls []netlink.Link) (string, bool) {
+	want := VethPrefix + entry[len(ShaperEntryPrefix):]
+	for _, l := range ls {
+		if l.Attrs().Name == want {
+			return want, true
+		}
+	}
+	return "", false
+}
+
+// demuxOf is what the host eth0 demux steers to one target.
+type demuxOf struct {
+	slots  map[uint16]bool
+	excl   []ephemeral.Range
+	shared []uint16
+}
+
+// discoverOne rebuilds the container of one host veth; why says why it
+// cannot be attributed.
+func (d *DataPlane) discoverOne(a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, mounts map[string]uint64, shapers map[string]int) (Found, string) {
+	f := Found{Veth: a.Name, VethIndex: a.Index}
+	meta, ok := parseAlias(a.Alias)
+	switch {
+	case ok && VethName(meta.ID) == a.Name:
+		f.ID = meta.ID
+	case byVeth[a.Name] != "":
+		f.ID = byVeth[a.Name]
+		meta = Meta{ID: f.ID}
+		f.Lost = append(f.Lost, "labels", "creation time", "pin ownership")
+	default:
+		return f, "no container ID: no alias of ours and no namespace pin whose name hashes to it"
+	}
+	f.Meta = meta
+	if meta.LabelsDropped {
+		f.Lost = append(f.Lost, "labels (too long for the veth alias)")
+	}
+	if meta.Created != 0 {
+		f.Created = time.Unix(meta.Created, 0).UTC()
+	}
+	if _, ok := mounts[f.ID]; !ok {
+		return f, fmt.Sprintf("container %s: its namespace pin %s is gone", f.ID, d.mountPath(f.ID))
+	}
+	f.Mount = d.mountPath(f.ID)
+	f.NetNS = f.Mount
+	ns, err := netns.Open(f.Mount)
+	if err != nil {
+		return f, fmt.Sprintf("container %s: %v", f.ID, err)
+	}
+	f.NetNSIno = ns.Ino()
+	v, err := ns.ReadSysctl("net.ipv4.ip_local_port_range")
+	ns.Close()
+	if err != nil {
+		return f, fmt.Sprintf("container %s: read its ip_local_port_range: %v", f.ID, err)
+	}
+	var lo, hi uint16
+	if _, err := fmt.Sscanf(v, "%d %d", &lo, &hi); err != nil {
+		return f, fmt.Sprintf("container %s: ip_local_port_range %q", f.ID, v)
+	}
+	f.Ephemeral = ephemeral.Range{Begin: lo, End: hi}
+	if !f.Ephemeral.IsAligned() {
+		return f, fmt.Sprintf("container %s: ip_local_port_range %s is no block of ours", f.ID, f.Ephemeral)
+	}
+	vs, err := tcfilter.ReadVeth(d.h, a.Index)
+	if err != nil {
+		return f, fmt.Sprintf("container %s: %v", f.ID, err)
+	}
+	// the slot: the host demux entries pointing at the veth, else the
+	// veth's own nodes
+	switch {
+	case dm != nil && len(dm.slots) == 1:
+		for s := range dm.slots {
+			f.Slot = s
+		}
+	case dm != nil && len(dm.slots) > 1:
+		return f, fmt.Sprintf("container %s: host demux entries of several slots (%s) point at it", f.ID, slotList(dm.slots))
+	case vs.Slot != 0:
+		f.Slot = vs.Slot
+		f.Lost = append(f.Lost, "host demux entries (none point at the veth)")
+	default:
+		return f, fmt.Sprintf("container %s: no filter carries its slot", f.ID)
+	}
+	var excl ephemeral.Set
+	if dm != nil {
+		excl = ephemeral.NewSet(dm.excl...)
+	}
+	eph := ephemeral.NewSet(f.Ephemeral)
+	f.Ports = excl.Subtract(eph)
+	shared := ephemeral.NewSet(vs.Ranges...)
+	if dm != nil {
+		for _, p := range dm.shared {
+			shared = shared.Union(ephemeral.NewSet(ephemeral.Range{Begin: p, End: p}))
+		}
+	}
+	f.Shared = shared.Subtract(excl).Subtract(eph)
+	// limits: ingress HTB on the veth, egress on the shaper entry (read
+	// only where a root qdisc is: one device's qdiscs cost a dump of all)
+	var err2 error
+	if d.rootQdiscs[a.Index] {
+		if f.Ingress, err2 = d.readLimit(a.Index); err2 != nil {
+			f.Lost = append(f.Lost, "ingress limit")
+		}
+	}
+	entry, _ := ShaperNames(f.ID)
+	if idx, ok := shapers[entry]; ok && d.rootQdiscs[idx] {
+		if f.Egress, err2 = d.readLimit(idx); err2 != nil {
+			f.Lost = append(f.Lost, "egress limit")
+		}
+	}
+	return f, ""
+}
+
+func (d *DataPlane) readLimit(link int) (Limit, error) {
+	st, err := d.shaper(link).Read()
+	return st.Limit(), err
+}
+
+// fillRootQdiscs fills the recovery caches (d.rootQdiscs: links with a
+// root qdisc; d.recoveryLinks: host links by name) from one dump each,
+// unless they are valid; call with d.mu held.
+func (d *DataPlane) fillRootQdiscs() error {
+	if d.rootQdiscs != nil {
+		return nil
+	}
+	qs, err := d.h.QdiscList(nil)
+	if err != nil {
+		return fmt.Errorf("list qdiscs: %w", err)
+	}
+	ls, err := d.h.LinkList()
+	if err != nil {
+		return fmt.Errorf("list host links: %w", err)
+	}
+	d.rootQdiscs = map[int]bool{}
+	for _, q := range qs {
+		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
+			d.rootQdiscs[a.LinkIndex] = true
+		}
+	}
+	d.recoveryLinks = make(map[string]int, len(ls))
+	for _, l := range ls {
+		d.recoveryLinks[l.Attrs().Name] = l.Attrs().Index
+	}
+	return nil
+}
+
+// recoveryLinkIndex returns the ifindex of host link name from the
+// recovery cache (filled by one dump for all containers: a request per
+// container is what made recovery with the state slow), asking the kernel
+// when the cache does not have it.
+func (d *DataPlane) recoveryLinkIndex(name string) (int, error) {
+	if err := d.fillRootQdiscs(); err != nil {
+		return 0, err
+	}
+	if idx, ok := d.recoveryLinks[name]; ok {
+		return idx, nil
+	}
+	l, err := d.h.LinkByName(name)
+	if err != nil {
+		return 0, err
+	}
+	return l.Attrs().Index, nil
+}
