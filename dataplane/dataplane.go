@@ -98,6 +98,9 @@ type DataPlane struct {
 	// recoveryLinks (host link name -> ifindex) is filled with rootQdiscs
 	// and valid while it is (rebuild.go).
 	recoveryLinks map[string]int
+	// recoveryCurrent: host veths (by name) whose alias says their filters
+	// are of the current layout and point at the current drop sink.
+	recoveryCurrent map[string]bool
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}

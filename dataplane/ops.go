@@ -417,10 +417,17 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 			return fmt.Errorf("adopt %s: %w", c.ID, err)
 		}
 	}
-	if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
-		// The container is kept (its traffic flows through the filters it
-		// has); a later Adopt tries again.
-		d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
+	// A veth whose alias says it has the current layout, pointing at the
+	// current sink, is trusted (as its pair is: a dump per veth would make
+	// recovery of 1,000 containers take seconds).
+	if !d.recoveryCurrent[VethName(c.ID)] {
+		if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
+			// The container is kept (its traffic flows through the filters it
+			// has); a later Adopt tries again.
+			d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
+		} else if err := d.setAlias(veth, c); err != nil {
+			d.log.Warn("veth alias not updated", "container", c.ID, "err", err)
+		}
 	}
 	rec := &record{c: c, veth: veth, via: via, ino: ino, mount: mp}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}

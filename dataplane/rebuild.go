@@ -38,6 +38,11 @@ type Meta struct {
 	// isolatord (not there before), so its cleanup removes it.
 	PinOwned      bool `json:"pin_owned,omitempty"`
 	LabelsDropped bool `json:"labels_dropped,omitempty"`
+	// Layout and Sink say which veth filters were installed: the layout
+	// (tcfilter.VethLayout) and the drop sink's ifindex their drop nodes
+	// point at. Adopt re-installs the filters only when either differs.
+	Layout int `json:"layout,omitempty"`
+	Sink   int `json:"sink,omitempty"`
 }
 
 // maxAlias is the longest interface alias the kernel keeps (IFALIASZ - 1).
@@ -68,6 +73,7 @@ func parseAlias(s string) (Meta, bool) {
 func (d *DataPlane) setAlias(veth int, c Container) error {
 	m := c.Meta
 	m.ID = c.ID
+	m.Layout, m.Sink = tcfilter.VethLayout, d.sink.Index
 	if err := d.h.LinkSetAlias(linkRefIdx(veth), m.alias()); err != nil {
 		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
 	}
@@ -345,8 +351,13 @@ func (d *DataPlane) fillRootQdiscs() error {
 		}
 	}
 	d.recoveryLinks = make(map[string]int, len(ls))
+	d.recoveryCurrent = map[string]bool{}
 	for _, l := range ls {
-		d.recoveryLinks[l.Attrs().Name] = l.Attrs().Index
+		a := l.Attrs()
+		d.recoveryLinks[a.Name] = a.Index
+		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index {
+			d.recoveryCurrent[a.Name] = true
+		}
 	}
 	return nil
 }

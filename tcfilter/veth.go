@@ -334,6 +334,12 @@ func (v VethFilters) rangeSet() rangeSet {
 	}}
 }
 
+// VethLayout numbers the layout of the veth filters Install builds. A
+// data plane records it next to the veth (its alias) so that a restart can
+// tell a veth that needs no upgrade without dumping its filters; bump it
+// whenever Install would change an existing veth's nodes.
+const VethLayout = 2
+
 // Install adds the clsact qdisc and every veth filter for the container's
 // ranges rs. Existing nodes are kept or updated, so it can be re-run (also
 // on a veth of an older layout, which it brings up to date). On error the
