@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/neighsync"
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/vishvananda/netlink"
@@ -86,6 +87,7 @@ type DataPlane struct {
 	lo       *tcfilter.HostDemux
 	sink     tcfilter.Sink     // the drop sink every veth's dropping nodes redirect to
 	departed map[string]uint64 // drops counted on the veths of containers torn down since New
+	neigh    *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
 	ctrs     map[string]*record
 	slots    map[uint16]string
 	shared   map[uint16][]tcfilter.Holder
@@ -192,6 +194,9 @@ func (d *DataPlane) closeLocked() error {
 		if err := d.flush(); err != nil {
 			d.log.Warn("host demux tables not deleted at close", "err", err)
 		}
+	}
+	if d.neigh != nil {
+		d.neigh.Close()
 	}
 	d.h.Close()
 	var err error
@@ -522,6 +527,13 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, fmt.Errorf("container %s: container filters: %w", c.ID, err)
 	}
 	if err := d.step("container"); err != nil {
+		return p, err
+	}
+	if err := d.addNeigh(c.ID, ns); err != nil {
+		return p, err
+	}
+	undo.push("neighbour sync", func() error { d.dropNeigh(c.ID); return nil })
+	if err := d.step("neighbours"); err != nil {
 		return p, err
 	}
 

@@ -124,6 +124,10 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
 	}
 
+	if err := d.startNeigh(hl.Eth0Index); err != nil {
+		return info, err
+	}
+
 	cp, err := d.sysctlsToCopy()
 	if err != nil {
 		return info, err

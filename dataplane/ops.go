@@ -262,6 +262,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if rec, ok := d.ctrs[c.ID]; ok {
 		c, veth = rec.c, rec.veth
 	}
+	d.dropNeigh(c.ID)
 	var errs []error
 	miss := func(format string, args ...any) { rep.Missing = append(rep.Missing, fmt.Sprintf(format, args...)) }
 
@@ -402,7 +403,11 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 		return fmt.Errorf("adopt %s: bind mount: %w", c.ID, err)
 	}
 	ino := ns.Ino()
+	err = d.addNeigh(c.ID, ns)
 	ns.Close()
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w", c.ID, err)
+	}
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
 	}

@@ -159,7 +159,6 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 			want[fmt.Sprintf("%s range %s", dm.name, r)] = true
 		}
 		if dm.eth0 {
-			want[dm.name+" arp fan-out"] = true
 			want[dm.name+" icmp fan-out"] = true
 		}
 		if n := len(c.Shared.Ports()); n > 0 {
@@ -364,6 +363,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		if kc, ok := keepBySlot[rec.c.Slot]; !ok || kc.ID != id {
 			delete(d.ctrs, id)
 			delete(d.slots, rec.c.Slot)
+			d.dropNeigh(id)
 		}
 	}
 	for port, hs := range d.shared {

@@ -99,7 +99,10 @@ func (x *HostDemux) rootNodes() []node {
 			// node of TableICMP is terminal.
 			node{prio: PrioIP, handle: nodeRootICMPFrag, link: TableICMPFn, classid: ClassStop,
 				sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), dstKey(x.dst))},
-			node{prio: PrioARP, handle: nodeARPRoot, link: TableARPFan, sel: sel(0)},
+			// ARP stays with the host: containers get their neighbours
+			// from the host's table (package neighsync), so no ARP frame
+			// is ever copied to a container.
+			node{prio: PrioARP, handle: nodeARPRoot, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL)},
 		)
 	}
 	return ns
@@ -112,12 +115,7 @@ func (x *HostDemux) tableNodes() []node {
 		sel: hashOn(sel(0), 0, 0x0000ff00), // dport high byte
 	}}
 	if x.dst != nil {
-		ns = append(ns,
-			node{prio: PrioIP, handle: MakeU32Handle(TableICMP, 0, nodeEchoStop), classid: ClassStop,
-				sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(8))}, // echo request: host only
-			node{prio: PrioIP, handle: MakeU32Handle(TableICMP, 0, nodeICMPFan), classid: ClassStop,
-				link: TableICMPFn, sel: sel(nl.TC_U32_TERMINAL)},
-		)
+		ns = append(ns, icmpTableNodes()...)
 	}
 	return ns
 }
@@ -137,7 +135,7 @@ func (x *HostDemux) tables() []tableSpec {
 		ts = append(ts,
 			tableSpec{KindICMP, PrioIP, TableICMP, 1},
 			tableSpec{KindICMP, PrioIP, TableICMPFn, 1},
-			tableSpec{KindARP, PrioARP, TableARPFan, 1},
+			tableSpec{KindICMP, PrioIP, TablePort, 256},
 		)
 	}
 	return ts
@@ -227,6 +225,17 @@ func (x *HostDemux) initLocked() error {
 		return err
 	}
 	x.index(fs)
+	if x.dst != nil {
+		// ICMP nodes of an older layout, the ARP fan-out table of an
+		// older version (unlinked by syncFixed), TablePort nodes.
+		if err := x.pruneTable(fs, PrioIP, TableICMP, icmpTableNodes()); err != nil {
+			return err
+		}
+		x.addStale(tableRef{KindARP, PrioARP, TableARPFan})
+		if err := x.repairPorts(fs); err != nil {
+			return err
+		}
+	}
 	// Empty H2 tables left unlinked (a crash between unlinking and
 	// deleting) are invisible in dumps: sweep their ids once.
 	// (Not reported to the observer: most of these ids do not exist.)
@@ -264,7 +273,7 @@ func kindOf(prio uint16, handle uint32) string {
 	switch {
 	case prio == PrioARP || prio == PrioVethARP:
 		return KindARP
-	case htid == TableICMP || htid == TableICMPFn:
+	case htid == TableICMP || htid == TableICMPFn || htid == TablePort:
 		return KindICMP
 	case (htid == 0 || htid >= 0x800) && (nid == nodeRootICMP || nid == nodeRootICMPFrag):
 		return KindICMP
@@ -286,10 +295,6 @@ func (x *HostDemux) index(fs []*netlink.U32) {
 	for _, f := range fs {
 		htid, bkt, nid := SplitU32Handle(f.Handle)
 		switch {
-		case f.Priority == PrioARP && htid == TableARPFan:
-			if s, ok := slotOf(f.ClassId); ok && s == uint16(nid) {
-				x.fanout[s] = mirredTarget(f)
-			}
 		case f.Priority != PrioIP:
 		case htid == TableH1 && nid == nodeH2Link:
 			x.h2Linked[bkt] = true
@@ -333,9 +338,7 @@ func (x *HostDemux) index(fs []*netlink.U32) {
 	for _, f := range fs {
 		if htid, _, nid := SplitU32Handle(f.Handle); f.Priority == PrioIP && htid == TableICMPFn {
 			if s, ok := slotOf(f.ClassId); ok && s == uint16(nid) {
-				if _, ok := x.fanout[s]; !ok {
-					x.fanout[s] = mirredTarget(f)
-				}
+				x.fanout[s] = mirredTarget(f)
 			}
 		}
 	}
@@ -535,7 +538,7 @@ func (x *HostDemux) AddRanges(slot uint16, target int, rs []ephemeral.Range) err
 	)
 add:
 	for _, r := range rs {
-		for _, n := range rangeNodes(slot, target, r) {
+		for _, n := range x.demuxNodes(slot, target, r) {
 			if o, ok := x.nodes[n.handle]; ok && o.slot == slot && o.r == r {
 				// the slot has this range already: keep it, follow a new target
 				if o.target != target {
@@ -581,7 +584,7 @@ add:
 			}
 		}
 		for i, o := range replaced {
-			for _, n := range rangeNodes(o.slot, o.target, o.r) {
+			for _, n := range x.demuxNodes(o.slot, o.target, o.r) {
 				if n.handle != repH[i] {
 					continue
 				}
@@ -644,7 +647,7 @@ func (x *HostDemux) DelRanges(slot uint16, rs []ephemeral.Range) (missing int, e
 	)
 next:
 	for _, r := range rs {
-		ns := rangeNodes(slot, 0, r)
+		ns := x.demuxNodes(slot, 0, r)
 		for _, n := range ns {
 			if o, ok := x.nodes[n.handle]; ok && o.slot != slot {
 				errs = append(errs, fmt.Errorf("range %s is routed to slot %d, not %d", r, o.slot, slot))
@@ -654,6 +657,8 @@ next:
 		for _, n := range ns {
 			err := x.d.del(KindIP, PrioIP, n.handle)
 			switch {
+			case errors.Is(err, unix.ENOENT) && n.handle>>20 == TablePort:
+				// counted by its dport node (TablePort nodes are a copy)
 			case errors.Is(err, unix.ENOENT):
 				missing++
 			case err != nil:
@@ -679,18 +684,18 @@ next:
 
 // ---- fan-out ----
 
-func fanNodes(slot uint16, target int) (arp, icmp node) {
-	arp = node{prio: PrioARP, handle: MakeU32Handle(TableARPFan, 0, uint32(slot)), classid: ClassID(slot),
+func fanNode(slot uint16, target int) node {
+	return node{prio: PrioIP, handle: MakeU32Handle(TableICMPFn, 0, uint32(slot)), classid: ClassID(slot),
 		sel: sel(nl.TC_U32_TERMINAL), act: actMirror, target: target}
-	icmp = node{prio: PrioIP, handle: MakeU32Handle(TableICMPFn, 0, uint32(slot)), classid: ClassID(slot),
-		sel: sel(nl.TC_U32_TERMINAL), act: actMirror, target: target}
-	return arp, icmp
 }
 
-// AddFanout makes every ARP packet and every ICMP packet for the host IP
-// (except echo requests) arriving on eth0 also reach target: one mirror node
-// per container in each fan-out table (node id = slot), so adding a
-// container is O(1). It is idempotent and replaces an older target.
+// AddFanout makes the ICMP that cannot be attributed to one container (echo
+// replies whose identifier is in no container's ports, errors about such
+// echo requests, non-first ICMP fragments) also reach target: one mirror
+// node per container in TableICMPFn (node id = slot), so adding a container
+// is O(1). ARP is never copied (see neighsync), ICMP errors about TCP/UDP
+// go to the one owner of the quoted source port. It is idempotent and
+// replaces an older target.
 func (x *HostDemux) AddFanout(slot uint16, target int) error {
 	if x.dst == nil {
 		return fmt.Errorf("%s: %w", x.d.label, ErrNoFanout)
@@ -706,30 +711,15 @@ func (x *HostDemux) AddFanout(slot uint16, target int) error {
 	if err := x.ensureReady(); err != nil {
 		return err
 	}
-	prev, had := x.fanout[slot]
-	arp, icmp := fanNodes(slot, target)
-	if err := x.d.replace(KindARP, arp); err != nil {
-		return err
-	}
-	if err := x.d.replace(KindICMP, icmp); err != nil {
-		var rerr error
-		if had {
-			old, _ := fanNodes(slot, prev)
-			rerr = x.d.replace(KindARP, old)
-		} else {
-			rerr = x.d.del(KindARP, PrioARP, arp.handle)
-		}
-		if rerr != nil {
-			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
-		}
+	if err := x.d.replace(KindICMP, fanNode(slot, target)); err != nil {
 		return err
 	}
 	x.fanout[slot] = target
 	return nil
 }
 
-// DelFanout removes slot's ARP and ICMP mirror nodes; missing counts the
-// nodes that were already gone.
+// DelFanout removes slot's ICMP mirror node; missing counts the nodes that
+// were already gone (0 or 1).
 func (x *HostDemux) DelFanout(slot uint16) (missing int, err error) {
 	if x.dst == nil {
 		return 0, fmt.Errorf("%s: %w", x.d.label, ErrNoFanout)
@@ -742,24 +732,15 @@ func (x *HostDemux) DelFanout(slot uint16) (missing int, err error) {
 	if err := x.ensureReady(); err != nil {
 		return 0, err
 	}
-	arp, icmp := fanNodes(slot, 0)
-	var errs []error
-	for _, n := range []struct {
-		kind string
-		n    node
-	}{{KindARP, arp}, {KindICMP, icmp}} {
-		err := x.d.del(n.kind, n.n.prio, n.n.handle)
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			missing++
-		case err != nil:
-			errs = append(errs, err)
-		}
+	err = x.d.del(KindICMP, PrioIP, fanNode(slot, 0).handle)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		missing++
+	case err != nil:
+		return 0, err
 	}
-	if len(errs) == 0 {
-		delete(x.fanout, slot)
-	}
-	return missing, errors.Join(errs...)
+	delete(x.fanout, slot)
+	return missing, nil
 }
 
 // ---- listing and clearing ----
@@ -875,7 +856,7 @@ func (x *HostDemux) Clear() error {
 	}
 	levels := [][]tableRef{
 		{{KindIP, PrioIP, TableL}, {KindICMP, PrioIP, TableICMP}, {KindARP, PrioARP, TableARPFan}},
-		{{KindIP, PrioIP, TableH1}, {KindICMP, PrioIP, TableICMPFn}},
+		{{KindIP, PrioIP, TableH1}, {KindICMP, PrioIP, TableICMPFn}, {KindICMP, PrioIP, TablePort}},
 		nil, nil,
 	}
 	for _, t := range slices.Sorted(maps.Keys(h2)) {

@@ -10,7 +10,7 @@ import (
 // them: what Init read from the kernel plus every change made through it
 // since. Unlike Entries it sends nothing to the kernel, so recovery can check
 // a thousand containers against one dump (Init's) instead of one dump each.
-// Fan-out appears as an arp and an icmp entry; a shared port as one entry
+// Fan-out appears as an icmp entry; a shared port as one entry
 // per holder that owns a bucket or a pin.
 func (x *HostDemux) Known(slot uint16) []Entry {
 	return x.known(func(s uint16) bool { return s == slot })
@@ -40,7 +40,6 @@ func (x *HostDemux) known(want func(slot uint16) bool) []Entry {
 	}
 	for slot, t := range x.fanout {
 		if want(slot) {
-			add(Entry{Kind: EntryARP, Slot: slot, Target: t})
 			add(Entry{Kind: EntryICMP, Slot: slot, Target: t})
 		}
 	}

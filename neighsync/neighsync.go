@@ -1,0 +1,350 @@
+// Package neighsync gives containers their IPv4 neighbours from the host's
+// neighbour table, so that no ARP frame from outside is ever copied to a
+// container (the host demux keeps all ARP with the host).
+//
+// Containers share the host's IP and MAC, so an ARP reply to a container's
+// request is addressed to the host and cannot tell which container asked.
+// Instead of copying every ARP frame to every container (one clone per
+// container per frame), the daemon resolves for them:
+//
+//   - Each container's eth0 gets neigh/eth0/app_solicit=3 and
+//     mcast_solicit=0: when the container needs a neighbour it has no entry
+//     for, its kernel does not broadcast an ARP request but asks user space
+//     (an RTM_GETNEIGH notification, the "ARP daemon" hook, repeated every
+//     retrans_time, 3 times, then the entry fails and the next packet asks
+//     again). The Syncer listens to those notifications (one netlink
+//     socket per container, subscribed to RTNLGRP_NEIGH in its namespace).
+//   - If the host has a valid entry (any of REACHABLE, STALE, DELAY, PROBE,
+//     PERMANENT) for the address, the Syncer writes it into the container
+//     as a PERMANENT entry (INCOMPLETE -> PERMANENT releases the packets the
+//     container queued). Otherwise it makes the host resolve the address:
+//     an RTM_NEWNEIGH with NTF_USE on host eth0 (neigh_event_send: the
+//     host sends its own ARP request), and remembers who waits for it.
+//   - The Syncer also listens to the host's table: when an address becomes
+//     valid it is written into the containers waiting for it; when its MAC
+//     changes (a gratuitous ARP, a re-resolution) it is rewritten in every
+//     container that has it; when the host deletes it or marks it failed
+//     it is deleted in those containers (they ask again on next use).
+//
+// Cost: per ARP frame from outside, nothing beyond the host's own ARP
+// processing (no copies). Per new neighbour: one host resolution (only if
+// the host does not know it) and one netlink request per container that
+// asked; per MAC change, one request per container holding the entry.
+// Containers' entries are permanent, so they are refreshed only from the
+// host's table: a neighbour that changes its MAC without the host noticing
+// (no gratuitous ARP, the host not talking to it) keeps its old MAC in the
+// containers until the host's entry changes or goes.
+//
+// While the daemon is down, containers keep the entries they have but
+// cannot resolve new neighbours (ARP replies never reach them).
+package neighsync
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	vns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/netns"
+)
+
+// ContainerSysctls are the neighbour settings of a container's eth0 named
+// eth0: ask user space (3 times), never the wire.
+func ContainerSysctls(eth0 string) []netns.Sysctl {
+	return []netns.Sysctl{
+		{Name: "net/ipv4/neigh/" + eth0 + "/app_solicit", Value: "3"},
+		{Name: "net/ipv4/neigh/" + eth0 + "/mcast_solicit", Value: "0"},
+	}
+}
+
+type ip4 [4]byte
+
+func key(ip net.IP) (ip4, bool) {
+	v := ip.To4()
+	if v == nil {
+		return ip4{}, false
+	}
+	return ip4(v), true
+}
+
+// Stats counts what the Syncer did.
+type Stats struct {
+	Asked   uint64 // container requests for a neighbour (RTM_GETNEIGH / INCOMPLETE)
+	Pushed  uint64 // entries written into containers
+	Deleted uint64 // entries deleted in containers
+	Kicks   uint64 // host resolutions started (NTF_USE)
+	Errors  uint64 // failed netlink requests
+}
+
+// Syncer keeps containers' neighbour entries in step with the host's.
+type Syncer struct {
+	host *netlink.Handle
+	eth0 int
+	log  *slog.Logger
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	known   map[ip4]net.HardwareAddr // host's valid entries on eth0
+	waiting map[ip4]map[string]bool  // address -> containers waiting for it
+	ctrs    map[string]*member
+	stats   Stats
+}
+
+type member struct {
+	id   string
+	h    *netlink.Handle
+	eth0 int
+	done chan struct{}
+	has  map[ip4]net.HardwareAddr
+}
+
+// Start subscribes to the host's neighbour table on eth0 (hostNS is the
+// namespace h is opened in) and returns the running Syncer.
+func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, log *slog.Logger) (*Syncer, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Syncer{
+		host: h, eth0: eth0, log: log, stop: make(chan struct{}),
+		known: map[ip4]net.HardwareAddr{}, waiting: map[ip4]map[string]bool{}, ctrs: map[string]*member{},
+	}
+	ch := make(chan netlink.NeighUpdate, 256)
+	nsh := vns.NsHandle(hostNS.Fd())
+	if err := netlink.NeighSubscribeWithOptions(ch, s.stop, netlink.NeighSubscribeOptions{
+		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError("host"),
+	}); err != nil {
+		return nil, fmt.Errorf("neighbour sync: subscribe to the host's neighbours: %w", err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for u := range ch {
+			s.hostUpdate(u)
+		}
+	}()
+	return s, nil
+}
+
+func (s *Syncer) subscriptionError(who string) func(error) {
+	return func(err error) {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		s.log.Warn("neighbour sync: netlink subscription error", "namespace", who, "err", err)
+	}
+}
+
+// Close stops listening and closes every container's socket. Entries in
+// the kernel stay.
+func (s *Syncer) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.stop)
+	for id, m := range s.ctrs {
+		close(m.done)
+		m.h.Close()
+		delete(s.ctrs, id)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// Stats returns the counters so far.
+func (s *Syncer) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Add starts serving container id (its namespace ns, its interface eth0):
+// it sets the container's neighbour settings (ContainerSysctls) and listens
+// to its neighbour requests. Adding an id again replaces the old
+// subscription. The Syncer keeps a netlink socket in ns until Remove.
+func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
+	if err := ns.WriteSysctls(ContainerSysctls(eth0)...); err != nil {
+		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
+	}
+	h, err := ns.Netlink()
+	if err != nil {
+		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
+	}
+	l, err := h.LinkByName(eth0)
+	if err != nil {
+		h.Close()
+		return fmt.Errorf("neighbour sync: container %s: %s: %w", id, eth0, err)
+	}
+	m := &member{id: id, h: h, eth0: l.Attrs().Index, done: make(chan struct{}), has: map[ip4]net.HardwareAddr{}}
+	ch := make(chan netlink.NeighUpdate, 64)
+	nsh := vns.NsHandle(ns.Fd())
+	if err := netlink.NeighSubscribeWithOptions(ch, m.done, netlink.NeighSubscribeOptions{
+		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError(id),
+	}); err != nil {
+		h.Close()
+		return fmt.Errorf("neighbour sync: container %s: subscribe: %w", id, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		close(m.done)
+		h.Close()
+		return errors.New("neighbour sync: closed")
+	}
+	if old, ok := s.ctrs[id]; ok {
+		close(old.done)
+		old.h.Close()
+	}
+	s.ctrs[id] = m
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for u := range ch {
+			s.containerUpdate(m, u)
+		}
+	}()
+	return nil
+}
+
+// Remove stops serving container id and closes its socket; its entries
+// stay in its namespace. Unknown ids are ignored.
+func (s *Syncer) Remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.ctrs[id]
+	if !ok {
+		return
+	}
+	delete(s.ctrs, id)
+	close(m.done)
+	m.h.Close()
+	for ip, w := range s.waiting {
+		delete(w, id)
+		if len(w) == 0 {
+			delete(s.waiting, ip)
+		}
+	}
+}
+
+const validStates = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT
+
+func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
+	ip, ok := key(u.IP)
+	if !ok || u.LinkIndex != s.eth0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	valid := u.Type == unix.RTM_NEWNEIGH && u.State&validStates != 0 && len(u.HardwareAddr) == 6
+	gone := u.Type == unix.RTM_DELNEIGH || u.Type == unix.RTM_NEWNEIGH && u.State&netlink.NUD_FAILED != 0
+	switch {
+	case valid:
+		mac := append(net.HardwareAddr(nil), u.HardwareAddr...)
+		s.known[ip] = mac
+		for id := range s.waiting[ip] {
+			if m, ok := s.ctrs[id]; ok {
+				s.push(m, ip, mac)
+			}
+		}
+		delete(s.waiting, ip)
+		for _, m := range s.ctrs {
+			if old, ok := m.has[ip]; ok && old.String() != mac.String() {
+				s.push(m, ip, mac)
+			}
+		}
+	case gone:
+		delete(s.known, ip)
+		for _, m := range s.ctrs {
+			if _, ok := m.has[ip]; ok {
+				s.del(m, ip)
+			}
+		}
+	}
+}
+
+func (s *Syncer) containerUpdate(m *member, u netlink.NeighUpdate) {
+	ip, ok := key(u.IP)
+	if !ok || u.LinkIndex != m.eth0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ctrs[m.id] != m {
+		return
+	}
+	switch {
+	case u.Type == unix.RTM_DELNEIGH:
+		delete(m.has, ip)
+	case u.Type == unix.RTM_GETNEIGH || u.Type == unix.RTM_NEWNEIGH && u.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) != 0:
+		if u.Type == unix.RTM_NEWNEIGH && u.State&netlink.NUD_FAILED != 0 {
+			delete(m.has, ip)
+			return // the next packet asks again
+		}
+		s.stats.Asked++
+		if mac, ok := s.known[ip]; ok {
+			s.push(m, ip, mac)
+			return
+		}
+		w := s.waiting[ip]
+		if w == nil {
+			w = map[string]bool{}
+			s.waiting[ip] = w
+		}
+		w[m.id] = true
+		s.kick(ip)
+	}
+}
+
+// push writes ip -> mac into m as a permanent entry (called with s.mu held).
+func (s *Syncer) push(m *member, ip ip4, mac net.HardwareAddr) {
+	err := m.h.NeighSet(&netlink.Neigh{
+		LinkIndex: m.eth0, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: net.IP(ip[:]), HardwareAddr: mac,
+	})
+	if err != nil {
+		s.stats.Errors++
+		s.log.Warn("neighbour sync: write entry", "container", m.id, "ip", net.IP(ip[:]), "err", err)
+		return
+	}
+	s.stats.Pushed++
+	m.has[ip] = mac
+}
+
+func (s *Syncer) del(m *member, ip ip4) {
+	err := m.h.NeighDel(&netlink.Neigh{LinkIndex: m.eth0, Family: netlink.FAMILY_V4, IP: net.IP(ip[:])})
+	delete(m.has, ip)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		s.stats.Errors++
+		s.log.Warn("neighbour sync: delete entry", "container", m.id, "ip", net.IP(ip[:]), "err", err)
+		return
+	}
+	s.stats.Deleted++
+}
+
+// kick makes the host resolve ip (neigh_event_send through NTF_USE).
+func (s *Syncer) kick(ip ip4) {
+	err := s.host.NeighSet(&netlink.Neigh{
+		LinkIndex: s.eth0, Family: netlink.FAMILY_V4, IP: net.IP(ip[:]), Flags: netlink.NTF_USE,
+	})
+	if err != nil {
+		s.stats.Errors++
+		s.log.Warn("neighbour sync: host resolution", "ip", net.IP(ip[:]), "err", err)
+		return
+	}
+	s.stats.Kicks++
+}
