@@ -62,9 +62,10 @@ func (e *env) addFleet(first, n int) []Container {
 }
 
 // TestFortyContainersGetARP: 40 containers each resolve the client's MAC
-// from scratch (their neighbour caches flushed): the client's ARP replies,
-// addressed to the shared MAC, reach each of them through the host's
-// fan-out. The client's ping of the host IP still gets exactly one reply.
+// from scratch (their neighbour caches flushed): no ARP frame reaches a
+// container; each asks the daemon (app_solicit), which writes the host's
+// entry into it (package neighsync). The client's ping of the host IP
+// still gets exactly one reply.
 func TestFortyContainersGetARP(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnv(t)
@@ -93,6 +94,9 @@ func TestFortyContainersGetARP(t *testing.T) {
 	}
 	for _, c := range cs {
 		mustEcho(t, c.proc, "udp", clientAddr(9000), "client")
+	}
+	if st := e.d.NeighStats(); st.Pushed < n {
+		t.Errorf("neighbour sync wrote %d entries for %d containers: %+v", st.Pushed, n, st)
 	}
 	// Every container now has the client in its neighbour table.
 	for _, c := range cs {

@@ -118,7 +118,7 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, log *slog.Logger) (*Sy
 	ch := make(chan netlink.NeighUpdate, 256)
 	nsh := vns.NsHandle(hostNS.Fd())
 	if err := netlink.NeighSubscribeWithOptions(ch, s.stop, netlink.NeighSubscribeOptions{
-		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError("host"),
+		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError("host", s.stop),
 	}); err != nil {
 		return nil, fmt.Errorf("neighbour sync: subscribe to the host's neighbours: %w", err)
 	}
@@ -132,11 +132,13 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, log *slog.Logger) (*Sy
 	return s, nil
 }
 
-func (s *Syncer) subscriptionError(who string) func(error) {
+func (s *Syncer) subscriptionError(who string, done <-chan struct{}) func(error) {
 	return func(err error) {
 		select {
 		case <-s.stop:
 			return
+		case <-done:
+			return // closed by Remove: the receive fails
 		default:
 		}
 		s.log.Warn("neighbour sync: netlink subscription error", "namespace", who, "err", err)
@@ -190,7 +192,7 @@ func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
 	ch := make(chan netlink.NeighUpdate, 64)
 	nsh := vns.NsHandle(ns.Fd())
 	if err := netlink.NeighSubscribeWithOptions(ch, m.done, netlink.NeighSubscribeOptions{
-		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError(id),
+		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError(id, m.done),
 	}); err != nil {
 		h.Close()
 		return fmt.Errorf("neighbour sync: container %s: subscribe: %w", id, err)

@@ -45,9 +45,9 @@ const (
 
 // Offsets from the ICMP header.
 const (
-	icmpInnerIP = 8               // quoted IPv4 header
+	icmpInnerIP = 8                // quoted IPv4 header
 	icmpInnerL4 = icmpInnerIP + 20 // quoted L4 header when the quoted IHL is 5
-	icmpEchoID  = 4               // echo identifier (high half of the word)
+	icmpEchoID  = 4                // echo identifier (high half of the word)
 )
 
 func icmpErrorKey() nl.TcU32Key { return key(0, 0xf7000000, 0x03000000) } // type 3 or 11

@@ -92,8 +92,8 @@ const (
 	nodeL            = 0x1 // the node in TableL
 	nodeEchoStop     = 0x1 // TableICMP: echo request -> stop
 	// TableICMP nodes 0x10..0x21 and 0x800: see icmp.go
-	nodeH2Link       = 0x800
-	nodeSharedBase   = 0x400 // shared-port link node in H2: 0x400 | (port & 0xff)
+	nodeH2Link     = 0x800
+	nodeSharedBase = 0x400 // shared-port link node in H2: 0x400 | (port & 0xff)
 	// Spread-table bucket b holds pin nodes 1..0x100 (one per pinned source
 	// port, see pinID) before its match-all default node.
 	nodeSpread = 0x800
