@@ -108,11 +108,15 @@ func (b *bench) run(ctx context.Context) {
 		{"one_container", b.phaseOne},
 		{"data_plane", b.phaseData},
 		{"shared_ports", b.phaseShared},
+		{"amplification", b.phaseAmplification},
 		{"restart", b.phaseRestart},
 		{"rebuild", b.phaseRebuild},
 		{"teardown", b.phaseTeardown},
 	}
 	for i, p := range phases {
+		if !b.o.runs(p.name) {
+			continue
+		}
 		if ctx.Err() != nil {
 			b.fail("%s: not run: %v", p.name, context.Cause(ctx))
 			continue

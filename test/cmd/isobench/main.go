@@ -82,6 +82,29 @@ type options struct {
 	micro      string
 	timeout    time.Duration
 	from       string
+	only       string // run only this measurement phase (and what it needs)
+}
+
+// phaseNeeds are the phases a phase selected with --only needs first.
+var phaseNeeds = map[string][]string{
+	"data_plane":    {"prepare", "daemons", "n_containers", "one_container", "teardown"},
+	"shared_ports":  {"prepare", "daemons", "one_container", "teardown"},
+	"amplification": {"prepare", "daemons", "n_containers", "one_container", "teardown"},
+	"cycles":        {"prepare", "daemons", "n_containers", "teardown"},
+	"restart":       {"prepare", "daemons", "n_containers", "teardown"},
+}
+
+// runs reports whether phase runs in this run (--only).
+func (o *options) runs(phase string) bool {
+	if o.only == "" || phase == o.only {
+		return true
+	}
+	for _, p := range phaseNeeds[o.only] {
+		if p == phase {
+			return true
+		}
+	}
+	return false
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -98,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
 	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
 	fs.StringVar(&o.from, "from", "", "print the tables of an earlier run's JSON `file` (e.g. bench/results/latest.json) and exit")
+	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, amplification, cycles or restart")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -137,6 +161,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--rounds %d: must be 1..100", o.rounds)
 	case o.dur < 10*time.Millisecond || o.dur > time.Minute:
 		return nil, fmt.Errorf("--dur %v: must be 10ms..1m", o.dur)
+	}
+	if _, ok := phaseNeeds[o.only]; o.only != "" && !ok {
+		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, shared_ports, amplification, cycles, restart)", o.only)
 	}
 	if o.isotraffic == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -13,18 +13,20 @@ import (
 // bench/results/<date>.json and bench/results/latest.json. Figures that could
 // not be measured are null and the reason is in Errors.
 type Results struct {
-	Schema       int                `json:"schema"`
-	Date         string             `json:"date"` // RFC 3339, UTC
-	Quick        bool               `json:"quick"`
-	Machine      Machine            `json:"machine"`
-	Config       Config             `json:"config"`
-	ControlPlane ControlPlane       `json:"control_plane"`
-	DataPlane    DataPlane          `json:"data_plane"`
-	Shared       *SharedPorts       `json:"shared_ports"` // see shared.go
-	Targets      []Target           `json:"targets"`
-	Micro        []MicroBenchmark   `json:"micro_benchmarks"`
-	Phases       map[string]float64 `json:"phase_seconds"` // wall time of each phase
-	TotalSeconds float64            `json:"total_seconds"`
+	Schema       int          `json:"schema"`
+	Date         string       `json:"date"` // RFC 3339, UTC
+	Quick        bool         `json:"quick"`
+	Machine      Machine      `json:"machine"`
+	Config       Config       `json:"config"`
+	ControlPlane ControlPlane `json:"control_plane"`
+	DataPlane    DataPlane    `json:"data_plane"`
+	Shared       *SharedPorts `json:"shared_ports"` // see shared.go
+	// ARP/ICMP copies and softirq CPU at 1 and N (amplify.go)
+	Amplification *Amplification     `json:"amplification"`
+	Targets       []Target           `json:"targets"`
+	Micro         []MicroBenchmark   `json:"micro_benchmarks"`
+	Phases        map[string]float64 `json:"phase_seconds"` // wall time of each phase
+	TotalSeconds  float64            `json:"total_seconds"`
 	// The machine's 1-minute load average when the run started and ended:
 	// other work on the machine is the main source of noise.
 	LoadAverage LoadAverage `json:"load_average"`
@@ -570,6 +572,7 @@ func (r *Results) writeMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "CPU time isolatord used while the data plane was measured: %.2f s with 1 container, %.2f s with %s.\n", *c1, *cn, nn)
 	}
 	r.Shared.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
+	r.Amplification.writeMarkdown(w, r.Config.Containers)
 
 	pass, miss, nm := 0, 0, 0
 	var missed []string
