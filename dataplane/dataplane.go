@@ -550,6 +550,10 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := d.step("demux"); err != nil {
 		return p, err
 	}
+	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	undo.push("echo origin", func() error { return d.eth0.DelEchoOrigin(veth) })
 	if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
 		return p, fmt.Errorf("container %s: ARP/ICMP fan-out: %w", c.ID, err)
 	}

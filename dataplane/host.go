@@ -127,6 +127,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err := d.startNeigh(hl.Eth0Index); err != nil {
 		return info, err
 	}
+	if err := eth0.EchoSteering(); err != nil {
+		d.log.Warn("echo replies to the host IP are not steered by learning (cls_bpf on eth0); replies no container's ports attribute are mirrored to every container", "err", err)
+	}
 
 	cp, err := d.sysctlsToCopy()
 	if err != nil {

@@ -52,3 +52,45 @@ func (d *DataPlane) NeighStats() neighsync.Stats {
 	}
 	return d.neigh.Stats()
 }
+
+// Echo replies: the eth0 demux learns which container sent an echo request
+// from the device it reached eth0 from (tcfilter/echo.go): the container's
+// veth, or its egress shaper's exit. Both are registered as origins.
+
+// echoOriginShaper registers container id's shaper exit xi as an origin of
+// its veth's echo requests.
+func (d *DataPlane) echoOriginShaper(id string, xi int) error {
+	vi, err := d.linkIndex(VethName(id))
+	if err != nil || vi == 0 {
+		return err // no veth yet: Setup registers it with the veth
+	}
+	return d.eth0.SetEchoOrigin(xi, vi)
+}
+
+// adoptEchoOrigins registers a recovered container's veth and shaper exit.
+func (d *DataPlane) adoptEchoOrigins(id string, veth int) error {
+	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil {
+		return err
+	}
+	_, exit := ShaperNames(id)
+	if xi, err := d.recoveryLinkIndex(exit); err == nil && xi > 0 {
+		return d.eth0.SetEchoOrigin(xi, veth)
+	}
+	return nil
+}
+
+// dropEchoOrigins forgets a container's veth and shaper exit (best effort:
+// a stale origin only matters if its ifindex is reused, and then it points
+// at a veth that is gone).
+func (d *DataPlane) dropEchoOrigins(id string, veth int) {
+	if veth == 0 {
+		veth, _ = d.linkIndex(VethName(id))
+	}
+	_, exit := ShaperNames(id)
+	xi, _ := d.linkIndex(exit)
+	for _, i := range []int{veth, xi} {
+		if err := d.eth0.DelEchoOrigin(i); err != nil {
+			d.log.Warn("echo origin not removed", "container", id, "ifindex", i, "err", err)
+		}
+	}
+}

@@ -263,6 +263,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		c, veth = rec.c, rec.veth
 	}
 	d.dropNeigh(c.ID)
+	d.dropEchoOrigins(c.ID, veth)
 	var errs []error
 	miss := func(format string, args ...any) { rep.Missing = append(rep.Missing, fmt.Sprintf(format, args...)) }
 
@@ -406,6 +407,10 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	err = d.addNeigh(c.ID, ns)
 	ns.Close()
 	if err != nil {
+		return fmt.Errorf("adopt %s: %w", c.ID, err)
+	}
+	if err := d.adoptEchoOrigins(c.ID, veth); err != nil {
+		d.dropNeigh(c.ID)
 		return fmt.Errorf("adopt %s: %w", c.ID, err)
 	}
 	for _, port := range c.Shared.Ports() {

@@ -202,6 +202,9 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 	if err := d.shaper(ei).Apply(l); err != nil {
 		return fail(err)
 	}
+	if err := d.echoOriginShaper(id, xi); err != nil {
+		return fail(err)
+	}
 	for _, i := range []int{xi, ei} {
 		if err := netns.LinkUp(d.h, i); err != nil {
 			return fail(err)

@@ -35,6 +35,8 @@ type HostDemux struct {
 	spreadUsed map[uint32]uint16      // spread table id -> shared port
 	fanout     map[uint16]int         // slot -> mirror target (ARP and ICMP)
 	stale      []tableRef             // unlinked tables the kernel still held busy
+	echo       *echoSteer             // echo programs and maps (eth0, echo.go); nil: fan-out
+	echoErr    error                  // why echo is nil after Init
 }
 
 type owned struct {
@@ -99,10 +101,9 @@ func (x *HostDemux) rootNodes() []node {
 			// node of TableICMP is terminal.
 			node{prio: PrioIP, handle: nodeRootICMPFrag, link: TableICMPFn, classid: ClassStop,
 				sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), dstKey(x.dst))},
-			// ARP stays with the host: containers get their neighbours
-			// from the host's table (package neighsync), so no ARP frame
-			// is ever copied to a container.
-			node{prio: PrioARP, handle: nodeARPRoot, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL)},
+			// No ARP classifier: ARP stays with the host; containers get
+			// their neighbours from the host's table (package neighsync),
+			// so no ARP frame is ever copied to a container.
 		)
 	}
 	return ns
@@ -115,7 +116,7 @@ func (x *HostDemux) tableNodes() []node {
 		sel: hashOn(sel(0), 0, 0x0000ff00), // dport high byte
 	}}
 	if x.dst != nil {
-		ns = append(ns, icmpTableNodes()...)
+		ns = append(ns, icmpTableNodes(x.echo == nil)...)
 	}
 	return ns
 }
@@ -217,6 +218,12 @@ func (x *HostDemux) initLocked() error {
 			return err
 		}
 	}
+	if x.dst != nil {
+		if err := x.dropARP(); err != nil {
+			return err
+		}
+		x.initEcho()
+	}
 	fs, err := x.d.list()
 	if err != nil {
 		return err
@@ -228,10 +235,9 @@ func (x *HostDemux) initLocked() error {
 	if x.dst != nil {
 		// ICMP nodes of an older layout, the ARP fan-out table of an
 		// older version (unlinked by syncFixed), TablePort nodes.
-		if err := x.pruneTable(fs, PrioIP, TableICMP, icmpTableNodes()); err != nil {
+		if err := x.pruneTable(fs, PrioIP, TableICMP, icmpTableNodes(x.echo == nil)); err != nil {
 			return err
 		}
-		x.addStale(tableRef{KindARP, PrioARP, TableARPFan})
 		if err := x.repairPorts(fs); err != nil {
 			return err
 		}
@@ -819,6 +825,9 @@ func (x *HostDemux) Clear() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.ready = false
+	if x.dst != nil {
+		x.dropEcho()
+	}
 	fs, err := x.d.list()
 	if err != nil {
 		return err

@@ -1,8 +1,11 @@
 package tcfilter
 
 import (
+	"errors"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 )
@@ -72,8 +75,10 @@ func toPorts(s *nl.TcU32Sel, off uint16) *nl.TcU32Sel {
 	return hashOn(s, int16(off), 0xff000000)
 }
 
-// icmpTableNodes are the fixed nodes of TableICMP (eth0 only).
-func icmpTableNodes() []node {
+// icmpTableNodes are the fixed nodes of TableICMP (eth0 only); without
+// fan-out (echo replies steered by learning, echo.go) the two fan-out links
+// are left out and what TablePort cannot attribute stays with the host.
+func icmpTableNodes(fanout bool) []node {
 	mk := func(id uint32, s *nl.TcU32Sel, link uint32) node {
 		n := node{prio: PrioIP, handle: MakeU32Handle(TableICMP, 0, id), sel: s, link: link}
 		if s.Flags&nl.TC_U32_TERMINAL != 0 {
@@ -82,16 +87,20 @@ func icmpTableNodes() []node {
 		return n
 	}
 	echoErr := append(innerKeys(ipprotoICMP), key(icmpInnerL4, 0xff000000, 8<<24))
-	return []node{
+	ns := []node{
 		mk(nodeEchoStop, sel(nl.TC_U32_TERMINAL, icmpTypeKey(8)), 0),
 		mk(nodeICMPErrTCP, toPorts(sel(nl.TC_U32_TERMINAL, innerKeys(ipprotoTCP)...), icmpInnerL4), TablePort),
 		mk(nodeICMPErrUDP, toPorts(sel(nl.TC_U32_TERMINAL, innerKeys(ipprotoUDP)...), icmpInnerL4), TablePort),
 		mk(nodeICMPErrEcho, toPorts(sel(0, echoErr...), icmpInnerL4+icmpEchoID), TablePort),
-		mk(nodeICMPErrEchoFn, sel(nl.TC_U32_TERMINAL, echoErr...), TableICMPFn),
-		mk(nodeEchoReply, toPorts(sel(0, icmpTypeKey(0)), icmpEchoID), TablePort),
-		mk(nodeEchoReplyFn, sel(nl.TC_U32_TERMINAL, icmpTypeKey(0)), TableICMPFn),
-		mk(nodeICMPHost, sel(nl.TC_U32_TERMINAL), 0),
 	}
+	if fanout {
+		ns = append(ns, mk(nodeICMPErrEchoFn, sel(nl.TC_U32_TERMINAL, echoErr...), TableICMPFn))
+	}
+	ns = append(ns, mk(nodeEchoReply, toPorts(sel(0, icmpTypeKey(0)), icmpEchoID), TablePort))
+	if fanout {
+		ns = append(ns, mk(nodeEchoReplyFn, sel(nl.TC_U32_TERMINAL, icmpTypeKey(0)), TableICMPFn))
+	}
+	return append(ns, mk(nodeICMPHost, sel(nl.TC_U32_TERMINAL), 0))
 }
 
 // portNodes are the TablePort nodes of range r (eth0 only): one per 256-port
@@ -198,4 +207,34 @@ func (x *HostDemux) pruneTable(fs []*netlink.U32, prio uint16, htid uint32, want
 		}
 	}
 	return nil
+}
+
+// dropARP removes the ARP classifier of an older layout from eth0 (a root
+// node linking to the ARP fan-out table TableARPFan, one mirror per
+// container): root nodes, then the table, then the priority, so that no
+// orphaned table is left (see Clear). With x.mu held.
+func (x *HostDemux) dropARP() error {
+	fs, err := x.d.list()
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, f := range fs {
+		if f.Priority != PrioARP {
+			continue
+		}
+		found = true
+		if htid, _, _ := SplitU32Handle(f.Handle); htid >= 0x800 {
+			if err := x.d.del(KindARP, PrioARP, f.Handle); err != nil && !errors.Is(err, unix.ENOENT) {
+				return err
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	if _, err := x.d.delTables([]tableRef{{KindARP, PrioARP, TableARPFan}}, tableBusyTimeout); err != nil {
+		return err
+	}
+	return x.d.delPrio(KindARP, PrioARP)
 }

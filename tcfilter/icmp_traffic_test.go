@@ -302,3 +302,55 @@ func TestPMTUFromContainer(t *testing.T) {
 		t.Errorf("A's path MTU to the far server is %d, want 1300", rs[0].MTU)
 	}
 }
+
+// TestEchoRepliesLearned: a container's ping (raw socket, random
+// identifier, in none of its ports) gets its replies exactly once, and no
+// other container sees them: eth0 egress learned {identifier, peer}.
+func TestEchoRepliesLearned(t *testing.T) {
+	w := newWire(t)
+	if err := w.eth0D.EchoSteering(); err != nil {
+		t.Skipf("echo replies are not steered by learning here: %v", err)
+	}
+	a := w.plumb(t, "ca", 1, rg(32768, 33791))
+	b := w.plumb(t, "cb", 2, rg(33792, 34815))
+	beforeB := icmpIn(t, b.c.Do, "InEchoReps")
+	var res traffic.PingResult
+	if err := a.c.Do(func() (err error) {
+		res, err = traffic.PingStats(context.Background(), w.s.ClientIP, 3, 2*time.Second)
+		return err
+	}); err != nil || !res.ExactlyOnce() {
+		t.Fatalf("A's ping of the client: %+v (%v), want exactly one reply each", res, err)
+	}
+	// a restarted daemon's demux takes over the programs and what they learned
+	d2 := NewHostDemux(w.h, w.eth0, "eth0", w.s.HostIP, nil)
+	if err := d2.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.EchoSteering(); err != nil || progID(d2.echo.steerFd) != progID(w.eth0D.echo.steerFd) ||
+		progID(d2.echo.learnFd) != progID(w.eth0D.echo.learnFd) {
+		t.Errorf("a second demux did not take over the echo programs: %v", err)
+	}
+	if err := a.c.Do(func() (err error) {
+		res, err = traffic.PingStats(context.Background(), w.s.ClientIP, 2, 2*time.Second)
+		return err
+	}); err != nil || !res.ExactlyOnce() {
+		t.Fatalf("A's ping after the takeover: %+v (%v)", res, err)
+	}
+	// the host's own ping is not learned and gets its replies
+	if err := w.s.Host.Do(func() (err error) {
+		res, err = traffic.PingStats(context.Background(), w.s.ClientIP, 2, 2*time.Second)
+		return err
+	}); err != nil || !res.ExactlyOnce() {
+		t.Fatalf("host's ping of the client: %+v (%v)", res, err)
+	}
+	var snd *traffic.ICMPSender
+	if err := w.s.Client.Do(func() (err error) { snd, err = traffic.OpenICMPSender(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	snd.Send(w.s.HostIP, traffic.EchoReply(34000, 1)) // marker: B's identifier
+	waitFor(t, "marker at cb", 5*time.Second, func() bool { return icmpIn(t, b.c.Do, "InEchoReps") >= beforeB+1 })
+	if n := icmpIn(t, b.c.Do, "InEchoReps") - beforeB; n != 1 {
+		t.Errorf("B received %d echo replies, want only the marker", n)
+	}
+}

@@ -157,6 +157,7 @@ func (w *wire) plumb(t *testing.T, name string, slot uint16, ranges ...ephemeral
 	must(w.eth0D.AddRanges(slot, veth, ranges))
 	must(w.loD.AddRanges(slot, veth, ranges))
 	must(w.eth0D.AddFanout(slot, veth))
+	must(w.eth0D.SetEchoOrigin(veth, veth))
 	return &ctr{vf: vf, name: name, c: c, slot: slot, veth: veth, ranges: ranges}
 }
 

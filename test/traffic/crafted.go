@@ -88,11 +88,11 @@ func ICMPError(typ, code uint8, mtu uint16, proto uint8, src net.IP, sport uint1
 	ip[8], ip[9] = 64, proto
 	copy(ip[12:16], src.To4())
 	copy(ip[16:20], dst.To4())
-	binary.BigEndian.PutUint16(ip[10:], checksum(ip))
+	binary.BigEndian.PutUint16(ip[10:], Checksum(ip))
 	l4 := m[28:]
 	binary.BigEndian.PutUint16(l4[0:], sport)
 	binary.BigEndian.PutUint16(l4[2:], dport)
-	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	binary.BigEndian.PutUint16(m[2:], Checksum(m))
 	return m
 }
 
@@ -101,7 +101,7 @@ func EchoReply(id, seq uint16) []byte {
 	m := echoRequest(id, seq)
 	m[0] = 0
 	m[2], m[3] = 0, 0
-	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	binary.BigEndian.PutUint16(m[2:], Checksum(m))
 	return m
 }
 

@@ -1,0 +1,483 @@
+package tcfilter
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Echo replies by learning (eth0 only, when the kernel has cls_bpf and a
+// clsact qdisc on eth0).
+//
+// A container's ping cannot be told apart by its echo identifier alone:
+// Linux ping sockets (SOCK_DGRAM, IPPROTO_ICMP) take identifiers from one
+// global rover, raw-socket pingers (busybox, iputils as root) use their pid
+// or a random number, and none of them stays in the container's ports. So
+// the host learns them, exactly, at the one place every container's echo
+// request passes: host eth0's egress.
+//
+//   - learn (clsact egress of eth0, cls_bpf direct-action, prio 1): an echo
+//     request (IHL 5, first fragment) whose skb_iif (the device mirred
+//     redirected it from: the container's veth, or its egress shaper's
+//     exit) is in the origin map records {identifier, destination} ->
+//     the container's veth in the echo map (LRU, echoEntries entries). The
+//     host's own requests (skb_iif 0) and anything not in the origin map
+//     are not learned.
+//   - steer (clsact ingress of eth0, cls_bpf direct-action, prio 1, before
+//     the u32 demux at prio 2): an echo reply to the host IP, or an ICMP
+//     error (type 3 or 11) quoting an echo request, whose {identifier,
+//     peer} is in the echo map is redirected to that veth; everything else
+//     continues to the u32 demux (TC_ACT_UNSPEC), where echo replies with
+//     an identifier in a container's ports go to it (TablePort) and the
+//     rest stays with the host.
+//
+// Per packet: one 42-byte load and a few compares for every IPv4 packet on
+// eth0, one hash lookup per echo reply (ingress) or echo request
+// (egress): flat in the number of containers; no copies.
+//
+// What ping from a container relies on: its echo request leaves through
+// host eth0 (the veth's ICMP redirect) before the reply comes back, and no
+// other container pings the same peer with the same identifier at the same
+// time (then the last one to send gets the replies: the same as two raw
+// pingers in one namespace, which see each other's replies). A container
+// that sends an echo request with the identifier the host uses to ping
+// the same peer takes the host's replies to that peer: the host should
+// not rely on ping replies for anything that matters. A restarted daemon
+// starts with an empty echo map: replies to requests sent before the
+// restart go to the host (ping loses at most the replies in flight).
+//
+// Without cls_bpf (or without clsact on eth0), echo replies and errors
+// about echo requests that TablePort cannot attribute are mirrored to every
+// container (TableICMPFn), as before.
+
+// Prio of the echo programs on eth0 (ingress and egress). eth0 has no ARP
+// classifier (ARP stays with the host), so prio 1 is free there.
+const (
+	PrioEcho    uint16 = 1
+	echoHandle         = 1
+	echoEntries        = 65536 // learned {identifier, peer}; LRU
+	originMax          = 16384 // veths and shaper exits
+)
+
+type echoSteer struct {
+	echo, origin     *bpfMap
+	steerFd, learnFd int
+}
+
+func (e *echoSteer) close() {
+	e.echo.close()
+	e.origin.close()
+	unix.Close(e.steerFd)
+	unix.Close(e.learnFd)
+}
+
+// stack layout of both programs (offsets from r10)
+const (
+	stkPkt    = -48 // 42 bytes of the frame (Ethernet + IPv4 + 8), or 28 inner bytes
+	stkKey    = -56 // 8: identifier (2), 0 (2), peer address (4)
+	stkValue  = -64 // 4: veth ifindex
+	stkOrigin = -72 // 4: skb_iif
+)
+
+func pkt(i int) int16 { return int16(stkPkt + i) }
+
+// loadHeader loads the first 42 bytes (Ethernet, IPv4 without options,
+// 8 bytes of ICMP) and checks: IPv4 IHL 5, ICMP, first fragment.
+func loadHeader(a *asm) {
+	a.movReg(r1, r6)
+	a.movImm(r2, 0)
+	a.movReg(r3, r10)
+	a.addImm(r3, stkPkt)
+	a.movImm(r4, 42)
+	a.call(helperLoadBytes)
+	a.jmp(opJne32, r0, 0, "pass")
+	a.ldxB(r1, r10, pkt(14))
+	a.jmp(opJne32, r1, 0x45, "pass")
+	a.ldxB(r1, r10, pkt(23))
+	a.jmp(opJne32, r1, ipprotoICMP, "pass")
+	a.ldxB(r1, r10, pkt(20))
+	a.emit(opAndImm32, r1, 0, 0, 0x1f)
+	a.jmp(opJne32, r1, 0, "pass")
+	a.ldxB(r1, r10, pkt(21))
+	a.jmp(opJne32, r1, 0, "pass")
+	a.stW(r10, stkKey, 0)
+	a.stW(r10, stkKey+4, 0)
+}
+
+func passExit(a *asm) {
+	a.label("pass")
+	a.movImm(r0, tcActUnspec)
+	a.exit()
+}
+
+func steerProgram(echoFd int, hostIP net.IP) ([]byte, error) {
+	a := newAsm()
+	a.movReg(r6, r1)
+	loadHeader(a)
+	for i, b := range hostIP.To4() { // destination: the host IP
+		a.ldxB(r1, r10, pkt(30+i))
+		a.jmp(opJne32, r1, int32(b), "pass")
+	}
+	a.ldxB(r1, r10, pkt(34)) // ICMP type
+	a.jmp(opJeq32, r1, 0, "reply")
+	a.emit(opAndImm32, r1, 0, 0, 0xf7)
+	a.jmp(opJne32, r1, 3, "pass") // not 3 or 11
+	// an error: the quoted header (28 bytes from offset 42)
+	a.movReg(r1, r6)
+	a.movImm(r2, 42)
+	a.movReg(r3, r10)
+	a.addImm(r3, stkPkt)
+	a.movImm(r4, 28)
+	a.call(helperLoadBytes)
+	a.jmp(opJne32, r0, 0, "pass")
+	a.ldxB(r1, r10, pkt(0))
+	a.jmp(opJne32, r1, 0x45, "pass")
+	a.ldxB(r1, r10, pkt(9))
+	a.jmp(opJne32, r1, ipprotoICMP, "pass")
+	a.ldxB(r1, r10, pkt(20))
+	a.jmp(opJne32, r1, 8, "pass") // quoting an echo request
+	a.copyBytes(stkKey, pkt(24), 2)
+	a.copyBytes(stkKey+4, pkt(16), 4) // its destination: the peer
+	a.jmp(opJa, 0, 0, "lookup")
+	a.label("reply")
+	a.copyBytes(stkKey, pkt(38), 2)
+	a.copyBytes(stkKey+4, pkt(26), 4) // the source: the peer
+	a.label("lookup")
+	a.ldMap(r1, echoFd)
+	a.movReg(r2, r10)
+	a.addImm(r2, stkKey)
+	a.call(helperMapLookup)
+	a.jmp(opJeqImm, r0, 0, "pass")
+	a.ldxW(r1, r0, 0)
+	a.movImm(r2, 0)
+	a.call(helperRedirect) // returns TC_ACT_REDIRECT
+	a.exit()
+	passExit(a)
+	return a.assemble()
+}
+
+func learnProgram(echoFd, originFd int) ([]byte, error) {
+	a := newAsm()
+	a.movReg(r6, r1)
+	a.ldxW(r7, r6, 36) // __sk_buff.ingress_ifindex (skb_iif)
+	a.jmp(opJeq32, r7, 0, "pass")
+	a.stxW(r10, r7, stkOrigin)
+	a.ldMap(r1, originFd)
+	a.movReg(r2, r10)
+	a.addImm(r2, stkOrigin)
+	a.call(helperMapLookup)
+	a.jmp(opJeqImm, r0, 0, "pass")
+	a.ldxW(r8, r0, 0)
+	a.stxW(r10, r8, stkValue)
+	loadHeader(a)
+	a.ldxB(r1, r10, pkt(34))
+	a.jmp(opJne32, r1, 8, "pass") // echo request
+	a.copyBytes(stkKey, pkt(38), 2)
+	a.copyBytes(stkKey+4, pkt(30), 4) // destination: the peer
+	a.ldMap(r1, echoFd)
+	a.movReg(r2, r10)
+	a.addImm(r2, stkKey)
+	a.movReg(r3, r10)
+	a.addImm(r3, stkValue)
+	a.movImm(r4, 0) // BPF_ANY
+	a.call(helperMapUpdate)
+	passExit(a)
+	return a.assemble()
+}
+
+func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
+	e := &echoSteer{steerFd: -1, learnFd: -1}
+	if e.echo, err = newBPFMap(unix.BPF_MAP_TYPE_LRU_HASH, 8, 4, echoEntries, "iso_echo"); err != nil {
+		return nil, err
+	}
+	if e.origin, err = newBPFMap(unix.BPF_MAP_TYPE_HASH, 4, 4, originMax, "iso_echo_origin"); err != nil {
+		e.echo.close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	code, err := steerProgram(e.echo.fd, hostIP)
+	if err != nil {
+		return nil, err
+	}
+	if e.steerFd, err = loadSchedCls("iso_echo_steer", code); err != nil {
+		return nil, err
+	}
+	if code, err = learnProgram(e.echo.fd, e.origin.fd); err != nil {
+		return nil, err
+	}
+	if e.learnFd, err = loadSchedCls("iso_echo_learn", code); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (x *HostDemux) echoFilter(parent uint32, fd int, name string) *netlink.BpfFilter {
+	return &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: x.d.ifindex, Parent: parent, Priority: PrioEcho,
+			Protocol: unix.ETH_P_IP, Handle: echoHandle},
+		Fd: fd, Name: name, DirectAction: true,
+	}
+}
+
+// initEcho (eth0, with x.mu held) makes the echo programs run: created
+// once per HostDemux, attached (or re-attached) unless the kernel already
+// runs ours. On failure the demux falls back to the ICMP fan-out; the
+// reason is kept for EchoSteering.
+func (x *HostDemux) initEcho() {
+	names, err := echoFilterNames(x.dst)
+	if err != nil {
+		x.echoErr = err
+		return
+	}
+	if x.echo == nil {
+		// A restarted daemon takes over the programs (and the learned
+		// identifiers) of its predecessor when they are the same code.
+		x.echo = x.adoptEcho(names)
+	}
+	if x.echo == nil {
+		e, err := newEchoSteer(x.dst)
+		if err != nil {
+			x.echoErr = err
+			return
+		}
+		x.echo = e
+	}
+	for _, f := range []struct {
+		parent uint32
+		fd     int
+		name   string
+	}{{netlink.HANDLE_MIN_INGRESS, x.echo.steerFd, names[0]}, {netlink.HANDLE_MIN_EGRESS, x.echo.learnFd, names[1]}} {
+		if id := x.echoFilterID(f.parent, f.name); id != 0 && id == progID(f.fd) {
+			continue
+		}
+		err := x.d.h.FilterReplace(x.echoFilter(f.parent, f.fd, f.name))
+		x.d.observe(OpUpdate, KindICMP, err)
+		if err != nil {
+			x.echoErr = fmt.Errorf("%s: attach %s: %w", x.d.label, f.name, err)
+			x.dropEcho()
+			return
+		}
+	}
+	x.echoErr = nil
+}
+
+// echoFilterID returns the program id of the echo filter named name on
+// parent (0: none). Filter names carry a digest of the program's code, so a
+// name match means the same code (and host IP).
+func (x *HostDemux) echoFilterID(parent uint32, name string) int {
+	fs, err := x.d.h.FilterList(linkRef(x.d.ifindex), parent)
+	if err != nil {
+		return 0
+	}
+	for _, f := range fs {
+		if b, ok := f.(*netlink.BpfFilter); ok && b.Priority == PrioEcho && b.Name == name {
+			return b.Id
+		}
+	}
+	return 0
+}
+
+// echoFilterNames are the filter names of the steer and learn programs:
+// the program name and a digest of its code (map references zeroed).
+func echoFilterNames(hostIP net.IP) ([2]string, error) {
+	s, err := steerProgram(0, hostIP)
+	if err != nil {
+		return [2]string{}, err
+	}
+	l, err := learnProgram(0, 0)
+	if err != nil {
+		return [2]string{}, err
+	}
+	ds, dl := sha256.Sum256(s), sha256.Sum256(l)
+	return [2]string{fmt.Sprintf("iso_echo_steer-%x", ds[:6]), fmt.Sprintf("iso_echo_learn-%x", dl[:6])}, nil
+}
+
+// adoptEcho takes over the echo programs and maps the kernel runs under
+// these names (a restarted daemon); nil if they are not all there.
+func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
+	sid := x.echoFilterID(netlink.HANDLE_MIN_INGRESS, names[0])
+	lid := x.echoFilterID(netlink.HANDLE_MIN_EGRESS, names[1])
+	if sid == 0 || lid == 0 {
+		return nil
+	}
+	e := &echoSteer{steerFd: -1, learnFd: -1}
+	var err error
+	if e.steerFd, err = fdByID(unix.BPF_PROG_GET_FD_BY_ID, sid); err != nil {
+		return nil
+	}
+	if e.learnFd, err = fdByID(unix.BPF_PROG_GET_FD_BY_ID, lid); err != nil {
+		unix.Close(e.steerFd)
+		return nil
+	}
+	for _, id := range progMapIDs(e.learnFd) {
+		fd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
+		if err != nil {
+			continue
+		}
+		switch mapName(fd) {
+		case "iso_echo":
+			e.echo = &bpfMap{fd: fd}
+		case "iso_echo_origin":
+			e.origin = &bpfMap{fd: fd}
+		default:
+			unix.Close(fd)
+		}
+	}
+	if e.echo == nil || e.origin == nil {
+		for _, m := range []*bpfMap{e.echo, e.origin} {
+			if m != nil {
+				m.close()
+			}
+		}
+		unix.Close(e.steerFd)
+		unix.Close(e.learnFd)
+		return nil
+	}
+	return e
+}
+
+func fdByID(cmd, id int) (int, error) {
+	attr := struct{ id, next, flags uint32 }{id: uint32(id)}
+	return bpfSys(cmd, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+}
+
+// objInfo fills info for the program or map behind fd.
+func objInfo(fd int, info []byte) error {
+	attr := struct {
+		fd, infoLen uint32
+		info        uint64
+	}{fd: uint32(fd), infoLen: uint32(len(info)), info: uint64(uintptr(unsafe.Pointer(&info[0])))}
+	_, err := bpfSys(unix.BPF_OBJ_GET_INFO_BY_FD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	runtime.KeepAlive(info)
+	return err
+}
+
+// progMapIDs lists the ids of the maps a program uses (bpf_prog_info:
+// nr_map_ids at 52, map_ids at 56).
+func progMapIDs(fd int) []int {
+	ids := make([]uint32, 8)
+	info := make([]byte, 256)
+	binary.NativeEndian.PutUint32(info[52:], uint32(len(ids)))
+	binary.NativeEndian.PutUint64(info[56:], uint64(uintptr(unsafe.Pointer(&ids[0]))))
+	err := objInfo(fd, info)
+	runtime.KeepAlive(ids)
+	if err != nil {
+		return nil
+	}
+	n := min(int(binary.NativeEndian.Uint32(info[52:])), len(ids))
+	out := make([]int, n)
+	for i := range out {
+		out[i] = int(ids[i])
+	}
+	return out
+}
+
+// mapName is a map's name (bpf_map_info.name at 24).
+func mapName(fd int) string {
+	info := make([]byte, 128)
+	if objInfo(fd, info) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(info[24:40])
+}
+
+// progID reads the id of the program behind fd (0 if unknown).
+func progID(fd int) int {
+	info := make([]byte, 256)
+	if objInfo(fd, info) != nil {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint32(info[4:8])) // bpf_prog_info: type, id
+}
+
+// dropEcho detaches the echo programs and releases them (fallback, Clear).
+func (x *HostDemux) dropEcho() {
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		err := x.d.h.FilterDel(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: x.d.ifindex, Parent: parent, Priority: PrioEcho, Protocol: unix.ETH_P_IP, Handle: echoHandle}})
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			x.d.observe(OpRemove, KindICMP, err)
+		}
+	}
+	if x.echo != nil {
+		x.echo.close()
+		x.echo = nil
+	}
+}
+
+// EchoSteering reports whether echo replies are steered by learning (nil)
+// or fall back to the fan-out (the reason). Meaningful after Init.
+func (x *HostDemux) EchoSteering() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.dst == nil {
+		return ErrNoFanout
+	}
+	if x.echo == nil && x.echoErr == nil {
+		return errors.New("not initialised")
+	}
+	return x.echoErr
+}
+
+func ifKey(i int) []byte {
+	b := make([]byte, 4)
+	binary.NativeEndian.PutUint32(b, uint32(i))
+	return b
+}
+
+// SetEchoOrigin makes echo requests that reach eth0 from device iif (a
+// container's host veth, or its egress shaper's exit) teach the demux to
+// send the replies to target (the container's veth). No-op without the
+// echo programs.
+func (x *HostDemux) SetEchoOrigin(iif, target int) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.echo == nil || iif <= 0 || target <= 0 {
+		return nil
+	}
+	if err := x.echo.origin.update(ifKey(iif), ifKey(target)); err != nil {
+		return fmt.Errorf("%s: echo origin %d -> %d: %w", x.d.label, iif, target, err)
+	}
+	return nil
+}
+
+// DelEchoOrigin forgets device iif (missing is fine).
+func (x *HostDemux) DelEchoOrigin(iif int) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.echo == nil || iif <= 0 {
+		return nil
+	}
+	if err := x.echo.origin.delete(ifKey(iif)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s: echo origin %d: %w", x.d.label, iif, err)
+	}
+	return nil
+}
+
+// echoLearned returns the veth learned for {id, peer} (0: none); for tests.
+func (x *HostDemux) echoLearned(id uint16, peer net.IP) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.echo == nil {
+		return 0
+	}
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint16(k, id)
+	copy(k[4:], peer.To4())
+	v := make([]byte, 4)
+	if x.echo.echo.lookup(k, v) != nil {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint32(v))
+}
