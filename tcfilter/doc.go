@@ -11,7 +11,8 @@
 //
 // Every device gets at most two u32 classifiers, at parent ffff:fff2 (which
 // clsact and the old ingress qdisc both accept): PrioARP (1, ETH_P_ARP) and
-// PrioIP (2, ETH_P_IP). All nodes have explicit handles htid:bucket:node
+// PrioIP (2, ETH_P_IP). Host eth0 has no ARP classifier; its prio 1 holds
+// the cls_bpf echo programs (PrioEcho, ingress and egress, echo.go). All nodes have explicit handles htid:bucket:node
 // (FormatHandle prints them like tc); automatic node ids are never used
 // (they wrap at 0x7ff and duplicate past 4095). Table ids are per qdisc
 // hook, so every device reuses the same numbers; the kernel numbers each
@@ -23,9 +24,10 @@
 //	                                           014 host source, 015 loopback,
 //	                                           016 ICMP, 017 fragments,
 //	                                           018 -> 019 (quoted dport)
-//	003  ICMP  divisor 1   (eth0)
-//	004  ICMP fan-out, divisor 1 (eth0)
-//	005  ARP fan-out, divisor 1, ARP prio (eth0)
+//	003  ICMP  divisor 1   (eth0, icmp.go)
+//	004  ICMP fan-out, divisor 1 (eth0; only without cls_bpf, and non-first fragments)
+//	005  (was the ARP fan-out; deleted by Init)
+//	006  TablePort divisor 256 on port>>8 (eth0): ICMP errors by quoted sport, echo by id
 //	100+b H2_b divisor 16 on (dport>>4)&15, for dport>>8 == b
 //	200..7ff spread tables of shared ports, divisor SpreadBuckets
 //
@@ -71,19 +73,30 @@
 //     waiting (Flush and Clear wait; Init also sweeps unlinked H2 ids).
 //     Stale tables are empty and unreachable; an H2 table id needed again is
 //     simply re-linked.
-//   - ARP fan-out (eth0): the ARP priority's root node links to table 005,
-//     which holds one match-all node per container (node id = slot) with ONE
-//     mirred egress mirror whose control action is TC_ACT_UNSPEC, so u32
-//     goes on to the next container and finally the host keeps the original.
-//     Adding a container adds one node; no 32-actions-per-filter limit.
-//   - ICMP fan-out (eth0): root node 3 (ICMP first fragment to the host IP,
-//     eat) links to table 003: node 1, "ICMP type 8" (echo request), is
-//     terminal without action, so only the host answers pings of the host IP
-//     (no duplicate replies, whatever the containers' icmp_echo_ignore_all);
-//     node 2 is a terminal link to 004, one mirror-and-continue node per
-//     container, so echo replies and ICMP errors (frag-needed) reach every
-//     container and then the host. Root node 4 fans out non-first ICMP
-//     fragments (large echo replies) the same way.
+//   - ARP (eth0): no classifier, so every ARP frame stays with the host and
+//     none is copied to a container, whatever the number of containers.
+//     Containers get their neighbours from the host's table (package
+//     neighsync: they ask the daemon instead of the wire, app_solicit; the
+//     daemon writes the host's entry, making the host resolve first if
+//     needed). Requests for the host IP are answered by the host alone.
+//   - ICMP (eth0, icmp.go): root node 3 (ICMP first fragment to the host
+//     IP, eat) links to table 003: an echo request stops there (only the
+//     host answers pings of the host IP); an error (destination unreachable
+//     incl. frag-needed, time exceeded) quoting a TCP or UDP header without
+//     options is hashed on the quoted source port into TablePort, whose
+//     nodes (one per range and 256-port chunk, copies of the range nodes
+//     keyed on the high half of the word) redirect it to the one container
+//     owning that port; an error about a port nobody owns (the host's own
+//     flows) stays with the host. Echo replies are first matched by the
+//     cls_bpf steer program (echo.go: identifiers learned from containers'
+//     echo requests on eth0 egress), then by identifier in TablePort (a
+//     pinger that binds an identifier in its own ports), then stay with
+//     the host. Without cls_bpf, unattributed echo replies and errors about
+//     echo requests are mirrored to every container through 004 (one
+//     mirror-and-continue node per container), as are non-first ICMP
+//     fragments (root node 4) in both modes. Per ICMP packet: one hash and
+//     the nodes of one 256-port chunk of TablePort (at most 256, bounded by
+//     the port space, not by the number of containers).
 //   - Shared ports (SetShared, SetSpread): the port's node in its H2 bucket
 //     (key dport == P) links to its own spread table, hashed on source-port
 //     bits 1..8 (bit 0 is skipped: Linux connect() prefers even ports) into
@@ -311,9 +324,14 @@
 //   - A container cannot send IP options (a host process could, with
 //     IP_OPTIONS): the veth checks every key at fixed offsets, and
 //     containers have no use for them.
-//   - Fan-out costs one clone per container per ARP/ICMP packet, and adding
-//     or removing a fan-out node costs O(containers) in the kernel (its node
-//     list is sorted and walked); ~0.2 ms at 1,000 containers.
+//   - No ARP frame and no attributable ICMP packet is cloned per container.
+//     What is still fanned out (one clone per container): non-first ICMP
+//     fragments to the host IP, and without cls_bpf echo replies no
+//     container's ports attribute. Adding or removing a fan-out node costs
+//     O(containers) in the kernel (its node list is sorted and walked);
+//     ~0.2 ms at 1,000 containers.
+//   - ICMP errors quoting a packet with IP options, or a shared port's flow,
+//     stay with the host.
 //
 // # Kernel behaviour this code depends on (6.18)
 //

@@ -39,9 +39,13 @@ const (
 	ampICMPError = "icmp_error"
 	ampEchoOwned = "echo_reply_owned"
 	ampEchoOther = "echo_reply_unowned"
+	ampIdle      = "idle" // nothing sent: the softirq baseline
 )
 
-var ampKinds = []string{ampARPOther, ampARPReply, ampICMPError, ampEchoOwned, ampEchoOther}
+var ampKinds = []string{ampIdle, ampARPOther, ampARPReply, ampICMPError, ampEchoOwned, ampEchoOther, ampIdle + "_after"}
+
+// isIdle reports whether kind sends nothing.
+func isIdle(kind string) bool { return strings.HasPrefix(kind, ampIdle) }
 
 // ampTargetCopies are the copies per message aimed at (-1: flat in N only).
 var ampTargetCopies = map[string]float64{ampARPOther: 0, ampARPReply: 0, ampICMPError: 1, ampEchoOwned: 1, ampEchoOther: -1}
@@ -109,6 +113,10 @@ func (s *ampSender) close() {
 // send sends one message of kind.
 func (s *ampSender) send(kind string, i int) error {
 	host, client := sandbox.HostIP, sandbox.ClientIP
+	switch {
+	case isIdle(kind):
+		return nil
+	}
 	switch kind {
 	case ampARPOther:
 		return s.frames.Send(traffic.ARPFrame(traffic.Broadcast, s.cmac, traffic.ARPRequest, client, nil, net.IPv4(198, 18, 0, byte(100+i%100))))
@@ -233,7 +241,7 @@ func (b *bench) amplifyIn(ctx context.Context, a *Amplification, name string, sb
 			if err != nil {
 				return err
 			}
-			if rx-rx0 >= int64(total) || time.Now().After(deadline) {
+			if rx-rx0 >= int64(total) || isIdle(kind) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -249,7 +257,7 @@ func (b *bench) amplifyIn(ctx context.Context, a *Amplification, name string, sb
 		}
 		got := rx - rx0
 		a.Messages[name][kind] = got
-		if got > 0 {
+		if got > 0 && !isIdle(kind) {
 			a.Copies[name][kind] = ptr(float64(tx1-tx0) / float64(got))
 		}
 		a.Softirq[name][kind] = ptr(float64(si1-si0) / userHZ / elapsed.Seconds() * 100)
@@ -272,6 +280,11 @@ func ampRatio(s1, sn *float64) *float64 {
 
 func (a *Amplification) evaluate() {
 	for _, k := range ampKinds {
+		if isIdle(k) {
+			a.Ratios["softirq"][k] = ampRatio(a.Softirq["s1"][k], a.Softirq["sn"][k])
+			a.Status[k] = "baseline"
+			continue
+		}
 		c1, cn := a.Copies["s1"][k], a.Copies["sn"][k]
 		a.Ratios["copies"][k] = ampRatio(c1, cn)
 		a.Ratios["softirq"][k] = ampRatio(a.Softirq["s1"][k], a.Softirq["sn"][k])
@@ -303,11 +316,13 @@ func (a *Amplification) writeMarkdown(w io.Writer, n int) {
 		return
 	}
 	fmt.Fprintf(w, "\n## ARP and ICMP amplification\n\n")
-	fmt.Fprintf(w, "Each kind sent from the client at %d/s for %.1f s; copies = packets delivered to containers' veths per message the host received; softirq = the machine's softirq time while sending, %% of one CPU (machine-wide: other work adds to it).\n\n", a.Rate, a.Seconds)
+	fmt.Fprintf(w, "Each kind sent from the client at %d/s for %.1f s; copies = packets delivered to containers' veths per message the host received; softirq = the machine's softirq time while sending, %% of one CPU (machine-wide: other work adds to it; idle rows, sending nothing, before and after, are the baseline). Status: copies per message on target at 1 and N and flat (N/1 <= 1.3); softirq ratios are reported, not judged (machine-wide noise).\n\n", a.Rate, a.Seconds)
 	fmt.Fprintf(w, "| kind | target copies | copies (1) | copies (%d) | ratio | softirq %% (1) | softirq %% (%d) | ratio | status |\n|---|---|---|---|---|---|---|---|---|\n", n, n)
 	for _, k := range ampKinds {
 		want := "flat"
-		if t := ampTargetCopies[k]; t >= 0 {
+		if isIdle(k) {
+			want = "-"
+		} else if t := ampTargetCopies[k]; t >= 0 {
 			want = strconv.FormatFloat(t, 'f', 0, 64)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k, want,
