@@ -59,11 +59,12 @@ import (
 
 // Prio of the echo programs on eth0 (ingress and egress). eth0 has no ARP
 // classifier (ARP stays with the host), so prio 1 is free there.
+const PrioEcho uint16 = 1
+
 const (
-	PrioEcho    uint16 = 1
-	echoHandle         = 1
-	echoEntries        = 65536 // learned {identifier, peer}; LRU
-	originMax          = 16384 // veths and shaper exits
+	echoHandle  = 1
+	echoEntries = 65536 // learned {identifier, peer}; LRU
+	originMax   = 16384 // veths and shaper exits
 )
 
 type echoSteer struct {

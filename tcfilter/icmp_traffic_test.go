@@ -321,10 +321,23 @@ func TestEchoRepliesLearned(t *testing.T) {
 	}); err != nil || !res.ExactlyOnce() {
 		t.Fatalf("A's ping of the client: %+v (%v), want exactly one reply each", res, err)
 	}
+	// an echo request with a known identifier is learned for A's veth
+	var asnd *traffic.ICMPSender
+	if err := a.c.Do(func() (err error) { asnd, err = traffic.OpenICMPSender(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer asnd.Close()
+	if err := asnd.Send(w.s.ClientIP, traffic.EchoRequest(4242, 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "identifier 4242 learned", 5*time.Second, func() bool { return w.eth0D.echoLearned(4242, w.s.ClientIP) == a.veth })
 	// a restarted daemon's demux takes over the programs and what they learned
 	d2 := NewHostDemux(w.h, w.eth0, "eth0", w.s.HostIP, nil)
 	if err := d2.Init(); err != nil {
 		t.Fatal(err)
+	}
+	if got := d2.echoLearned(4242, w.s.ClientIP); got != a.veth {
+		t.Errorf("the second demux's echo map has %d for identifier 4242, want %d", got, a.veth)
 	}
 	if err := d2.EchoSteering(); err != nil || progID(d2.echo.steerFd) != progID(w.eth0D.echo.steerFd) ||
 		progID(d2.echo.learnFd) != progID(w.eth0D.echo.learnFd) {

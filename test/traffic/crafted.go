@@ -96,6 +96,10 @@ func ICMPError(typ, code uint8, mtu uint16, proto uint8, src net.IP, sport uint1
 	return m
 }
 
+// EchoRequest builds an ICMP echo request with identifier id and sequence
+// seq (16 bytes of payload).
+func EchoRequest(id, seq uint16) []byte { return echoRequest(id, seq) }
+
 // EchoReply builds an ICMP echo reply with identifier id and sequence seq.
 func EchoReply(id, seq uint16) []byte {
 	m := echoRequest(id, seq)
