@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"net"
 
 	"github.com/isolatord/isolatord/neighsync"
 	"github.com/isolatord/isolatord/netns"
@@ -12,11 +13,11 @@ import (
 // through the neighbour syncer (package neighsync), started by PrepareHost.
 
 // startNeigh starts the neighbour syncer on the host's public interface.
-func (d *DataPlane) startNeigh(eth0 int) error {
+func (d *DataPlane) startNeigh(eth0 int, onLink net.IPNet) error {
 	if d.neigh != nil { // a PrepareHost that failed later started it
 		return nil
 	}
-	s, err := neighsync.Start(d.hostNS, d.h, eth0, d.log)
+	s, err := neighsync.Start(d.hostNS, d.h, eth0, onLink, d.log)
 	if err != nil {
 		return err
 	}

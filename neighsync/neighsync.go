@@ -40,6 +40,7 @@
 package neighsync
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,8 +84,9 @@ type Stats struct {
 
 // Syncer keeps containers' neighbour entries in step with the host's.
 type Syncer struct {
-	host *netlink.Handle
-	eth0 int
+	host   *netlink.Handle
+	eth0   int
+	onLink *net.IPNet // the host's subnet on eth0: the only addresses the host resolves for containers
 	log  *slog.Logger
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -106,13 +108,20 @@ type member struct {
 }
 
 // Start subscribes to the host's neighbour table on eth0 (hostNS is the
-// namespace h is opened in) and returns the running Syncer.
-func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, log *slog.Logger) (*Syncer, error) {
+// namespace h is opened in) and returns the running Syncer. onLink is
+// eth0's address and prefix: the host resolves, for containers, only
+// addresses a host process could make it resolve (on-link ones, not its
+// own, not the subnet's network or broadcast address); entries the host
+// has are given to containers whatever the address.
+func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, log *slog.Logger) (*Syncer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if onLink.IP.To4() == nil || onLink.Mask == nil {
+		return nil, fmt.Errorf("neighbour sync: host address %v is not an IPv4 prefix", onLink)
+	}
 	s := &Syncer{
-		host: h, eth0: eth0, log: log, stop: make(chan struct{}),
+		host: h, eth0: eth0, onLink: &onLink, log: log, stop: make(chan struct{}),
 		known: map[ip4]net.HardwareAddr{}, waiting: map[ip4]map[string]bool{}, ctrs: map[string]*member{},
 	}
 	ch := make(chan netlink.NeighUpdate, 256)
@@ -302,6 +311,9 @@ func (s *Syncer) containerUpdate(m *member, u netlink.NeighUpdate) {
 			s.push(m, ip, mac)
 			return
 		}
+		if !s.resolvable(ip) {
+			return
+		}
 		w := s.waiting[ip]
 		if w == nil {
 			w = map[string]bool{}
@@ -310,6 +322,25 @@ func (s *Syncer) containerUpdate(m *member, u netlink.NeighUpdate) {
 		w[m.id] = true
 		s.kick(ip)
 	}
+}
+
+// resolvable reports whether the host may resolve ip for a container.
+func (s *Syncer) resolvable(ip ip4) bool {
+	a := net.IP(ip[:])
+	if !s.onLink.Contains(a) || a.Equal(s.onLink.IP.To4()) {
+		return false
+	}
+	m := s.onLink.Mask
+	if len(m) == net.IPv6len {
+		m = m[12:]
+	}
+	ones, _ := m.Size()
+	if ones >= 31 {
+		return true // /31, /32: no network or broadcast address
+	}
+	host := binary.BigEndian.Uint32(ip[:]) &^ binary.BigEndian.Uint32(m)
+	all := uint32(1)<<(32-ones) - 1
+	return host != 0 && host != all
 }
 
 // push writes ip -> mac into m as a permanent entry (called with s.mu held).

@@ -36,7 +36,7 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 	for _, n := range ns {
 		hh.NeighDel(&n)
 	}
-	s, err := Start(hns, hh, eth0.Attrs().Index, nil)
+	s, err := Start(hns, hh, eth0.Attrs().Index, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +123,10 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 	wait("the client's MAC in n2", func() bool { return has(h2) })
 	if st := s.Stats(); st.Kicks != kicks {
 		t.Errorf("the host knew the client: %d more resolutions", st.Kicks-kicks)
+	}
+	// an address off the host's subnet is never resolved for a container
+	if s.resolvable(ip4{10, 1, 2, 3}) || s.resolvable(ip4(sb.HostIP.To4())) || !s.resolvable(ip4(sb.ClientIP.To4())) {
+		t.Error("resolvable: wrong answer for 10.1.2.3, the host IP or the client")
 	}
 	s.Remove("n1")
 	s.Remove("n1") // idempotent
