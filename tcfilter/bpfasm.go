@@ -14,7 +14,7 @@ import (
 // verifier's log, through the bpf(2) syscall. See echo.go.
 
 const (
-	r0, r1, r2, r3, r4, r6, r7, r8, r10 = 0, 1, 2, 3, 4, 6, 7, 8, 10
+	r0, r1, r2, r3, r4, r6, r7, r8, r9, r10 = 0, 1, 2, 3, 4, 6, 7, 8, 9, 10
 
 	opMovImm   = 0xb7 // ALU64 MOV K
 	opMovReg   = 0xbf // ALU64 MOV X

@@ -68,13 +68,16 @@ const (
 )
 
 type echoSteer struct {
-	echo, origin     *bpfMap
-	steerFd, learnFd int
+	echo, origin, frag *bpfMap
+	steerFd, learnFd   int
 }
 
 func (e *echoSteer) close() {
-	e.echo.close()
-	e.origin.close()
+	for _, m := range []*bpfMap{e.echo, e.origin, e.frag} {
+		if m != nil {
+			m.close()
+		}
+	}
 	unix.Close(e.steerFd)
 	unix.Close(e.learnFd)
 }
@@ -85,13 +88,20 @@ const (
 	stkKey    = -56 // 8: identifier (2), 0 (2), peer address (4)
 	stkValue  = -64 // 4: veth ifindex
 	stkOrigin = -72 // 4: skb_iif
+	stkFrag   = -80 // 8: source address (4), IP id (2), 0 (2)
 )
+
+const fragEntries = 4096 // fragmented echo replies in flight; LRU
 
 func pkt(i int) int16 { return int16(stkPkt + i) }
 
 // loadHeader loads the first 42 bytes (Ethernet, IPv4 without options,
-// 8 bytes of ICMP) and checks: IPv4 IHL 5, ICMP, first fragment.
-func loadHeader(a *asm) {
+// 8 bytes of ICMP) and checks: IPv4 IHL 5, ICMP, first fragment (a
+// non-first fragment jumps to label frag, or "pass" if frag is "").
+func loadHeader(a *asm, frag string) {
+	if frag == "" {
+		frag = "pass"
+	}
 	a.movReg(r1, r6)
 	a.movImm(r2, 0)
 	a.movReg(r3, r10)
@@ -105,9 +115,9 @@ func loadHeader(a *asm) {
 	a.jmp(opJne32, r1, ipprotoICMP, "pass")
 	a.ldxB(r1, r10, pkt(20))
 	a.emit(opAndImm32, r1, 0, 0, 0x1f)
-	a.jmp(opJne32, r1, 0, "pass")
+	a.jmp(opJne32, r1, 0, frag)
 	a.ldxB(r1, r10, pkt(21))
-	a.jmp(opJne32, r1, 0, "pass")
+	a.jmp(opJne32, r1, 0, frag)
 	a.stW(r10, stkKey, 0)
 	a.stW(r10, stkKey+4, 0)
 }
@@ -118,15 +128,34 @@ func passExit(a *asm) {
 	a.exit()
 }
 
-func steerProgram(echoFd int, hostIP net.IP) ([]byte, error) {
-	a := newAsm()
-	a.movReg(r6, r1)
-	loadHeader(a)
-	for i, b := range hostIP.To4() { // destination: the host IP
+// fragKey fills stkFrag from the outer header: source address and IP id.
+func fragKey(a *asm) {
+	a.stW(r10, stkFrag, 0)
+	a.stW(r10, stkFrag+4, 0)
+	a.copyBytes(stkFrag, pkt(26), 4)
+	a.copyBytes(stkFrag+4, pkt(18), 2)
+}
+
+func checkDst(a *asm, hostIP net.IP) {
+	for i, b := range hostIP.To4() {
 		a.ldxB(r1, r10, pkt(30+i))
 		a.jmp(opJne32, r1, int32(b), "pass")
 	}
-	a.ldxB(r1, r10, pkt(34)) // ICMP type
+}
+
+// steerProgram: see the comment at the top. A first fragment of an echo
+// reply it redirects (MF set) also records {source, IP id} -> veth in the
+// fragment map, so that the reply's other fragments (no ICMP header) follow
+// it to the same container.
+func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
+	a := newAsm()
+	a.movReg(r6, r1)
+	loadHeader(a, "frag")
+	checkDst(a, hostIP)
+	fragKey(a)
+	a.ldxB(r9, r10, pkt(20))
+	a.emit(opAndImm32, r9, 0, 0, 0x20) // MF
+	a.ldxB(r1, r10, pkt(34))           // ICMP type
 	a.jmp(opJeq32, r1, 0, "reply")
 	a.emit(opAndImm32, r1, 0, 0, 0xf7)
 	a.jmp(opJne32, r1, 3, "pass") // not 3 or 11
@@ -146,6 +175,7 @@ func steerProgram(echoFd int, hostIP net.IP) ([]byte, error) {
 	a.jmp(opJne32, r1, 8, "pass") // quoting an echo request
 	a.copyBytes(stkKey, pkt(24), 2)
 	a.copyBytes(stkKey+4, pkt(16), 4) // its destination: the peer
+	a.movImm(r9, 0)                   // errors are not followed by fragments
 	a.jmp(opJa, 0, 0, "lookup")
 	a.label("reply")
 	a.copyBytes(stkKey, pkt(38), 2)
@@ -156,9 +186,33 @@ func steerProgram(echoFd int, hostIP net.IP) ([]byte, error) {
 	a.addImm(r2, stkKey)
 	a.call(helperMapLookup)
 	a.jmp(opJeqImm, r0, 0, "pass")
-	a.ldxW(r1, r0, 0)
+	a.ldxW(r7, r0, 0)
+	a.jmp(opJeq32, r9, 0, "redirect")
+	a.stxW(r10, r7, stkValue)
+	a.ldMap(r1, fragFd)
+	a.movReg(r2, r10)
+	a.addImm(r2, stkFrag)
+	a.movReg(r3, r10)
+	a.addImm(r3, stkValue)
+	a.movImm(r4, 0)
+	a.call(helperMapUpdate)
+	a.label("redirect")
+	a.movReg(r1, r7)
 	a.movImm(r2, 0)
 	a.call(helperRedirect) // returns TC_ACT_REDIRECT
+	a.exit()
+	// a non-first fragment to the host IP: where its first fragment went
+	a.label("frag")
+	checkDst(a, hostIP)
+	fragKey(a)
+	a.ldMap(r1, fragFd)
+	a.movReg(r2, r10)
+	a.addImm(r2, stkFrag)
+	a.call(helperMapLookup)
+	a.jmp(opJeqImm, r0, 0, "pass")
+	a.ldxW(r1, r0, 0)
+	a.movImm(r2, 0)
+	a.call(helperRedirect)
 	a.exit()
 	passExit(a)
 	return a.assemble()
@@ -177,7 +231,7 @@ func learnProgram(echoFd, originFd int) ([]byte, error) {
 	a.jmp(opJeqImm, r0, 0, "pass")
 	a.ldxW(r8, r0, 0)
 	a.stxW(r10, r8, stkValue)
-	loadHeader(a)
+	loadHeader(a, "")
 	a.ldxB(r1, r10, pkt(34))
 	a.jmp(opJne32, r1, 8, "pass") // echo request
 	a.copyBytes(stkKey, pkt(38), 2)
@@ -198,16 +252,18 @@ func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
 	if e.echo, err = newBPFMap(unix.BPF_MAP_TYPE_LRU_HASH, 8, 4, echoEntries, "iso_echo"); err != nil {
 		return nil, err
 	}
-	if e.origin, err = newBPFMap(unix.BPF_MAP_TYPE_HASH, 4, 4, originMax, "iso_echo_origin"); err != nil {
-		e.echo.close()
-		return nil, err
-	}
 	defer func() {
 		if err != nil {
 			e.close()
 		}
 	}()
-	code, err := steerProgram(e.echo.fd, hostIP)
+	if e.origin, err = newBPFMap(unix.BPF_MAP_TYPE_HASH, 4, 4, originMax, "iso_echo_origin"); err != nil {
+		return nil, err
+	}
+	if e.frag, err = newBPFMap(unix.BPF_MAP_TYPE_LRU_HASH, 8, 4, fragEntries, "iso_echo_frag"); err != nil {
+		return nil, err
+	}
+	code, err := steerProgram(e.echo.fd, e.frag.fd, hostIP)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +348,7 @@ func (x *HostDemux) echoFilterID(parent uint32, name string) int {
 // echoFilterNames are the filter names of the steer and learn programs:
 // the program name and a digest of its code (map references zeroed).
 func echoFilterNames(hostIP net.IP) ([2]string, error) {
-	s, err := steerProgram(0, hostIP)
+	s, err := steerProgram(0, 0, hostIP)
 	if err != nil {
 		return [2]string{}, err
 	}
@@ -321,28 +377,20 @@ func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
 		unix.Close(e.steerFd)
 		return nil
 	}
-	for _, id := range progMapIDs(e.learnFd) {
+	maps := map[string]**bpfMap{"iso_echo": &e.echo, "iso_echo_origin": &e.origin, "iso_echo_frag": &e.frag}
+	for _, id := range append(progMapIDs(e.learnFd), progMapIDs(e.steerFd)...) {
 		fd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
 		if err != nil {
 			continue
 		}
-		switch mapName(fd) {
-		case "iso_echo":
-			e.echo = &bpfMap{fd: fd}
-		case "iso_echo_origin":
-			e.origin = &bpfMap{fd: fd}
-		default:
+		if p, ok := maps[mapName(fd)]; ok && *p == nil {
+			*p = &bpfMap{fd: fd}
+		} else {
 			unix.Close(fd)
 		}
 	}
-	if e.echo == nil || e.origin == nil {
-		for _, m := range []*bpfMap{e.echo, e.origin} {
-			if m != nil {
-				m.close()
-			}
-		}
-		unix.Close(e.steerFd)
-		unix.Close(e.learnFd)
+	if e.echo == nil || e.origin == nil || e.frag == nil {
+		e.close()
 		return nil
 	}
 	return e

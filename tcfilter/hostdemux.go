@@ -93,13 +93,19 @@ func (x *HostDemux) rootNodes() []node {
 		{prio: PrioIP, handle: nodeRootUDP, sel: l4(ipprotoUDP), link: TableL},
 	}
 	if x.dst != nil {
+		// Non-first ICMP fragments the echo program did not steer stay
+		// with the host; without it they are fanned out.
+		fragLink := uint32(TableICMPFn)
+		if x.echo != nil {
+			fragLink = 0
+		}
 		ns = append(ns,
 			node{prio: PrioIP, handle: nodeRootICMP, link: TableICMP,
 				sel: eatIHL(sel(0, protoKey(ipprotoICMP), firstFragKey(), dstKey(x.dst)))},
 			// Non-first fragments of ICMP (large echo replies): fan out
 			// as well, then stop. First fragments never get here: every
 			// node of TableICMP is terminal.
-			node{prio: PrioIP, handle: nodeRootICMPFrag, link: TableICMPFn, classid: ClassStop,
+			node{prio: PrioIP, handle: nodeRootICMPFrag, link: fragLink, classid: ClassStop,
 				sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), dstKey(x.dst))},
 			// No ARP classifier: ARP stays with the host; containers get
 			// their neighbours from the host's table (package neighsync),

@@ -349,6 +349,28 @@ func TestEchoRepliesLearned(t *testing.T) {
 	}); err != nil || !res.ExactlyOnce() {
 		t.Fatalf("A's ping after the takeover: %+v (%v)", res, err)
 	}
+	// a fragmented echo reply: its other fragments follow the first to A
+	if err := w.eth0D.EchoSteering(); err == nil {
+		reasm := func(do func(func() error) error) int64 {
+			var v int64
+			do(func() error {
+				c, err := traffic.SNMPCounters("Ip:")
+				v = c["ReasmReqds"]
+				return err
+			})
+			return v
+		}
+		ra, rb := reasm(a.c.Do), reasm(b.c.Do)
+		if err := asnd.Send(w.s.ClientIP, traffic.EchoRequestSized(4343, 1, 3000)); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := asnd.WaitEchoReply(4343, time.Now().Add(3*time.Second)); err != nil || len(m) != 8+3000 {
+			t.Errorf("A's 3000-byte echo reply: %d bytes, %v", len(m), err)
+		}
+		if reasm(a.c.Do) <= ra || reasm(b.c.Do) != rb {
+			t.Errorf("fragments reassembled: A %d, B %d; want some at A, none at B", reasm(a.c.Do)-ra, reasm(b.c.Do)-rb)
+		}
+	}
 	// the host's own ping is not learned and gets its replies
 	if err := w.s.Host.Do(func() (err error) {
 		res, err = traffic.PingStats(context.Background(), w.s.ClientIP, 2, 2*time.Second)

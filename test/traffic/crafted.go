@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -100,6 +101,16 @@ func ICMPError(typ, code uint8, mtu uint16, proto uint8, src net.IP, sport uint1
 // seq (16 bytes of payload).
 func EchoRequest(id, seq uint16) []byte { return echoRequest(id, seq) }
 
+// EchoRequestSized builds an echo request with size bytes of payload.
+func EchoRequestSized(id, seq uint16, size int) []byte {
+	m := make([]byte, 8+size)
+	m[0] = 8
+	binary.BigEndian.PutUint16(m[4:], id)
+	binary.BigEndian.PutUint16(m[6:], seq)
+	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	return m
+}
+
 // EchoReply builds an ICMP echo reply with identifier id and sequence seq.
 func EchoReply(id, seq uint16) []byte {
 	m := echoRequest(id, seq)
@@ -132,10 +143,30 @@ func (s *ICMPSender) Send(dst net.IP, msg []byte) error {
 // Close closes the socket.
 func (s *ICMPSender) Close() error { return s.c.Close() }
 
+// WaitEchoReply reads until an echo reply with identifier id arrives (its
+// ICMP message is returned) or the deadline passes.
+func (s *ICMPSender) WaitEchoReply(id uint16, deadline time.Time) ([]byte, error) {
+	buf := make([]byte, 65536)
+	s.c.SetReadDeadline(deadline)
+	for {
+		n, _, err := s.c.ReadFrom(buf)
+		if err != nil {
+			return nil, err
+		}
+		if n >= 8 && buf[0] == 0 && binary.BigEndian.Uint16(buf[4:]) == id {
+			return append([]byte(nil), buf[:n]...), nil
+		}
+	}
+}
+
 // ICMPCounters reads the "Icmp:" counters of /proc/net/snmp of the network
 // namespace of the calling thread (InMsgs, InDestUnreachs, InTimeExcds,
 // InEchoReps, ...).
-func ICMPCounters() (map[string]int64, error) {
+func ICMPCounters() (map[string]int64, error) { return SNMPCounters("Icmp:") }
+
+// SNMPCounters reads one group of /proc/net/snmp ("Ip:", "Icmp:", ...) of
+// the network namespace of the calling thread.
+func SNMPCounters(group string) (map[string]int64, error) {
 	b, err := os.ReadFile("/proc/thread-self/net/snmp")
 	if err != nil {
 		return nil, err
@@ -143,7 +174,7 @@ func ICMPCounters() (map[string]int64, error) {
 	var names []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Icmp:" {
+		if len(f) == 0 || f[0] != group {
 			continue
 		}
 		if names == nil {
@@ -158,5 +189,5 @@ func ICMPCounters() (map[string]int64, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("no Icmp counters in /proc/net/snmp")
+	return nil, fmt.Errorf("no %s counters in /proc/net/snmp", group)
 }
