@@ -87,9 +87,9 @@ type Syncer struct {
 	host   *netlink.Handle
 	eth0   int
 	onLink *net.IPNet // the host's subnet on eth0: the only addresses the host resolves for containers
-	log  *slog.Logger
-	stop chan struct{}
-	wg   sync.WaitGroup
+	log    *slog.Logger
+	stop   chan struct{}
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool

@@ -122,6 +122,16 @@ func loadHeader(a *asm, frag string) {
 	a.stW(r10, stkKey+4, 0)
 }
 
+// lookupOrPass looks the key at stack offset key up in map fd; r0 is the
+// value's address, a miss jumps to "pass".
+func lookupOrPass(a *asm, fd int, key int16) {
+	a.ldMap(r1, fd)
+	a.movReg(r2, r10)
+	a.addImm(r2, int32(key))
+	a.call(helperMapLookup)
+	a.jmp(opJeqImm, r0, 0, "pass")
+}
+
 func passExit(a *asm) {
 	a.label("pass")
 	a.movImm(r0, tcActUnspec)
@@ -181,11 +191,7 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	a.copyBytes(stkKey, pkt(38), 2)
 	a.copyBytes(stkKey+4, pkt(26), 4) // the source: the peer
 	a.label("lookup")
-	a.ldMap(r1, echoFd)
-	a.movReg(r2, r10)
-	a.addImm(r2, stkKey)
-	a.call(helperMapLookup)
-	a.jmp(opJeqImm, r0, 0, "pass")
+	lookupOrPass(a, echoFd, stkKey)
 	a.ldxW(r7, r0, 0)
 	a.jmp(opJeq32, r9, 0, "redirect")
 	a.stxW(r10, r7, stkValue)
@@ -205,11 +211,7 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	a.label("frag")
 	checkDst(a, hostIP)
 	fragKey(a)
-	a.ldMap(r1, fragFd)
-	a.movReg(r2, r10)
-	a.addImm(r2, stkFrag)
-	a.call(helperMapLookup)
-	a.jmp(opJeqImm, r0, 0, "pass")
+	lookupOrPass(a, fragFd, stkFrag)
 	a.ldxW(r1, r0, 0)
 	a.movImm(r2, 0)
 	a.call(helperRedirect)
@@ -224,11 +226,7 @@ func learnProgram(echoFd, originFd int) ([]byte, error) {
 	a.ldxW(r7, r6, 36) // __sk_buff.ingress_ifindex (skb_iif)
 	a.jmp(opJeq32, r7, 0, "pass")
 	a.stxW(r10, r7, stkOrigin)
-	a.ldMap(r1, originFd)
-	a.movReg(r2, r10)
-	a.addImm(r2, stkOrigin)
-	a.call(helperMapLookup)
-	a.jmp(opJeqImm, r0, 0, "pass")
+	lookupOrPass(a, originFd, stkOrigin)
 	a.ldxW(r8, r0, 0)
 	a.stxW(r10, r8, stkValue)
 	loadHeader(a, "")
