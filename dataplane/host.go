@@ -124,7 +124,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
 	}
 
-	if err := d.startNeigh(hl.Eth0Index, hl.Addr); err != nil {
+	if err := d.startNeigh(hl.Eth0Index, hl.Addr, hl.Gateway); err != nil {
 		return info, err
 	}
 	if err := eth0.EchoSteering(); err != nil {

@@ -13,11 +13,11 @@ import (
 // through the neighbour syncer (package neighsync), started by PrepareHost.
 
 // startNeigh starts the neighbour syncer on the host's public interface.
-func (d *DataPlane) startNeigh(eth0 int, onLink net.IPNet) error {
+func (d *DataPlane) startNeigh(eth0 int, onLink net.IPNet, gateway net.IP) error {
 	if d.neigh != nil { // a PrepareHost that failed later started it
 		return nil
 	}
-	s, err := neighsync.Start(d.hostNS, d.h, eth0, onLink, d.log)
+	s, err := neighsync.Start(d.hostNS, d.h, eth0, onLink, gateway, d.log)
 	if err != nil {
 		return err
 	}

@@ -27,16 +27,18 @@
 //     it is deleted in those containers (they ask again on next use).
 //
 // Cost: per ARP frame from outside, nothing beyond the host's own ARP
-// processing (no copies). Per new neighbour: one host resolution (only if
-// the host does not know it) and one netlink request per container that
+// processing (no copies). Per container set up: one netlink request per
+// entry the host has on eth0. Per new neighbour: one host resolution (only
+// if the host does not know it) and one netlink request per container that
 // asked; per MAC change, one request per container holding the entry.
 // Containers' entries are permanent, so they are refreshed only from the
 // host's table: a neighbour that changes its MAC without the host noticing
 // (no gratuitous ARP, the host not talking to it) keeps its old MAC in the
 // containers until the host's entry changes or goes.
 //
-// While the daemon is down, containers keep the entries they have but
-// cannot resolve new neighbours (ARP replies never reach them).
+// While the daemon is down, containers keep the entries they have (the
+// host's entries when they were set up, the gateway, what they asked for
+// since) but cannot resolve new neighbours (ARP replies never reach them).
 package neighsync
 
 import (
@@ -84,12 +86,13 @@ type Stats struct {
 
 // Syncer keeps containers' neighbour entries in step with the host's.
 type Syncer struct {
-	host   *netlink.Handle
-	eth0   int
-	onLink *net.IPNet // the host's subnet on eth0: the only addresses the host resolves for containers
-	log    *slog.Logger
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	host    *netlink.Handle
+	eth0    int
+	gateway ip4        // every container gets it at Add (zero: none)
+	onLink  *net.IPNet // the host's subnet on eth0: the only addresses the host resolves for containers
+	log     *slog.Logger
+	stop    chan struct{}
+	wg      sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool
@@ -113,7 +116,12 @@ type member struct {
 // addresses a host process could make it resolve (on-link ones, not its
 // own, not the subnet's network or broadcast address); entries the host
 // has are given to containers whatever the address.
-func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, log *slog.Logger) (*Syncer, error) {
+//
+// Every container gets, at Add, the host's valid entries and the gateway
+// (resolved by the host first if needed): traffic with them keeps flowing
+// while the daemon is down; only neighbours a container meets later need
+// the daemon.
+func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gateway net.IP, log *slog.Logger) (*Syncer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -123,6 +131,9 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, log 
 	s := &Syncer{
 		host: h, eth0: eth0, onLink: &onLink, log: log, stop: make(chan struct{}),
 		known: map[ip4]net.HardwareAddr{}, waiting: map[ip4]map[string]bool{}, ctrs: map[string]*member{},
+	}
+	if g, ok := key(gateway); ok {
+		s.gateway = g
 	}
 	ch := make(chan netlink.NeighUpdate, 256)
 	nsh := vns.NsHandle(hostNS.Fd())
@@ -138,6 +149,11 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, log 
 			s.hostUpdate(u)
 		}
 	}()
+	if s.gateway != (ip4{}) && s.resolvable(s.gateway) {
+		s.mu.Lock()
+		s.kick(s.gateway)
+		s.mu.Unlock()
+	}
 	return s, nil
 }
 
@@ -218,6 +234,12 @@ func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
 		old.h.Close()
 	}
 	s.ctrs[id] = m
+	for ip, mac := range s.known {
+		s.push(m, ip, mac)
+	}
+	if g := s.gateway; g != (ip4{}) && s.known[g] == nil && s.resolvable(g) {
+		s.wait(m, g)
+	}
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -314,14 +336,19 @@ func (s *Syncer) containerUpdate(m *member, u netlink.NeighUpdate) {
 		if !s.resolvable(ip) {
 			return
 		}
-		w := s.waiting[ip]
-		if w == nil {
-			w = map[string]bool{}
-			s.waiting[ip] = w
-		}
-		w[m.id] = true
-		s.kick(ip)
+		s.wait(m, ip)
 	}
+}
+
+// wait makes m wait for ip and the host resolve it (with s.mu held).
+func (s *Syncer) wait(m *member, ip ip4) {
+	w := s.waiting[ip]
+	if w == nil {
+		w = map[string]bool{}
+		s.waiting[ip] = w
+	}
+	w[m.id] = true
+	s.kick(ip)
 }
 
 // resolvable reports whether the host may resolve ip for a container.

@@ -36,7 +36,7 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 	for _, n := range ns {
 		hh.NeighDel(&n)
 	}
-	s, err := Start(hns, hh, eth0.Attrs().Index, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}, nil)
+	s, err := Start(hns, hh, eth0.Attrs().Index, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,9 @@
 //     the host. Without cls_bpf, unattributed echo replies and errors about
 //     echo requests are mirrored to every container through 004 (one
 //     mirror-and-continue node per container), as are non-first ICMP
-//     fragments (root node 4) in both modes. Per ICMP packet: one hash and
+//     fragments (root node 4); with cls_bpf, fragments of a steered echo
+//     reply follow its first fragment and other non-first ICMP fragments
+//     stay with the host. Per ICMP packet: one hash and
 //     the nodes of one 256-port chunk of TablePort (at most 256, bounded by
 //     the port space, not by the number of containers).
 //   - Shared ports (SetShared, SetSpread): the port's node in its H2 bucket
@@ -324,10 +326,10 @@
 //   - A container cannot send IP options (a host process could, with
 //     IP_OPTIONS): the veth checks every key at fixed offsets, and
 //     containers have no use for them.
-//   - No ARP frame and no attributable ICMP packet is cloned per container.
-//     What is still fanned out (one clone per container): non-first ICMP
-//     fragments to the host IP, and without cls_bpf echo replies no
-//     container's ports attribute. Adding or removing a fan-out node costs
+//   - No ARP frame and no ICMP packet is cloned per container. Without
+//     cls_bpf (detected at Init, one log line), echo replies no container's
+//     ports attribute and non-first ICMP fragments are still fanned out (one
+//     clone per container). Adding or removing a fan-out node costs
 //     O(containers) in the kernel (its node list is sorted and walked);
 //     ~0.2 ms at 1,000 containers.
 //   - ICMP errors quoting a packet with IP options, or a shared port's flow,

@@ -36,7 +36,11 @@ import (
 //     peer} is in the echo map is redirected to that veth; everything else
 //     continues to the u32 demux (TC_ACT_UNSPEC), where echo replies with
 //     an identifier in a container's ports go to it (TablePort) and the
-//     rest stays with the host.
+//     rest stays with the host. When the redirected reply is a first
+//     fragment (MF), {source, IP id} -> veth goes into the fragment map
+//     (LRU, fragEntries), and the later fragments of that datagram (no ICMP
+//     header) are redirected the same way; unknown non-first ICMP fragments
+//     stay with the host.
 //
 // Per packet: one 42-byte load and a few compares for every IPv4 packet on
 // eth0, one hash lookup per echo reply (ingress) or echo request

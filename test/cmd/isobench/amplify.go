@@ -265,7 +265,7 @@ func (b *bench) amplifyIn(ctx context.Context, a *Amplification, name string, sb
 	return nil
 }
 
-// ampRatio is sn/s1 with 0/0 = 1.
+// ampRatio is sn/s1 with 0/0 = 1 (nil: not measurable, s1 = 0 < sn).
 func ampRatio(s1, sn *float64) *float64 {
 	switch {
 	case s1 == nil || sn == nil:
@@ -273,7 +273,7 @@ func ampRatio(s1, sn *float64) *float64 {
 	case *s1 == 0 && *sn == 0:
 		return ptr(1.0)
 	case *s1 == 0:
-		return ptr(math.Inf(1))
+		return nil
 	}
 	return ptr(*sn / *s1)
 }
@@ -304,9 +304,6 @@ func (a *Amplification) evaluate() {
 func fmtF(v *float64) string {
 	if v == nil {
 		return "n/a"
-	}
-	if math.IsInf(*v, 0) {
-		return "inf"
 	}
 	return strconv.FormatFloat(*v, 'f', 2, 64)
 }
