@@ -37,18 +37,19 @@ const (
 	ampARPOther  = "arp_request_other"
 	ampARPReply  = "arp_reply"
 	ampICMPError = "icmp_error"
+	ampICMPHost  = "icmp_error_host" // about a flow of the host's own: stays with the host
 	ampEchoOwned = "echo_reply_owned"
 	ampEchoOther = "echo_reply_unowned"
 	ampIdle      = "idle" // nothing sent: the softirq baseline
 )
 
-var ampKinds = []string{ampIdle, ampARPOther, ampARPReply, ampICMPError, ampEchoOwned, ampEchoOther, ampIdle + "_after"}
+var ampKinds = []string{ampIdle, ampARPOther, ampARPReply, ampICMPError, ampICMPHost, ampEchoOwned, ampEchoOther, ampIdle + "_after"}
 
 // isIdle reports whether kind sends nothing.
 func isIdle(kind string) bool { return strings.HasPrefix(kind, ampIdle) }
 
 // ampTargetCopies are the copies per message aimed at (-1: flat in N only).
-var ampTargetCopies = map[string]float64{ampARPOther: 0, ampARPReply: 0, ampICMPError: 1, ampEchoOwned: 1, ampEchoOther: -1}
+var ampTargetCopies = map[string]float64{ampARPOther: 0, ampARPReply: 0, ampICMPError: 1, ampICMPHost: 0, ampEchoOwned: 1, ampEchoOther: -1}
 
 // Amplification are the ARP/ICMP figures (see amplify.go).
 type Amplification struct {
@@ -124,6 +125,8 @@ func (s *ampSender) send(kind string, i int) error {
 		return s.frames.Send(traffic.ARPFrame(s.hmac, s.cmac, traffic.ARPReply, client, s.hmac, host))
 	case ampICMPError: // quotes a TCP flow from the static port of container 0
 		return s.icmp.Send(host, traffic.ICMPError(3, 4, 1400, unix.IPPROTO_TCP, host, firstStatic, client, uint16(40000+i%1000)))
+	case ampICMPHost: // the sandbox host's own ports (61000-61999) belong to no container
+		return s.icmp.Send(host, traffic.ICMPError(3, 4, 1400, unix.IPPROTO_TCP, host, 61000+uint16(i%1000), client, 80))
 	case ampEchoOwned:
 		return s.icmp.Send(host, traffic.EchoReply(firstStatic, uint16(i)))
 	case ampEchoOther: // an identifier in no container's ports (as a ping socket's usually is)
