@@ -17,6 +17,8 @@
 //     state, ephemeral blocks, static ports held, host features, and,
 //     optionally, per-container traffic counters. Reading at scrape time
 //     means the numbers can never drift from the lifecycle's own bookkeeping.
+//     WatchNeighbours does the same for the neighbour sync's counters
+//     (isolatord_neighbour_*, neighbours.go).
 //   - Build information, and the standard Go runtime and process collectors.
 //
 // Naming follows https://prometheus.io/docs/practices/naming: the isolatord_
@@ -121,6 +123,7 @@ type Metrics struct {
 	state     *stateCollector
 	hostPorts *hostPortsCollector // hostports.go
 	drops     *dropCollector      // drops.go
+	neigh     *neighbourCollector // neighbours.go
 }
 
 // New creates the registry and registers every isolatord series (each label
@@ -128,7 +131,8 @@ type Metrics struct {
 // and the Go and process collectors.
 func New(version string) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{reg: reg}
+	m := &Metrics{reg: reg, neigh: newNeighbourCollector()}
+	reg.MustRegister(m.neigh)
 
 	m.filterOps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace,

@@ -249,6 +249,7 @@ func serve(o *options, log *slog.Logger) error {
 		return err
 	}
 	defer dp.Close()
+	m.WatchNeighbours(dp.NeighStats)
 	iso, err := isolator.New(cfg, dp)
 	if err != nil {
 		return err
