@@ -184,12 +184,33 @@ func (b *bench) phaseAmplification(ctx context.Context) error {
 	if b.targets[caseB] == nil || b.d1 == nil || b.dN == nil {
 		return errors.New("needs S1 with its container and SN with N containers")
 	}
-	for _, sb := range []struct {
+	// S1 and SN measured back to back for each kind, so that both see the
+	// same background load as far as possible.
+	sbs := []struct {
 		name string
 		sb   *sandbox.Sandbox
-	}{{"s1", b.sb1}, {"sn", b.sbN}} {
-		if err := b.amplifyIn(ctx, a, sb.name, sb.sb, rate, dur); err != nil {
-			return fmt.Errorf("%s: %w", sb.name, err)
+		s    *ampSender
+		h    *netlink.Handle
+	}{{name: "s1", sb: b.sb1}, {name: "sn", sb: b.sbN}}
+	for i := range sbs {
+		var err error
+		if sbs[i].s, err = openAmpSender(sbs[i].sb); err != nil {
+			return err
+		}
+		defer sbs[i].s.close()
+		if sbs[i].h, err = sbs[i].sb.Host.Netlink(); err != nil {
+			return err
+		}
+		defer sbs[i].h.Close()
+	}
+	for _, kind := range ampKinds {
+		for _, x := range sbs {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err := a.measure(x.name, x.s, x.h, kind, rate, dur); err != nil {
+				return fmt.Errorf("%s: %w", x.name, err)
+			}
 		}
 	}
 	a.evaluate()
@@ -200,71 +221,58 @@ func (b *bench) phaseAmplification(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) amplifyIn(ctx context.Context, a *Amplification, name string, sb *sandbox.Sandbox, rate int, dur time.Duration) error {
-	s, err := openAmpSender(sb)
+// measure sends kind from s at rate for dur and records the copies and
+// the softirq time in sandbox name (host handle h).
+func (a *Amplification) measure(name string, s *ampSender, h *netlink.Handle, kind string, rate int, dur time.Duration) error {
+	tx0, rx0, err := vethTx(h)
 	if err != nil {
 		return err
 	}
-	defer s.close()
-	h, err := sb.Host.Netlink()
+	si0, err := softirqTicks()
 	if err != nil {
 		return err
 	}
-	defer h.Close()
-	for _, kind := range ampKinds {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		tx0, rx0, err := vethTx(h)
-		if err != nil {
-			return err
-		}
-		si0, err := softirqTicks()
-		if err != nil {
-			return err
-		}
-		t0 := time.Now()
-		total := int(float64(rate) * dur.Seconds())
-		sent := 0
-		for sent < total {
-			due := int(time.Since(t0).Seconds() * float64(rate))
-			for ; sent < due && sent < total; sent++ {
-				if err := s.send(kind, sent); err != nil {
-					return fmt.Errorf("%s: send: %w", kind, err)
-				}
+	t0 := time.Now()
+	total := int(float64(rate) * dur.Seconds())
+	sent := 0
+	for sent < total {
+		due := int(time.Since(t0).Seconds() * float64(rate))
+		for ; sent < due && sent < total; sent++ {
+			if err := s.send(kind, sent); err != nil {
+				return fmt.Errorf("%s: send: %w", kind, err)
 			}
-			time.Sleep(time.Millisecond)
 		}
-		// the copies are delivered in the softirq of each message's
-		// arrival: wait until the host has them all (bounded)
-		var rx int64
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			_, rx, err = vethTx(h)
-			if err != nil {
-				return err
-			}
-			if rx-rx0 >= int64(total) || isIdle(kind) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		elapsed := time.Since(t0)
-		si1, err := softirqTicks()
-		if err != nil {
-			return err
-		}
-		tx1, _, err := vethTx(h)
-		if err != nil {
-			return err
-		}
-		got := rx - rx0
-		a.Messages[name][kind] = got
-		if got > 0 && !isIdle(kind) {
-			a.Copies[name][kind] = ptr(float64(tx1-tx0) / float64(got))
-		}
-		a.Softirq[name][kind] = ptr(float64(si1-si0) / userHZ / elapsed.Seconds() * 100)
+		time.Sleep(time.Millisecond)
 	}
+	// the copies are delivered in the softirq of each message's
+	// arrival: wait until the host has them all (bounded)
+	var rx int64
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, rx, err = vethTx(h)
+		if err != nil {
+			return err
+		}
+		if rx-rx0 >= int64(total) || isIdle(kind) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(t0)
+	si1, err := softirqTicks()
+	if err != nil {
+		return err
+	}
+	tx1, _, err := vethTx(h)
+	if err != nil {
+		return err
+	}
+	got := rx - rx0
+	a.Messages[name][kind] = got
+	if got > 0 && !isIdle(kind) {
+		a.Copies[name][kind] = ptr(float64(tx1-tx0) / float64(got))
+	}
+	a.Softirq[name][kind] = ptr(float64(si1-si0) / userHZ / elapsed.Seconds() * 100)
 	return nil
 }
 
