@@ -37,8 +37,6 @@ const (
 	helperMapUpdate = 2
 	helperRedirect  = 23
 	helperLoadBytes = 26
-
-	tcActRedirect = 7
 )
 
 // asm assembles a program with forward jumps to labels.

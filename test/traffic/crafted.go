@@ -107,7 +107,7 @@ func EchoRequestSized(id, seq uint16, size int) []byte {
 	m[0] = 8
 	binary.BigEndian.PutUint16(m[4:], id)
 	binary.BigEndian.PutUint16(m[6:], seq)
-	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	binary.BigEndian.PutUint16(m[2:], Checksum(m))
 	return m
 }
 
