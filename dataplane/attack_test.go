@@ -672,6 +672,14 @@ func TestAttackSuite(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := newMarker(t, "mac")
+			// Containers ask the daemon for neighbours (neighsync), not
+			// the wire; a hostile tenant puts its ARP back on the wire.
+			wire := map[string]string{"net/ipv4/neigh/eth0/mcast_solicit": "3", "net/ipv4/neigh/eth0/app_solicit": "0"}
+			for k, v := range wire {
+				if err := x.a.proc.SetSysctl(k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
 			before := x.drops(t)
 			for _, x := range []netlink.Link{l, lo} {
 				if err := h.LinkSetHardwareAddr(x, evilMAC); err != nil {
@@ -682,6 +690,12 @@ func TestAttackSuite(t *testing.T) {
 			x.sendUDP(t, nil, hostAddr(bedHostPort), m)
 			for _, x := range []netlink.Link{l, lo} {
 				if err := h.LinkSetHardwareAddr(x, x0MAC(t, x, evilMAC)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// back to asking the daemon (for the canaries)
+			for k, v := range map[string]string{"net/ipv4/neigh/eth0/mcast_solicit": "0", "net/ipv4/neigh/eth0/app_solicit": "3"} {
+				if err := x.a.proc.SetSysctl(k, v); err != nil {
 					t.Fatal(err)
 				}
 			}
