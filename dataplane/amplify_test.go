@@ -50,3 +50,36 @@ func TestFortyContainersPingAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPingThroughEgressShaper: a container with an egress limit sends its
+// echo requests through its shaper pair (they reach eth0 from the shaper's
+// exit, registered as an origin of its veth): its ping still gets exactly
+// one reply each, also after a limit is added to a running container.
+func TestPingThroughEgressShaper(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	ping := func(c ctr, what string) {
+		t.Helper()
+		var res traffic.PingResult
+		err := c.proc.Do(func() (err error) {
+			res, err = traffic.PingStats(context.Background(), e.sb.ClientIP, 3, 3*time.Second)
+			return err
+		})
+		if err != nil || !res.ExactlyOnce() {
+			t.Errorf("%s: %+v (%v), want exactly one reply each", what, res, err)
+		}
+	}
+	p := e.spawn("S", []uint16{31009}, false)
+	c := e.spec("S", p, 1, "40960-41983", "31000-31009", "")
+	c.Egress = Limit{Rate: 2_000_000}
+	e.setup(c)
+	ping(ctr{c: c, proc: p}, "limited at setup")
+
+	q := e.spawn("T", []uint16{31019}, false)
+	d := e.spec("T", q, 2, "41984-43007", "31010-31019", "")
+	e.setup(d)
+	if err := e.d.SetLimits(context.Background(), d, Limit{Rate: 2_000_000}, Limit{}); err != nil {
+		t.Fatal(err)
+	}
+	ping(ctr{c: d, proc: q}, "limited later")
+}
