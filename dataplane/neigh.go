@@ -68,9 +68,10 @@ func (d *DataPlane) echoOriginShaper(id string, xi int) error {
 	return d.eth0.SetEchoOrigin(xi, vi)
 }
 
-// adoptEchoOrigins registers a recovered container's veth and shaper exit.
-func (d *DataPlane) adoptEchoOrigins(id string, veth int) error {
-	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil {
+// adoptEchoOrigins registers a recovered container's veth and, if it has
+// an egress limit, its shaper exit.
+func (d *DataPlane) adoptEchoOrigins(id string, veth int, shaped bool) error {
+	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil || !shaped {
 		return err
 	}
 	_, exit := ShaperNames(id)

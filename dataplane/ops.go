@@ -409,7 +409,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if err != nil {
 		return fmt.Errorf("adopt %s: %w", c.ID, err)
 	}
-	if err := d.adoptEchoOrigins(c.ID, veth); err != nil {
+	if err := d.adoptEchoOrigins(c.ID, veth, !c.Egress.IsZero()); err != nil {
 		d.dropNeigh(c.ID)
 		return fmt.Errorf("adopt %s: %w", c.ID, err)
 	}
