@@ -8,6 +8,8 @@ STATICCHECK_VERSION := v0.8.2
 FUZZTIME    ?= 30s
 TEST_TIMEOUT ?= 30m
 PKGS        := ./...
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
 .PHONY: all build test lint bench demo proto fuzz deps clean
 
@@ -15,7 +17,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # deps installs the system tools tests use (iproute2, util-linux) when missing.
 deps:

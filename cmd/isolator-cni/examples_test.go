@@ -49,8 +49,11 @@ func TestExampleConflists(t *testing.T) {
 		if !found {
 			t.Errorf("%s has no isolator-cni plugin", f)
 		}
-		if list.CNIVersion != "1.1.0" {
-			t.Errorf("%s: cniVersion %s, want 1.1.0 (GC and STATUS need it)", f, list.CNIVersion)
+		// 1.0.0: the CNI libraries of Debian 12's podman 4.3 and
+		// containerd 1.6 (and Nomad's) refuse a 1.1.0 result after the
+		// plugin has done its work; docs/cni.md shows the 1.1.0 variant.
+		if list.CNIVersion != "1.0.0" {
+			t.Errorf("%s: cniVersion %s, want 1.0.0 (what current Debian/Ubuntu runtimes accept)", f, list.CNIVersion)
 		}
 	}
 }

@@ -42,9 +42,12 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/isolatord/isolatord/buildinfo"
 )
 
-// buildVersion is set at build time with -ldflags "-X main.buildVersion=...".
+// buildVersion is set at build time with -ldflags "-X main.buildVersion=..."
+// (make build does); otherwise the version the Go build recorded is used.
 var buildVersion = "dev"
 
 // supportedVersions are the CNI spec versions the plugin speaks. CHECK
@@ -59,5 +62,5 @@ func main() {
 		Check:  p.Check,
 		GC:     p.GC,
 		Status: p.Status,
-	}, supportedVersions, "CNI plugin isolator-cni "+buildVersion+" (isolatord)")
+	}, supportedVersions, "CNI plugin isolator-cni "+buildinfo.Version(buildVersion)+" (isolatord)")
 }

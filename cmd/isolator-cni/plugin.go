@@ -183,7 +183,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return rollback(types.NewError(types.ErrIncompatibleCNIVersion, "isolator-cni: "+err.Error(), ""))
 	}
-	return out.PrintTo(p.Stdout)
+	// The runtime only learns of the container from this result: if it
+	// cannot be written, nobody would ever DEL what this ADD set up.
+	if err := out.PrintTo(p.Stdout); err != nil {
+		return rollback(types.NewError(types.ErrIOFailure, "isolator-cni: writing the result: "+err.Error(), ""))
+	}
+	return nil
 }
 
 func joinDetails(a, b string) string {

@@ -571,3 +571,35 @@ func TestStatus(t *testing.T) {
 	noSock := []byte(`{"cniVersion":"1.1.0","name":"isolator","socket":"/nonexistent/isolatord.sock"}`)
 	cniErr(t, e.plugin.Status(&skel.CmdArgs{StdinData: noSock}), types.ErrPluginNotAvailable)
 }
+
+// failWriter fails every write, like a runtime that closed the plugin's
+// stdout.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// TestAddRollsBackWhenResultCannotBeGiven: when the result cannot be made
+// in the caller's version, or cannot be written, the runtime never learns
+// of the container and would never DEL it, so ADD undoes its work.
+func TestAddRollsBackWhenResultCannotBeGiven(t *testing.T) {
+	e := newEnv(t)
+	err := e.plugin.Add(cmdArgs("c1", e.conf("9.9.9", twoMappings)))
+	if err == nil {
+		t.Fatal("ADD with cniVersion 9.9.9 succeeded")
+	}
+	if e.daemon.has("c1") {
+		t.Errorf("c1 still held after its result could not be converted; calls: %s", e.daemon.callLog())
+	}
+	if !strings.Contains(e.daemon.callLog(), "Cleanup c1") {
+		t.Errorf("no rollback: %s", e.daemon.callLog())
+	}
+
+	e.plugin.Stdout = failWriter{}
+	ce := cniErr(t, e.plugin.Add(cmdArgs("c2", e.conf("1.0.0", twoMappings))), types.ErrIOFailure)
+	if !strings.Contains(ce.Msg, "broken pipe") {
+		t.Errorf("message = %q", ce.Msg)
+	}
+	if e.daemon.has("c2") {
+		t.Errorf("c2 still held after its result could not be written; calls: %s", e.daemon.callLog())
+	}
+}
