@@ -126,7 +126,7 @@ type record struct {
 	veth  int
 	via   int // egress shaper entry ifindex (0: no egress limit)
 	ino   uint64
-	mount string
+	pin   netns.Pin // where the namespace is pinned, and whether by us
 }
 
 // New opens the host namespace and a netlink handle in it. It changes
@@ -362,9 +362,18 @@ func holdersWithout(hs []tcfilter.Holder, slot uint16) []tcfilter.Holder {
 	return out
 }
 
-// mountPath is where container id's namespace is pinned.
+// mountPath is where container id's namespace is pinned by default.
 func (d *DataPlane) mountPath(id string) string {
 	return strings.TrimSuffix(d.cfg.NetNSDir, "/") + "/" + id
+}
+
+// pinOf is where c's namespace is pinned as c records it (the default
+// path when it records none).
+func (d *DataPlane) pinOf(c Container) netns.Pin {
+	if c.Pin == "" {
+		return netns.Pin{Path: d.mountPath(c.ID), Owned: c.PinOwned}
+	}
+	return netns.Pin{Path: c.Pin, Owned: c.PinOwned}
 }
 
 // Setup plumbs container c (see the package design notes for the order). Any
@@ -424,13 +433,15 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 
 	// Pin the namespace so `ip netns exec <id>` works and it outlives its
-	// processes until Teardown.
-	p.Mount, err = netns.BindMount(ns, d.cfg.NetNSDir, c.ID)
+	// processes until Teardown; a runtime's pin already there is used and
+	// never removed (netns.PinNS).
+	pin, err := netns.PinNS(ns, d.cfg.NetNSDir, c.ID)
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
+	p.Mount, p.PinOwned = pin.Path, pin.Owned
 	undo.push("bind mount", func() error {
-		_, _, err := netns.Unmount(d.cfg.NetNSDir, c.ID)
+		_, _, err := netns.Unpin(pin)
 		return err
 	})
 	if err := d.step("mount"); err != nil {
@@ -572,7 +583,8 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 
-	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, mount: p.Mount}
+	c.Pin, c.PinOwned = pin.Path, pin.Owned
+	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
 	d.slots[c.Slot] = c.ID
 	return p, nil
 }

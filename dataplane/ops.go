@@ -59,7 +59,7 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 	}()
 
 	// Container side, through the pinned namespace.
-	ns, err := netns.Open(rec.mount)
+	ns, err := netns.Open(rec.pin.Path)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", c.ID, err)
 	}
@@ -349,14 +349,21 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if d.trace != nil {
 		d.trace("teardown veth")
 	}
-	mounted, present, err := netns.Unmount(d.cfg.NetNSDir, c.ID)
-	if err != nil {
-		errs = append(errs, err)
-	} else if !mounted {
-		if present {
-			miss("bind mount %s (the file was there, unmounted)", d.mountPath(c.ID))
-		} else {
-			miss("bind mount %s", d.mountPath(c.ID))
+	// Only a pin isolatord made is removed: a runtime's pin stays theirs.
+	pin := d.pinOf(c)
+	if rec, ok := d.ctrs[c.ID]; ok {
+		pin = rec.pin
+	}
+	if pin.Owned {
+		mounted, present, err := netns.Unpin(pin)
+		if err != nil {
+			errs = append(errs, err)
+		} else if !mounted {
+			if present {
+				miss("bind mount %s (the file was there, unmounted)", pin.Path)
+			} else {
+				miss("bind mount %s", pin.Path)
+			}
 		}
 	}
 
@@ -398,8 +405,8 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if err != nil {
 		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
 	}
-	mp := d.mountPath(c.ID)
-	ns, err := netns.Open(mp)
+	pin := d.pinOf(c)
+	ns, err := netns.Open(pin.Path)
 	if err != nil {
 		return fmt.Errorf("adopt %s: bind mount: %w", c.ID, err)
 	}
@@ -439,7 +446,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 			d.log.Warn("veth alias not updated", "container", c.ID, "err", err)
 		}
 	}
-	rec := &record{c: c, veth: veth, via: via, ino: ino, mount: mp}
+	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID

@@ -128,7 +128,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 		missing = append(missing, "veth "+name)
 	}
 
-	mp := d.mountPath(c.ID)
+	mp := d.pinOf(c).Path
 	ns, err := netns.Open(mp)
 	if err != nil {
 		missing = append(missing, "bind mount "+mp)

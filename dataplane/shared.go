@@ -190,7 +190,7 @@ func (d *DataPlane) nsPathOfSlot(slot uint16) string {
 		return ""
 	}
 	if rec, ok := d.ctrs[id]; ok {
-		return rec.mount
+		return rec.pin.Path
 	}
 	return ""
 }

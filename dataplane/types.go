@@ -21,6 +21,12 @@ type Container struct {
 	Egress    Limit           // bandwidth limit on what the container sends; zero = none
 	Ingress   Limit           // bandwidth limit on what it receives; zero = none
 	Meta      Meta            // kept in the host veth's alias (rebuild.go); ID is filled in
+	// Pin and PinOwned are where the namespace is pinned and whether
+	// isolatord made that pin, as Setup reported them (Plumbing). Teardown,
+	// Check and Adopt use them when the data plane has no record of the
+	// container (after a restart); Pin "" means <netns-dir>/<ID>.
+	Pin      string
+	PinOwned bool
 }
 
 // MaxSlot is the largest container slot: u32 node ids have 12 bits.
@@ -65,6 +71,11 @@ type Plumbing struct {
 	VethIndex int
 	Mount     string // bind-mount path of the namespace handle
 	NetNSIno  uint64 // inode of the container's network namespace
+	// PinOwned: isolatord created the mount at Mount and removes it at
+	// teardown. False when a runtime had already pinned the namespace
+	// there (Nomad does, at <netns-dir>/<allocID>): that pin is used and
+	// never unmounted.
+	PinOwned bool
 }
 
 // TeardownReport says which objects were already gone when teardown ran.

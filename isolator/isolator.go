@@ -76,6 +76,11 @@ type Record struct {
 	NetNSIno  uint64 `json:"netns_ino,omitempty"`
 	Veth      string `json:"veth,omitempty"`
 	Mount     string `json:"mount,omitempty"`
+	// PinOwned: isolatord made the pin at Mount and removes it at cleanup;
+	// false when the runtime had pinned the namespace there (its pin is
+	// used, never unmounted). Records written before the field existed
+	// load as owned (store.go): isolatord made every pin then.
+	PinOwned bool `json:"pin_owned"`
 
 	// Bandwidth limits in force (zero: none), see limits.go.
 	Egress  dataplane.Limit `json:"egress_limit,omitzero"`
@@ -85,8 +90,6 @@ type Record struct {
 	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
 	NewShared *ephemeral.Set `json:"new_shared,omitempty"`
 
-	// PinOwned: the namespace pin (Mount) was created by isolatord.
-	PinOwned bool `json:"pin_owned,omitempty"`
 	// Lost names what a rebuild from the kernel could not recover.
 	Lost []string `json:"lost,omitempty"`
 }
@@ -525,7 +528,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	next.State = StateIsolated
 	next.Isolated = time.Now().UTC()
 	next.Veth = plumb.Veth
-	next.Mount = plumb.Mount
+	next.Mount, next.PinOwned = plumb.Mount, plumb.PinOwned
 	if err := s.commit(&next); err != nil {
 		return Record{}, err
 	}
@@ -553,7 +556,8 @@ func (s *Isolator) container(r *Record) dataplane.Container {
 		ns = r.Mount
 	}
 	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared,
-		Egress: r.Egress, Ingress: r.Ingress, Meta: dataplane.Meta{Created: unixOrZero(r.Created), Labels: r.Labels, PinOwned: r.PinOwned}}
+		Egress: r.Egress, Ingress: r.Ingress, Pin: r.Mount, PinOwned: r.PinOwned,
+		Meta: dataplane.Meta{Created: unixOrZero(r.Created), Labels: r.Labels, PinOwned: r.PinOwned}}
 }
 
 // Update changes the static ports of a container, all or nothing.

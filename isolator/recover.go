@@ -198,7 +198,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 			return false, fmt.Errorf("roll back isolate of %s: %w", r.ID, err)
 		}
 		s.releaseNetNS(r.NetNSIno, r.ID)
-		r.State, r.Mount, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", 0, 0, "", 0, ""
+		r.State, r.Mount, r.PinOwned, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", false, 0, 0, "", 0, ""
 		if err := s.commit(r); err != nil {
 			return false, err
 		}
@@ -252,11 +252,11 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 			return false, fmt.Errorf("teardown before re-plumb of %s: %w", r.ID, err)
 		}
 		src := *r
-		src.Mount = ""
+		src.Mount, src.PinOwned = "", false
 		plumb, err := s.dp.Setup(ctx, s.container(&src))
 		if err != nil {
 			s.releaseNetNS(r.NetNSIno, r.ID)
-			r.State, r.Mount, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", 0, 0, "", 0, ""
+			r.State, r.Mount, r.PinOwned, r.Pid, r.PidStart, r.NetNSPath, r.NetNSIno, r.Veth = StatePrepared, "", false, 0, 0, "", 0, ""
 			if err := s.commit(r); err != nil {
 				return false, err
 			}
@@ -264,7 +264,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 			log.Warn("recover: plumbing incomplete and re-plumbing failed; back to prepared", "missing", strings.Join(missing, ", "), "err", err)
 			return false, nil
 		}
-		r.Veth, r.Mount = plumb.Veth, plumb.Mount
+		r.Veth, r.Mount, r.PinOwned = plumb.Veth, plumb.Mount, plumb.PinOwned
 		if err := s.commit(r); err != nil {
 			return false, err
 		}

@@ -253,6 +253,12 @@ func (s *store) read() ([]*Record, error) {
 			if err := json.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("record %q: %w", k, err)
 			}
+			var owned struct {
+				PinOwned *bool `json:"pin_owned"`
+			}
+			if json.Unmarshal(v, &owned) == nil && owned.PinOwned == nil && r.Mount != "" {
+				r.PinOwned = true // written before pin ownership was recorded: isolatord made every pin
+			}
 			out = append(out, r)
 			return nil
 		})

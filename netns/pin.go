@@ -1,0 +1,62 @@
+package netns
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// PinSuffix is appended to a container's name when its usual pin path
+// (dir/name) is already someone else's mount of another namespace: ours
+// goes to dir/name+PinSuffix. '@' is not allowed in container IDs, so the
+// alternate name never clashes with another container's usual one.
+const PinSuffix = "@isolatord"
+
+// Pin is where a namespace is pinned and whether isolatord made the pin.
+type Pin struct {
+	Path string
+	// Owned: isolatord created this mount and removes it at teardown. A
+	// pin it found (a runtime's: Nomad mounts each alloc's namespace at
+	// /var/run/netns/<allocID>) is used but never unmounted.
+	Owned bool
+}
+
+// PinNS pins ns under dir for the container called name:
+//   - dir/name already pins ns (a runtime pinned it there): that pin is
+//     used, not owned;
+//   - dir/name is free: ns is bind-mounted there, owned;
+//   - dir/name is taken by anything else (a pin of another namespace, a
+//     file): ns is bind-mounted at dir/name+PinSuffix, owned, and the
+//     other mount is left alone.
+func PinNS(ns *NS, dir, name string) (Pin, error) {
+	p := filepath.Join(dir, name)
+	if cur, err := Open(p); err == nil {
+		same := cur.SameAs(ns)
+		cur.Close()
+		if same {
+			return Pin{Path: p}, nil
+		}
+		alt, err := BindMount(ns, dir, name+PinSuffix)
+		if err != nil {
+			return Pin{}, fmt.Errorf("%s pins another network namespace, and the alternate pin failed: %w", p, err)
+		}
+		return Pin{Path: alt, Owned: true}, nil
+	}
+	got, err := BindMount(ns, dir, name)
+	if err != nil {
+		alt, aerr := BindMount(ns, dir, name+PinSuffix)
+		if aerr != nil {
+			return Pin{}, fmt.Errorf("%w (alternate pin: %v)", err, aerr)
+		}
+		return Pin{Path: alt, Owned: true}, nil
+	}
+	return Pin{Path: got, Owned: true}, nil
+}
+
+// Unpin removes pin when isolatord owns it (see Unmount); a pin it does
+// not own is never touched (mounted and existed are then false).
+func Unpin(pin Pin) (mounted, existed bool, err error) {
+	if !pin.Owned || pin.Path == "" {
+		return false, false, nil
+	}
+	return Unmount(filepath.Dir(pin.Path), filepath.Base(pin.Path))
+}
