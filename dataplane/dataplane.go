@@ -122,11 +122,11 @@ type DataPlane struct {
 
 // record is what the data plane installed for one container.
 type record struct {
-	c     Container // ports, shared ports and limits as installed
-	veth  int
-	via   int // egress shaper entry ifindex (0: no egress limit)
-	ino   uint64
-	pin   netns.Pin // where the namespace is pinned, and whether by us
+	c    Container // ports, shared ports and limits as installed
+	veth int
+	via  int // egress shaper entry ifindex (0: no egress limit)
+	ino  uint64
+	pin  netns.Pin // where the namespace is pinned, and whether by us
 }
 
 // New opens the host namespace and a netlink handle in it. It changes
