@@ -159,6 +159,8 @@ type Isolator struct {
 	rebuilt      []string
 	// Hooks for tests (fault injection); nil in production.
 	hook func(point string)
+	// orphans counts reclaimed orphaned containers (orphans.go).
+	orphans orphanCount
 }
 
 // New validates the configuration and opens the state; call Start to recover.
@@ -874,6 +876,9 @@ type Status struct {
 	// What start-up recovery left for the operator (rebuild.go).
 	Unattributed, Rebuilt []string
 	StateMovedAside       string
+	// OrphansReclaimed counts containers cleaned up because their
+	// namespace was left without process or pin (orphans.go).
+	OrphansReclaimed uint64
 }
 
 // Status returns capacities, holdings and the host the data plane found.
@@ -892,7 +897,8 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		DefaultEgress: s.cfg.Egress, DefaultIngress: s.cfg.Ingress,
 		HostPorts:    s.hostPorts.status(),
 		Unattributed: append([]string(nil), s.unattributed...), Rebuilt: append([]string(nil), s.rebuilt...),
-		StateMovedAside: s.store.movedAside,
+		StateMovedAside:  s.store.movedAside,
+		OrphansReclaimed: s.orphans.n.Load(),
 	}
 	for _, r := range s.records {
 		st.Containers[r.State]++

@@ -120,6 +120,8 @@ type Metrics struct {
 	recoveryDuration   prometheus.Gauge
 	recoveries         prometheus.Counter
 
+	orphans prometheus.Counter // orphans.go
+
 	state     *stateCollector
 	hostPorts *hostPortsCollector // hostports.go
 	drops     *dropCollector      // drops.go
@@ -221,12 +223,13 @@ func New(version string) *Metrics {
 	m.state = newStateCollector()
 	m.hostPorts = newHostPortsCollector(m.state)
 	m.drops = newDropCollector()
+	m.orphans = newOrphansCounter()
 
 	reg.MustRegister(m.drops)
 	reg.MustRegister(
 		m.filterOps, m.opTotal, m.opDuration, m.rpcRequests, m.rpcDuration,
 		m.recoveryContainers, m.recoveryStrays, m.recoveryUnreserved, m.recoveryDuration, m.recoveries,
-		buildInfo, m.state, m.hostPorts,
+		buildInfo, m.state, m.hostPorts, m.orphans,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -3,6 +3,8 @@ package netns
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // PinSuffix is appended to a container's name when its usual pin path
@@ -59,4 +61,25 @@ func Unpin(pin Pin) (mounted, existed bool, err error) {
 		return false, false, nil
 	}
 	return Unmount(filepath.Dir(pin.Path), filepath.Base(pin.Path))
+}
+
+// NetNSMounts lists every nsfs mount of a network namespace in this
+// process's mount namespace: namespace inode -> mount points. A runtime's
+// pin of a container's namespace shows up here wherever it is.
+func NetNSMounts() (map[uint64][]string, error) {
+	mounts, err := ReadMountInfo()
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	out := map[uint64][]string{}
+	for _, m := range mounts {
+		if m.FSType != "nsfs" || !strings.HasPrefix(m.Root, "net:[") {
+			continue
+		}
+		ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(m.Root, "net:["), "]"), 10, 64)
+		if err == nil {
+			out[ino] = append(out[ino], m.MountPoint)
+		}
+	}
+	return out, nil
 }

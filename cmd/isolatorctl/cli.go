@@ -212,13 +212,16 @@ var commands = []*command{
 		},
 	},
 	{
-		name:    "list",
-		summary: "list every container",
-		setup: func(*flag.FlagSet) func(string) (call, error) {
+		name:     "list",
+		synopsis: "[--label KEY=VALUE]...",
+		summary:  "list every container (those with all the given labels)",
+		setup: func(fs *flag.FlagSet) func(string) (call, error) {
+			var want labelFilter
+			fs.Var(&want, "label", "only containers with label `KEY=VALUE` (repeat: all of them)")
 			return func(string) (call, error) {
 				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
 					resp, err := c.List(ctx, &isolatordv1.ListRequest{})
-					return listResult(resp.GetContainers()), err
+					return listResult(want.filter(resp.GetContainers())), err
 				}, nil
 			}
 		},

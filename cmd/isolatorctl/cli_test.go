@@ -128,6 +128,7 @@ func (f *fakeServer) Isolate(_ context.Context, req *isolatordv1.IsolateRequest)
 	c.State = isolatordv1.ContainerState_CONTAINER_STATE_ISOLATED
 	c.Veth = "veth-" + c.ContainerId
 	c.Netns = "/var/run/netns/isolator-" + c.ContainerId
+	c.PinOwned = true
 	switch t := req.GetTarget().(type) {
 	case *isolatordv1.IsolateRequest_Pid:
 		c.Pid = t.Pid
@@ -540,6 +541,7 @@ func TestPrepareAndGet(t *testing.T) {
 		EphemeralPorts: &rangeJSON{Begin: 32768, End: 33791},
 		Ports:          []portJSON{{31000, 31099, false}, {31500, 31500, true}, {32000, 32000, false}},
 		CreatedAt:      "2026-11-22T16:00:00Z",
+		Labels:         map[string]string{},
 	}
 	if !reflect.DeepEqual(typed, wantJSON) {
 		t.Errorf("get -o json = %+v, want %+v", typed, wantJSON)

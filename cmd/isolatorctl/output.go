@@ -30,19 +30,21 @@ type portJSON struct {
 }
 
 type containerJSON struct {
-	ContainerID    string     `json:"container_id"`
-	State          string     `json:"state"`
-	EphemeralPorts *rangeJSON `json:"ephemeral_ports"`
-	Ports          []portJSON `json:"ports"`
-	Veth           string     `json:"veth"`
-	Netns          string     `json:"netns"`
-	Pid            int32      `json:"pid"`
-	NetnsSource    string     `json:"netns_source"`
-	CreatedAt      string     `json:"created_at,omitempty"`
-	IsolatedAt     string     `json:"isolated_at,omitempty"`
-	EgressLimit    *limitJSON `json:"egress_limit"`  // null: none
-	IngressLimit   *limitJSON `json:"ingress_limit"` // null: none
-	NotRecovered   []string   `json:"not_recovered,omitempty"`
+	ContainerID    string            `json:"container_id"`
+	State          string            `json:"state"`
+	EphemeralPorts *rangeJSON        `json:"ephemeral_ports"`
+	Ports          []portJSON        `json:"ports"`
+	Veth           string            `json:"veth"`
+	Netns          string            `json:"netns"`
+	Pid            int32             `json:"pid"`
+	NetnsSource    string            `json:"netns_source"`
+	CreatedAt      string            `json:"created_at,omitempty"`
+	IsolatedAt     string            `json:"isolated_at,omitempty"`
+	EgressLimit    *limitJSON        `json:"egress_limit"`  // null: none
+	IngressLimit   *limitJSON        `json:"ingress_limit"` // null: none
+	Labels         map[string]string `json:"labels"`        // {} when none
+	PinOwned       bool              `json:"pin_owned"`     // false: the runtime's pin (or not isolated)
+	NotRecovered   []string          `json:"not_recovered,omitempty"`
 }
 
 // limitJSON is a bandwidth limit: bytes per second and bytes.
@@ -132,6 +134,7 @@ type statusJSON struct {
 	Unattributed         []string          `json:"unattributed"` // kernel objects of no container, left in place
 	Rebuilt              []string          `json:"rebuilt"`      // containers rebuilt from the kernel at start-up
 	StateMovedAside      string            `json:"state_moved_aside,omitempty"`
+	OrphansReclaimed     uint64            `json:"orphans_reclaimed"`
 }
 
 type cleanupJSON struct {
@@ -216,6 +219,11 @@ func toContainerJSON(c *isolatordv1.Container) containerJSON {
 		EgressLimit:    toLimitJSON(c.GetEgressLimit()),
 		IngressLimit:   toLimitJSON(c.GetIngressLimit()),
 		NotRecovered:   c.GetNotRecovered(),
+		Labels:         c.GetLabels(),
+		PinOwned:       c.GetPinOwned(),
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
 	}
 	for _, p := range c.GetPorts() {
 		out.Ports = append(out.Ports, portJSON{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
@@ -321,12 +329,17 @@ func (r containerResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "Ports:\t%s\n", portsString(c.GetPorts(), false))
 	fmt.Fprintf(tw, "Shared ports:\t%s\n", portsString(c.GetPorts(), true))
 	fmt.Fprintf(tw, "Veth:\t%s\n", orDash(c.GetVeth()))
-	fmt.Fprintf(tw, "Netns:\t%s\n", orDash(c.GetNetns()))
+	netnsPath := orDash(c.GetNetns())
+	if c.GetNetns() != "" && !c.GetPinOwned() {
+		netnsPath += " (the runtime's pin: isolatord never unmounts it)"
+	}
+	fmt.Fprintf(tw, "Netns:\t%s\n", netnsPath)
 	fmt.Fprintf(tw, "Netns source:\t%s\n", orDash(source))
 	fmt.Fprintf(tw, "Created:\t%s\n", orDash(timeString(c.GetCreatedAt(), time.RFC3339)))
 	fmt.Fprintf(tw, "Isolated:\t%s\n", orDash(timeString(c.GetIsolatedAt(), time.RFC3339)))
 	fmt.Fprintf(tw, "Egress limit:\t%s\n", limitString(c.GetEgressLimit()))
 	fmt.Fprintf(tw, "Ingress limit:\t%s\n", limitString(c.GetIngressLimit()))
+	fmt.Fprintf(tw, "Labels:\t%s\n", labelsString(c.GetLabels()))
 	return tw.Flush()
 }
 
@@ -529,6 +542,7 @@ func (r statusResult) jsonValue() any {
 		Unattributed:         append([]string{}, s.GetUnattributed()...),
 		Rebuilt:              append([]string{}, s.GetRebuilt()...),
 		StateMovedAside:      s.GetStateMovedAside(),
+		OrphansReclaimed:     s.GetOrphansReclaimed(),
 	}
 	if out.Features == nil {
 		out.Features = map[string]bool{}
@@ -593,6 +607,7 @@ func (r statusResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "Default limits:\tegress %s; ingress %s\n", limitString(s.GetDefaultEgressLimit()), limitString(s.GetDefaultIngressLimit()))
 	writeHostPorts(tw, s.GetHostPorts())
 	writeRecovery(tw, s)
+	fmt.Fprintf(tw, "Orphans reclaimed:\t%d\n", s.GetOrphansReclaimed())
 	return tw.Flush()
 }
 

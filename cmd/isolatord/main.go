@@ -43,6 +43,7 @@ type options struct {
 	logLevel                      string
 	shutdownTimeout               time.Duration
 	metricsPerContainer           bool
+	orphanGrace                   time.Duration
 	// default bandwidth limits: rates, bursts and ceils as typed
 	egressRate, egressBurst, egressCeil    string
 	ingressRate, ingressBurst, ingressCeil string
@@ -67,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.hostNetNS, "host-netns", "", "run the host side inside this network namespace (path; for sandboxes)")
 	fs.BoolVar(&o.metricsPerContainer, "metrics-per-container", false, "export per-container traffic series (label container_id; off by default: cardinality)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
+	fs.DurationVar(&o.orphanGrace, "orphan-grace", isolator.DefaultOrphanGrace, "clean up a container whose namespace has had no process and no pin but isolatord's own for this long (removed by a runtime without a CNI DEL); 0 disables")
 	fs.StringVar(&o.egressRate, "egress-rate-limit", "0", "default limit on what each container sends, enforced on the host side: bytes per second or a rate such as 10MB/s, 10MiB/s, 100Mbit (0 = none); Prepare may give its own")
 	fs.StringVar(&o.egressBurst, "egress-burst", "0", "burst of the default egress limit, bytes or a size such as 256KiB (0 = 10 ms at the rate, at least 64KiB)")
 	fs.StringVar(&o.egressCeil, "egress-ceil", "0", "peak rate of the default egress limit while bursting (0 = line speed)")
@@ -279,6 +281,7 @@ func serve(o *options, log *slog.Logger) error {
 		return fmt.Errorf("recovery: %w", err)
 	}
 	log.Info("recovered", "duration_seconds", time.Since(start).Seconds(), "kept", rep.Kept, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed))
+	go iso.ReclaimOrphans(ctx, o.orphanGrace)
 
 	if ctx.Err() != nil {
 		log.Info("shut down before serving; container plumbing stays in place")

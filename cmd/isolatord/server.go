@@ -58,6 +58,7 @@ func toProto(r isolator.Record) *pb.Container {
 		CreatedAt:      timestamppb.New(r.Created),
 		Labels:         r.Labels,
 		NotRecovered:   r.Lost,
+		PinOwned:       r.PinOwned,
 	}
 	switch r.State {
 	case isolator.StatePrepared:
@@ -250,6 +251,7 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		Unattributed:         st.Unattributed,
 		Rebuilt:              st.Rebuilt,
 		StateMovedAside:      st.StateMovedAside,
+		OrphansReclaimed:     st.OrphansReclaimed,
 	}
 	if st.Host.IP.IP != nil {
 		resp.HostIp = st.Host.IP.IP.String()

@@ -331,7 +331,12 @@ type Container struct {
 	IngressLimit *BandwidthLimit `protobuf:"bytes,13,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"`
 	// What could not be recovered when the container's record was rebuilt
 	// from the kernel (e.g. "labels", "creation time"); empty otherwise.
-	NotRecovered  []string `protobuf:"bytes,30,rep,name=not_recovered,json=notRecovered,proto3" json:"not_recovered,omitempty"`
+	NotRecovered []string `protobuf:"bytes,30,rep,name=not_recovered,json=notRecovered,proto3" json:"not_recovered,omitempty"`
+	// Whether isolatord made the pin at netns (and removes it at cleanup).
+	// False when the runtime had already pinned the namespace there (Nomad
+	// pins each alloc at /var/run/netns/<allocID>): isolatord uses that pin
+	// and never unmounts it.
+	PinOwned      bool `protobuf:"varint,40,opt,name=pin_owned,json=pinOwned,proto3" json:"pin_owned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -462,6 +467,13 @@ func (x *Container) GetNotRecovered() []string {
 		return x.NotRecovered
 	}
 	return nil
+}
+
+func (x *Container) GetPinOwned() bool {
+	if x != nil {
+		return x.PinOwned
+	}
+	return false
 }
 
 type PrepareRequest struct {
@@ -1805,9 +1817,13 @@ type StatusResponse struct {
 	// Host port reservations (issue 17): static ports held by containers
 	// that isolatord also holds in the host namespace, so a host process's
 	// bind() of them fails.
-	HostPorts     *HostPortReservations `protobuf:"bytes,60,opt,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostPorts *HostPortReservations `protobuf:"bytes,60,opt,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`
+	// Containers cleaned up since start because their namespace was left
+	// with no process and no pin but isolatord's own for the orphan grace
+	// period (--orphan-grace): removed by a runtime without a CNI DEL.
+	OrphansReclaimed uint64 `protobuf:"varint,40,opt,name=orphans_reclaimed,json=orphansReclaimed,proto3" json:"orphans_reclaimed,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1992,6 +2008,13 @@ func (x *StatusResponse) GetHostPorts() *HostPortReservations {
 		return x.HostPorts
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetOrphansReclaimed() uint64 {
+	if x != nil {
+		return x.OrphansReclaimed
+	}
+	return 0
 }
 
 // HostPortReservations: what StatusResponse says of the host port
@@ -2211,7 +2234,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x04ceil\x18\x03 \x01(\x03R\x04ceil\"8\n" +
 	"\x0eEphemeralRange\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\rR\x05begin\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\rR\x03end\"\xd0\x05\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\"\xed\x05\n" +
 	"\tContainer\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.isolatord.v1.ContainerStateR\x05state\x12E\n" +
@@ -2229,7 +2252,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x06labels\x18\v \x03(\v2#.isolatord.v1.Container.LabelsEntryR\x06labels\x12?\n" +
 	"\fegress_limit\x18\f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
 	"\ringress_limit\x18\r \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x12#\n" +
-	"\rnot_recovered\x18\x1e \x03(\tR\fnotRecovered\x1a9\n" +
+	"\rnot_recovered\x18\x1e \x03(\tR\fnotRecovered\x12\x1b\n" +
+	"\tpin_owned\x18( \x01(\bR\bpinOwned\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x02\n" +
@@ -2343,7 +2367,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\xc5\t\n" +
+	"\rStatusRequest\"\xf2\t\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
 	"\x0eephemeral_pool\x18\x02 \x01(\tR\rephemeralPool\x12\x1d\n" +
@@ -2371,7 +2395,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\arebuilt\x18\x1f \x03(\tR\arebuilt\x12*\n" +
 	"\x11state_moved_aside\x18  \x01(\tR\x0fstateMovedAside\x12A\n" +
 	"\n" +
-	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x1a;\n" +
+	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x12+\n" +
+	"\x11orphans_reclaimed\x18( \x01(\x04R\x10orphansReclaimed\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aD\n" +

@@ -1,0 +1,39 @@
+package isolator
+
+import (
+	"testing"
+	"time"
+)
+
+func TestOtherPin(t *testing.T) {
+	own := Record{Mount: "/nonexistent-dir/c1", PinOwned: true}
+	theirs := Record{Mount: "/nonexistent-dir/c1", PinOwned: false}
+	for _, c := range []struct {
+		points []string
+		r      Record
+		want   bool
+	}{
+		{nil, own, false},
+		{[]string{"/nonexistent-dir/c1"}, own, false},
+		{[]string{"/nonexistent-dir/c1", "/run/netns/cni-1234"}, own, true},
+		{[]string{"/nonexistent-dir/c1"}, theirs, true}, // a pin isolatord does not own is the runtime's
+		{[]string{"/elsewhere/c1"}, own, true},
+	} {
+		if got := otherPin(c.points, c.r); got != c.want {
+			t.Errorf("otherPin(%v, owned=%v) = %v, want %v", c.points, c.r.PinOwned, got, c.want)
+		}
+	}
+}
+
+func TestOrphanPeriod(t *testing.T) {
+	for grace, want := range map[time.Duration]time.Duration{
+		30 * time.Second:       7500 * time.Millisecond,
+		time.Second:            250 * time.Millisecond,
+		100 * time.Millisecond: 250 * time.Millisecond,
+		10 * time.Minute:       10 * time.Second,
+	} {
+		if got := orphanPeriod(grace); got != want {
+			t.Errorf("orphanPeriod(%v) = %v, want %v", grace, got, want)
+		}
+	}
+}
