@@ -60,6 +60,10 @@ type NetConf struct {
 	// shared with the others that ask for them shared. A port mapping whose
 	// hostPort is listed here is held shared too.
 	SharedPorts PortList `json:"sharedPorts,omitempty"`
+	// DaemonWait is how long a verb waits for isolatord while it is down
+	// (restarting) before failing: a duration ("10s", "0") or seconds;
+	// default DefaultDaemonWait.
+	DaemonWait waitDuration `json:"daemonWait,omitzero"`
 
 	RuntimeConfig struct {
 		PortMappings []PortMapping `json:"portMappings,omitempty"`

@@ -27,9 +27,12 @@ type Plugin struct {
 	ReadNS func(nsPath, ifname string) (nsIface, error)
 	// Stdout receives the ADD result.
 	Stdout io.Writer
-	// Timeout bounds ADD, CHECK, DEL and GC; StatusTimeout bounds STATUS;
-	// DialTimeout bounds connecting within either.
-	Timeout, StatusTimeout, DialTimeout time.Duration
+	// Timeout bounds ADD, CHECK, DEL and GC; StatusTimeout bounds STATUS
+	// (after any wait for the daemon); DialTimeout bounds each attempt to
+	// connect; DaemonWait is how long a verb waits for a daemon that is
+	// down (restarting) before failing, unless the configuration's
+	// "daemonWait" says otherwise (wait.go).
+	Timeout, StatusTimeout, DialTimeout, DaemonWait time.Duration
 }
 
 func newPlugin(stdout io.Writer) *Plugin {
@@ -46,14 +49,8 @@ func newPlugin(stdout io.Writer) *Plugin {
 		Timeout:       60 * time.Second,
 		StatusTimeout: 5 * time.Second,
 		DialTimeout:   api.DefaultDialTimeout,
+		DaemonWait:    DefaultDaemonWait,
 	}
-}
-
-// connect dials isolatord within DialTimeout (and ctx).
-func (p *Plugin) connect(ctx context.Context, socket string) (pb.IsolatorClient, func() error, error) {
-	dctx, cancel := context.WithTimeout(ctx, p.DialTimeout)
-	defer cancel()
-	return p.Dial(dctx, socket)
 }
 
 // owner checks that a container isolatord returned belongs to this network
@@ -116,7 +113,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
-	c, closeConn, err := p.connect(ctx, conf.Socket)
+	c, closeConn, err := p.connect(ctx, conf.Socket, p.daemonWait(conf))
 	if err != nil {
 		return connectError(err)
 	}
@@ -243,7 +240,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
-	c, closeConn, err := p.connect(ctx, conf.Socket)
+	c, closeConn, err := p.connect(ctx, conf.Socket, p.daemonWait(conf))
 	if err != nil {
 		return connectError(err)
 	}
@@ -283,7 +280,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
-	c, closeConn, err := p.connect(ctx, conf.Socket)
+	c, closeConn, err := p.connect(ctx, conf.Socket, p.daemonWait(conf))
 	if err != nil {
 		return connectError(err)
 	}
@@ -406,7 +403,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
-	c, closeConn, err := p.connect(ctx, conf.Socket)
+	c, closeConn, err := p.connect(ctx, conf.Socket, p.daemonWait(conf))
 	if err != nil {
 		return connectError(err)
 	}
@@ -449,9 +446,9 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.StatusTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.StatusTimeout+p.daemonWait(conf))
 	defer cancel()
-	c, closeConn, err := p.connect(ctx, conf.Socket)
+	c, closeConn, err := p.connect(ctx, conf.Socket, p.daemonWait(conf))
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "isolatord is not available: "+err.Error(), "")
 	}

@@ -198,7 +198,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(stop)
 	out := &bytes.Buffer{}
 	p := newPlugin(out)
-	p.Timeout, p.StatusTimeout, p.DialTimeout = 10*time.Second, 2*time.Second, 2*time.Second
+	p.Timeout, p.StatusTimeout, p.DialTimeout, p.DaemonWait = 10*time.Second, 2*time.Second, 2*time.Second, 0
 	p.ReadNS = func(nsPath, ifname string) (nsIface, error) {
 		if nsPath == "/gone" {
 			return nsIface{}, errors.New("open network namespace /gone: no such file or directory")

@@ -287,11 +287,13 @@ func serve(o *options, log *slog.Logger) error {
 		log.Info("shut down before serving; container plumbing stays in place")
 		return nil
 	}
-	lis, err := listenUnix(o.socket)
+	lis, ownSocket, err := listen(o.socket, log)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(o.socket)
+	if ownSocket { // a socket systemd passed stays: it queues calls for the next start
+		defer os.Remove(o.socket)
+	}
 	gs, hs := newGRPCServer(iso, uids, log, m)
 
 	errc := make(chan error, 1)
@@ -318,7 +320,6 @@ func serve(o *options, log *slog.Logger) error {
 		log.Warn("shutdown timeout: stopping in-flight calls")
 		gs.Stop()
 	}
-	_ = os.Remove(o.socket)
 	return nil
 }
 

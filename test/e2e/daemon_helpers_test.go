@@ -77,11 +77,14 @@ type Daemon struct {
 	StateDir string
 	NetNSDir string
 	Args     []string
-	cmd      *exec.Cmd
-	log      *bytes.Buffer
-	mu       sync.Mutex
-	conn     *grpc.ClientConn
-	Client   pb.IsolatorClient
+	// Wrap, when set, changes the command before each start (socket
+	// activation tests run the daemon under a launcher).
+	Wrap   func(d *Daemon, cmd *exec.Cmd)
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	mu     sync.Mutex
+	conn   *grpc.ClientConn
+	Client pb.IsolatorClient
 }
 
 // DaemonOptions tune StartDaemon.
@@ -89,6 +92,7 @@ type DaemonOptions struct {
 	Ports, Ephemeral string
 	BlockSize        int
 	Extra            []string
+	Wrap             func(d *Daemon, cmd *exec.Cmd) // see Daemon.Wrap
 }
 
 // StartDaemon starts isolatord for sb and waits until it serves.
@@ -108,6 +112,7 @@ func StartDaemon(t testing.TB, sb *sandbox.Sandbox, o DaemonOptions) *Daemon {
 		Socket:   filepath.Join(dir, "run", "isolatord.sock"),
 		StateDir: filepath.Join(dir, "state"),
 		NetNSDir: filepath.Join(dir, "netns"),
+		Wrap:     o.Wrap,
 	}
 	d.Args = append([]string{
 		"--socket", d.Socket, "--state-dir", d.StateDir, "--netns-dir", d.NetNSDir,
@@ -147,6 +152,9 @@ func (d *Daemon) Start() {
 	cmd.Stderr = d.log
 	d.cmd = cmd
 	d.mu.Unlock()
+	if d.Wrap != nil {
+		d.Wrap(d, cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		d.t.Fatalf("start isolatord: %v", err)
 	}
