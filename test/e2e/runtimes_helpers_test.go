@@ -68,7 +68,9 @@ type buildError struct {
 	out []byte
 }
 
-func (e *buildError) Error() string { return "go build isotraffic: " + e.err.Error() + "\n" + string(e.out) }
+func (e *buildError) Error() string {
+	return "go build isotraffic: " + e.err.Error() + "\n" + string(e.out)
+}
 
 // buildRootfs makes a container root filesystem under dir: busybox (sh,
 // sleep, ...) and /isotraffic. No registry, no image.
