@@ -33,6 +33,14 @@ type containerd struct {
 
 func startContainerd(t *testing.T, name, socket string) *containerd {
 	t.Helper()
+	return startContainerdWith(t, name, socket, nil)
+}
+
+// startContainerdWith starts containerd; cri, when given, returns the CRI
+// plugin's configuration section (the CNI directories are c's), else the
+// CRI plugin is disabled.
+func startContainerdWith(t *testing.T, name, socket string, cri func(c *containerd) string) *containerd {
+	t.Helper()
 	dir := runtimeDir(t, "containerd")
 	c := &containerd{t: t, address: filepath.Join(dir, "containerd.sock"), ns: name,
 		confDir: filepath.Join(dir, "net.d"), optDir: filepath.Join(dir, "opt")}
@@ -44,17 +52,22 @@ func startContainerd(t *testing.T, name, socket string) *containerd {
 	}
 	shippedConflist(t, c.confDir, socket)
 	copyFile(t, filepath.Join(Binaries(t), "isolator-cni"), filepath.Join(bin, "isolator-cni"))
+	top, criConf := `disabled_plugins = ["io.containerd.grpc.v1.cri"]`, ""
+	if cri != nil {
+		top, criConf = "", cri(c)
+	}
 	conf := fmt.Sprintf(`version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
+%s
 [grpc]
   address = %q
 [ttrpc]
   address = %q
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.address, c.address+".ttrpc", filepath.Join(dir, "copt"))
+%s
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), top, c.address, c.address+".ttrpc", filepath.Join(dir, "copt"), criConf)
 	confFile := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
