@@ -149,7 +149,9 @@ func (e *env) start(name string, slot uint16, eph, ports, shared string, serve .
 	e.t.Helper()
 	p := e.spawn(name, serve, shared != "")
 	c := e.spec(name, p, slot, eph, ports, shared)
-	e.setup(c)
+	pl := e.setup(c)
+	// What the lifecycle records: a restarted data plane goes by it.
+	c.Pin, c.PinOwned = pl.Mount, pl.PinOwned
 	return ctr{p, c}
 }
 
