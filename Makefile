@@ -11,7 +11,7 @@ PKGS        := ./...
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
-.PHONY: all build test lint bench demo proto fuzz deps clean
+.PHONY: all build test test-nomad lint bench demo proto fuzz deps clean
 
 all: build
 
@@ -28,6 +28,12 @@ deps:
 # -p 1: kernel tests of different packages would otherwise compete for the CPUs and time out.
 test: deps build
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# test-nomad builds a Nomad 1.10 agent (minutes, cached; scripts/build-nomad.sh) and runs the
+# Nomad end-to-end test (test/e2e/nomad_test.go). Not part of test.
+test-nomad: deps build
+	NOMAD_BIN=$$(scripts/build-nomad.sh) && \
+	  NOMAD_BIN=$$NOMAD_BIN $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -run '^TestNomad' -v ./test/e2e/
 
 lint: $(TOOLS)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

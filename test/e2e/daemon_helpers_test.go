@@ -93,6 +93,10 @@ type DaemonOptions struct {
 	BlockSize        int
 	Extra            []string
 	Wrap             func(d *Daemon, cmd *exec.Cmd) // see Daemon.Wrap
+	// NetNSDir, when set, is the daemon's --netns-dir instead of one of
+	// its own: a shared directory such as /var/run/netns, which cleanup
+	// then leaves alone (the test removes what it made there).
+	NetNSDir string
 }
 
 // StartDaemon starts isolatord for sb and waits until it serves.
@@ -114,6 +118,10 @@ func StartDaemon(t testing.TB, sb *sandbox.Sandbox, o DaemonOptions) *Daemon {
 		NetNSDir: filepath.Join(dir, "netns"),
 		Wrap:     o.Wrap,
 	}
+	sharedDir := o.NetNSDir != ""
+	if sharedDir {
+		d.NetNSDir = o.NetNSDir
+	}
 	d.Args = append([]string{
 		"--socket", d.Socket, "--state-dir", d.StateDir, "--netns-dir", d.NetNSDir,
 		// the per-host-namespace lock file under the test's directory,
@@ -127,6 +135,9 @@ func StartDaemon(t testing.TB, sb *sandbox.Sandbox, o DaemonOptions) *Daemon {
 		d.Stop()
 		if t.Failed() {
 			t.Logf("isolatord log:\n%s", d.Log())
+		}
+		if sharedDir {
+			return // other processes' pins live there: never sweep it
 		}
 		// The netns dir is a mount point with our bind mounts inside:
 		// detach whatever is left so the temp dir can go.

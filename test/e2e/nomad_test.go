@@ -1,0 +1,312 @@
+package e2e
+
+// A real Nomad 1.10 agent (server and client in one, inside the sandbox
+// host namespace) drives isolator-cni through `network { mode =
+// "cni/isolator" }` with raw_exec tasks. Not part of `make test`: building
+// Nomad takes minutes. `make test-nomad` builds it (scripts/build-nomad.sh)
+// and runs this with NOMAD_BIN set.
+//
+// isolatord runs with --netns-dir /var/run/netns, Nomad's own pin
+// directory, so the alloc namespace pins clash exactly as in production.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/test/sandbox"
+)
+
+type nomadAgent struct {
+	t      *testing.T
+	bin    string
+	hostNS string
+	conf   string
+	mu     sync.Mutex
+	log    bytes.Buffer // every run's output
+	cmd    *exec.Cmd
+	done   chan struct{}
+}
+
+// nomadEnv is the agent's environment: without AWS_CA_BUNDLE (with it
+// Nomad 1.10 dies at start setting up its IMDS client).
+func nomadEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_CA_BUNDLE=") && !strings.HasPrefix(kv, "NOMAD_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "NOMAD_ADDR=http://127.0.0.1:4646")
+}
+
+func (n *nomadAgent) Write(p []byte) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.log.Write(p)
+}
+
+func (n *nomadAgent) Log() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.log.String()
+}
+
+func (n *nomadAgent) start() {
+	n.t.Helper()
+	cmd := exec.Command("nsenter", "--net="+n.hostNS, "--", n.bin, "agent", "-config", n.conf)
+	cmd.Env = nomadEnv()
+	cmd.Stdout, cmd.Stderr = n, n
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.cmd, n.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { cmd.Wait(); close(done) }(n.done)
+	eventually(n.t, 90*time.Second, "Nomad node ready", func() bool {
+		out, err := n.cli("node", "status")
+		return err == nil && strings.Contains(out, "ready")
+	})
+}
+
+// stop sends SIGINT (Nomad's graceful shutdown; allocs keep running) and
+// waits for the process.
+func (n *nomadAgent) stop() {
+	if n.cmd == nil {
+		return
+	}
+	n.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-n.done:
+	case <-time.After(30 * time.Second):
+		n.cmd.Process.Kill()
+		<-n.done
+	}
+	n.cmd = nil
+}
+
+// cli runs the nomad CLI in the sandbox host namespace.
+func (n *nomadAgent) cli(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.hostNS, "--", n.bin}, args...)...)
+	cmd.Env = nomadEnv()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (n *nomadAgent) mustCLI(args ...string) string {
+	n.t.Helper()
+	out, err := n.cli(args...)
+	if err != nil {
+		n.t.Fatalf("nomad %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runningAllocs lists the full IDs of job's running allocations.
+func (n *nomadAgent) runningAllocs(job string) []string {
+	out, err := n.cli("job", "allocs", "-t", `{{range .}}{{if eq .ClientStatus "running"}}{{.ID}} {{end}}{{end}}`, job)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(out)
+}
+
+// TestNomad: static-port job reachable from outside through Nomad's own
+// pin, isolatord kill -9 keeps traffic flowing, a Nomad restart while
+// isolatord is down keeps the alloc running, job stop leaves nothing and
+// no `postrun failed` in Nomad's log; a shared port spreads connections
+// over a group's allocations.
+func TestNomad(t *testing.T) {
+	bin := os.Getenv("NOMAD_BIN")
+	if bin == "" {
+		t.Skip("set NOMAD_BIN to a Nomad 1.10 agent (make test-nomad builds one)")
+	}
+	needTools(t)
+	sb := sandbox.New(t)
+	d := StartDaemon(t, sb, DaemonOptions{NetNSDir: netns.DefaultDir})
+	base := readHostState(t, sb, filepath.Join(t.TempDir(), "none"))
+
+	dir := runtimeDir(t, "nomad")
+	cniDir := filepath.Join(dir, "cni")
+	os.MkdirAll(cniDir, 0o755)
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "packaging", "cni", "nomad", "isolator.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.Replace(string(b), `"/run/isolatord/isolatord.sock"`, `"`+d.Socket+`"`, 1)
+	os.WriteFile(filepath.Join(cniDir, "isolator.conflist"), []byte(conf), 0o644)
+	agentConf := filepath.Join(dir, "agent.hcl")
+	os.WriteFile(agentConf, []byte(fmt.Sprintf(`
+data_dir  = %q
+bind_addr = "127.0.0.1"
+disable_update_check = true
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+client {
+  enabled           = true
+  network_interface = "eth0"
+  cni_path          = %q
+  cni_config_dir    = %q
+  min_dynamic_port  = 31000
+  max_dynamic_port  = 31999
+  options {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`, filepath.Join(dir, "data"), Binaries(t), cniDir)), 0o644)
+	n := &nomadAgent{t: t, bin: bin, hostNS: sb.Host.Path, conf: agentConf}
+	t.Cleanup(func() {
+		n.cli("job", "stop", "-purge", "static")
+		n.cli("job", "stop", "-purge", "shared")
+		n.stop()
+		if t.Failed() {
+			t.Logf("nomad log (tail):\n%s", tail(n.Log(), 60))
+		}
+	})
+	n.start()
+
+	iso := staticIsotraffic(t)
+	job := filepath.Join(dir, "static.nomad.hcl")
+	os.WriteFile(job, []byte(fmt.Sprintf(`
+job "static" {
+  datacenters = ["*"]
+  group "web" {
+    network {
+      mode = "cni/isolator"
+      port "http" { static = 31005 }
+    }
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = %q
+        args    = ["serve", "--tcp", ":31005", "--udp", ":31005", "--name", "nomadweb"]
+      }
+    }
+  }
+}
+`, iso)), 0o644)
+	n.mustCLI("job", "run", "-detach", job)
+	var allocs []string
+	eventually(t, 90*time.Second, "static job's alloc running", func() bool {
+		allocs = n.runningAllocs("static")
+		return len(allocs) == 1
+	})
+	alloc := allocs[0]
+	eventually(t, 30*time.Second, "static job reachable on 31005", func() bool {
+		s, err := echoFromClient(sb, "tcp", 31005)
+		return err == nil && s == "nomadweb"
+	})
+	out := d.Ctl(t, "get", alloc)
+	if !strings.Contains(out, "the runtime's pin") || !strings.Contains(out, "NOMAD_ALLOC_ID="+alloc) {
+		t.Errorf("isolatorctl get %s:\n%s", alloc, out)
+	}
+
+	// isolatord kill -9: traffic keeps flowing, and it comes back.
+	d.Kill()
+	mustEcho(t, sb, "tcp", 31005, "nomadweb")
+	d.Start()
+
+	// Nomad restarted while isolatord is down: the alloc keeps running.
+	d.Stop()
+	n.stop()
+	n.start()
+	d.Start()
+	eventually(t, 60*time.Second, "the alloc running after Nomad's restart", func() bool {
+		a := n.runningAllocs("static")
+		return len(a) == 1 && a[0] == alloc
+	})
+	mustEcho(t, sb, "tcp", 31005, "nomadweb")
+
+	n.mustCLI("job", "stop", "-purge", "static")
+	eventually(t, 60*time.Second, "isolatord forgets the stopped alloc", func() bool {
+		return cniGet(t, d, alloc) == nil
+	})
+	eventually(t, 30*time.Second, "Nomad removes its pin", func() bool {
+		_, err := os.Stat(filepath.Join(netns.DefaultDir, alloc))
+		return os.IsNotExist(err)
+	})
+	if strings.Contains(n.Log(), "postrun failed") {
+		t.Errorf("Nomad logged postrun failed:\n%s", tail(n.Log(), 30))
+	}
+
+	// A shared port: two allocations of one group on this node hold 31443
+	// shared (cni args, no Nomad port), their servers bind it with
+	// SO_REUSEPORT, and new connections reach both.
+	shared := filepath.Join(dir, "shared.nomad.hcl")
+	os.WriteFile(shared, []byte(fmt.Sprintf(`
+job "shared" {
+  datacenters = ["*"]
+  group "quic" {
+    count = 2
+    network {
+      mode = "cni/isolator"
+      cni {
+        args = {
+          ISOLATOR_SHARED_PORTS = "31443"
+        }
+      }
+    }
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = %q
+        args    = ["serve", "--tcp", ":31443", "--reuseport", "--name", "alloc-${NOMAD_ALLOC_INDEX}"]
+      }
+    }
+  }
+}
+`, iso)), 0o644)
+	n.mustCLI("job", "run", "-detach", shared)
+	eventually(t, 90*time.Second, "shared job's two allocs running", func() bool {
+		return len(n.runningAllocs("shared")) == 2
+	})
+	seen := map[string]int{}
+	eventually(t, 60*time.Second, "connections to 31443 reach both allocations", func() bool {
+		if s, err := echoFromClient(sb, "tcp", 31443); err == nil {
+			seen[s]++
+		}
+		return len(seen) == 2
+	})
+	t.Logf("shared port 31443 spread: %v", seen)
+	sharedAllocs := n.runningAllocs("shared")
+	n.mustCLI("job", "stop", "-purge", "shared")
+	eventually(t, 60*time.Second, "isolatord forgets the shared job's allocs", func() bool {
+		for _, a := range sharedAllocs {
+			if cniGet(t, d, a) != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if strings.Contains(n.Log(), "postrun failed") {
+		t.Errorf("Nomad logged postrun failed:\n%s", tail(n.Log(), 30))
+	}
+
+	after := readHostState(t, sb, filepath.Join(t.TempDir(), "none"))
+	if fmt.Sprint(after) != fmt.Sprint(base) {
+		t.Errorf("job stop left kernel state behind:\nbefore %+v\nafter  %+v", base, after)
+	}
+}
