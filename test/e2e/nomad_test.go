@@ -138,8 +138,11 @@ func TestNomad(t *testing.T) {
 	base := readHostState(t, sb, filepath.Join(t.TempDir(), "none"))
 
 	dir := runtimeDir(t, "nomad")
-	cniDir := filepath.Join(dir, "cni")
+	cniDir, cniBin := filepath.Join(dir, "cni"), filepath.Join(dir, "cni-bin")
 	os.MkdirAll(cniDir, 0o755)
+	os.MkdirAll(cniBin, 0o755)
+	// Only the plugin: Nomad runs every binary in cni_path to fingerprint it.
+	copyFile(t, filepath.Join(Binaries(t), "isolator-cni"), filepath.Join(cniBin, "isolator-cni"))
 	b, err := os.ReadFile(filepath.Join(repoRoot(), "packaging", "cni", "nomad", "isolator.conflist"))
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +179,7 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, filepath.Join(dir, "data"), Binaries(t), cniDir)), 0o644)
+`, filepath.Join(dir, "data"), cniBin, cniDir)), 0o644)
 	n := &nomadAgent{t: t, bin: bin, hostNS: sb.Host.Path, conf: agentConf}
 	t.Cleanup(func() {
 		n.cli("job", "stop", "-purge", "static")
