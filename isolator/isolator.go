@@ -43,6 +43,9 @@ type DataPlane interface {
 	Strays(ctx context.Context, keep []dataplane.Container) ([]string, error)
 	Discover(ctx context.Context, known []string) (dataplane.Discovery, error)
 	MountPath(id string) string
+	// PlanPin says where Setup would pin c's namespace and whether the pin
+	// would be isolatord's own, changing nothing.
+	PlanPin(c dataplane.Container) (path string, owned bool, err error)
 }
 
 // State of a container record. The -ing states are intents written before a
@@ -502,6 +505,13 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	s.mu.Unlock()
 	next.State = StateIsolating
 	next.Veth = dataplane.VethName(id)
+	// Where the pin will be and whether it will be ours, in the intent:
+	// recovery from a crash before the outcome is written must know
+	// whether the pin it finds may be removed (a runtime's never may).
+	if next.Mount, next.PinOwned, err = s.dp.PlanPin(s.container(&next)); err != nil {
+		s.releaseNetNS(ino, id)
+		return Record{}, errorf(codes.NotFound, "%s: %s: %v", targetField(t), next.NetNSPath, err)
+	}
 	if err := s.commit(&next); err != nil {
 		s.releaseNetNS(ino, id)
 		return Record{}, err
@@ -551,10 +561,12 @@ func (s *Isolator) commit(r *Record) error {
 	return nil
 }
 
-// container converts a record to the data plane's view.
+// container converts a record to the data plane's view. The namespace is
+// reached through the pin once there is one; while isolating, the pin is
+// only planned (Mount and PinOwned from PlanPin), so through the target.
 func (s *Isolator) container(r *Record) dataplane.Container {
 	ns := r.NetNSPath
-	if r.Mount != "" {
+	if r.Mount != "" && r.State != StateIsolating {
 		ns = r.Mount
 	}
 	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared,

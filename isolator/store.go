@@ -256,8 +256,8 @@ func (s *store) read() ([]*Record, error) {
 			var owned struct {
 				PinOwned *bool `json:"pin_owned"`
 			}
-			if json.Unmarshal(v, &owned) == nil && owned.PinOwned == nil && r.Mount != "" {
-				r.PinOwned = true // written before pin ownership was recorded: isolatord made every pin
+			if json.Unmarshal(v, &owned) == nil && owned.PinOwned == nil {
+				r.PinOwned = true // written before pin ownership was recorded: isolatord took every pin as its own
 			}
 			out = append(out, r)
 			return nil

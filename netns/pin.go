@@ -2,6 +2,7 @@ package netns
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,15 +32,14 @@ type Pin struct {
 //     other mount is left alone.
 func PinNS(ns *NS, dir, name string) (Pin, error) {
 	p := filepath.Join(dir, name)
-	if cur, err := Open(p); err == nil {
-		same := cur.SameAs(ns)
-		cur.Close()
-		if same {
-			return Pin{Path: p}, nil
-		}
+	plan := PlanPin(ns, dir, name)
+	if !plan.Owned {
+		return plan, nil
+	}
+	if plan.Path != p {
 		alt, err := BindMount(ns, dir, name+PinSuffix)
 		if err != nil {
-			return Pin{}, fmt.Errorf("%s pins another network namespace, and the alternate pin failed: %w", p, err)
+			return Pin{}, fmt.Errorf("%s is taken (another namespace's pin or a file), and the alternate pin failed: %w", p, err)
 		}
 		return Pin{Path: alt, Owned: true}, nil
 	}
@@ -52,6 +52,26 @@ func PinNS(ns *NS, dir, name string) (Pin, error) {
 		return Pin{Path: alt, Owned: true}, nil
 	}
 	return Pin{Path: got, Owned: true}, nil
+}
+
+// PlanPin says where PinNS would pin ns for name and whether the pin
+// would be isolatord's, changing nothing: the lifecycle records it in its
+// intent before Setup, so that recovery from a crash in between knows
+// whose pin it finds.
+func PlanPin(ns *NS, dir, name string) Pin {
+	p := filepath.Join(dir, name)
+	if cur, err := Open(p); err == nil {
+		same := cur.SameAs(ns)
+		cur.Close()
+		if same {
+			return Pin{Path: p}
+		}
+		return Pin{Path: p + PinSuffix, Owned: true}
+	}
+	if st, err := os.Lstat(p); err == nil && !(st.Mode().IsRegular() && st.Size() == 0) {
+		return Pin{Path: p + PinSuffix, Owned: true} // not a file BindMount can reuse
+	}
+	return Pin{Path: p, Owned: true}
 }
 
 // Unpin removes pin when isolatord owns it (see Unmount); a pin it does

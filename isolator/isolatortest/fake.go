@@ -43,6 +43,12 @@ type DataPlane struct {
 	Host dataplane.HostInfo
 	// Discovered is what Discover returns.
 	Discovered dataplane.Discovery
+	// ForeignPins are the container IDs whose namespace a runtime has
+	// already pinned at MountPath: PlanPin and Setup report those pins as
+	// not isolatord's.
+	ForeignPins map[string]bool
+	// TornDown is every container Teardown was given, in order.
+	TornDown []dataplane.Container
 }
 
 // New returns an empty fake data plane.
@@ -88,7 +94,7 @@ func (f *DataPlane) Setup(ctx context.Context, c dataplane.Container) (dataplane
 	f.Plumbed[c.ID] = c
 	f.setPortsLocked(c, c.Ports, c.Shared)
 	f.Limits[c.ID] = [2]dataplane.Limit{c.Egress, c.Ingress}
-	return dataplane.Plumbing{Veth: "iso-" + c.ID, Mount: f.MountPath(c.ID)}, nil
+	return dataplane.Plumbing{Veth: "iso-" + c.ID, Mount: f.MountPath(c.ID), PinOwned: !f.ForeignPins[c.ID]}, nil
 }
 
 func (f *DataPlane) SetPorts(ctx context.Context, c dataplane.Container, ports, shared ephemeral.Set) error {
@@ -145,6 +151,7 @@ func (f *DataPlane) Teardown(ctx context.Context, c dataplane.Container) (datapl
 	if err := f.record("teardown", c.ID); err != nil {
 		return dataplane.TeardownReport{}, err
 	}
+	f.TornDown = append(f.TornDown, c)
 	var rep dataplane.TeardownReport
 	if _, ok := f.Plumbed[c.ID]; !ok {
 		rep.Missing = append(rep.Missing, "veth")
@@ -237,6 +244,13 @@ func (f *DataPlane) strays(keep []dataplane.Container, remove bool) ([]string, e
 }
 
 func (f *DataPlane) MountPath(id string) string { return "/fake/netns/" + id }
+
+// PlanPin: pins are at MountPath, isolatord's own unless in ForeignPins.
+func (f *DataPlane) PlanPin(c dataplane.Container) (string, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.MountPath(c.ID), !f.ForeignPins[c.ID], nil
+}
 
 // Owners returns a copy of port -> owners.
 func (f *DataPlane) Owners() map[uint16][]string {
