@@ -3,6 +3,8 @@ package isolator
 import (
 	"testing"
 	"time"
+
+	"github.com/isolatord/isolatord/netns"
 )
 
 func TestOtherPin(t *testing.T) {
@@ -36,4 +38,33 @@ func TestOrphanPeriod(t *testing.T) {
 			t.Errorf("orphanPeriod(%v) = %v, want %v", grace, got, want)
 		}
 	}
+}
+
+// BenchmarkOrphanScan is the cost of one look for orphans on this machine:
+// the /proc scan (processes, or every thread for the check before acting)
+// and the mount table read, whatever the number of containers.
+func BenchmarkOrphanScan(b *testing.B) {
+	for _, threads := range []bool{false, true} {
+		name := "processes"
+		if threads {
+			name = "threads"
+		}
+		b.Run(name, func(b *testing.B) {
+			n := 0
+			for i := 0; i < b.N; i++ {
+				n = 0
+				if err := nsInProcesses("/proc", threads, func(uint64) { n++ }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n), "entries")
+		})
+	}
+	b.Run("mountinfo", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := netns.NetNSMounts(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
