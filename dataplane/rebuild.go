@@ -252,10 +252,14 @@ func (d *DataPlane) discoverOne(a *netlink.LinkAttrs, byVeth map[string]string, 
 	if meta.Created != 0 {
 		f.Created = time.Unix(meta.Created, 0).UTC()
 	}
-	if _, ok := mounts[f.ID]; !ok {
-		return f, fmt.Sprintf("container %s: its namespace pin %s is gone", f.ID, d.mountPath(f.ID))
-	}
 	f.Mount = d.mountPath(f.ID)
+	if _, ok := mounts[f.ID]; !ok {
+		// Ours beside a runtime's pin of another namespace (netns.PinNS).
+		if _, alt := mounts[f.ID+netns.PinSuffix]; !alt || !meta.PinOwned {
+			return f, fmt.Sprintf("container %s: its namespace pin %s is gone", f.ID, d.mountPath(f.ID))
+		}
+		f.Mount += netns.PinSuffix
+	}
 	f.NetNS = f.Mount
 	ns, err := netns.Open(f.Mount)
 	if err != nil {

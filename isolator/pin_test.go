@@ -9,7 +9,7 @@ import (
 // TestStorePinOwned: pin ownership survives the store, and records written
 // before it was recorded load as owned (isolatord made every pin then).
 func TestStorePinOwned(t *testing.T) {
-	s, err := openStore(t.TempDir())
+	s, err := openStore(t.TempDir(), quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
