@@ -52,6 +52,10 @@ type bench struct {
 
 func newBench(o *options, log io.Writer) *bench {
 	now := time.Now()
+	var only []string
+	if o.only != "" {
+		only = []string{o.only}
+	}
 	return &bench{
 		o: o, log: log, began: now,
 		targets: map[string]*target{},
@@ -63,8 +67,8 @@ func newBench(o *options, log io.Writer) *bench {
 			Config: Config{
 				Containers: o.n, Cycles: o.cycles, Rounds: o.rounds, DurationSeconds: o.dur.Seconds(),
 				BlockSize: blockSize, EphemeralPool: ephemeralPool, StaticPorts: staticPorts,
-				HostPortRange: sandbox.HostPortRange,
-				Namespaces:    "bind-mounted namespace files, isolated by path (the server containers: processes, isolated by pid)",
+				HostPortRange: sandbox.HostPortRange, Only: only,
+				Namespaces: "bind-mounted namespace files, isolated by path (the server containers: processes, isolated by pid)",
 			},
 			DataPlane: newDataPlane(),
 			Phases:    map[string]float64{},
@@ -112,6 +116,7 @@ func (b *bench) run(ctx context.Context) {
 		{"restart", b.phaseRestart},
 		{"rebuild", b.phaseRebuild},
 		{"teardown", b.phaseTeardown},
+		{"control", b.phaseControl},
 	}
 	for i, p := range phases {
 		if !b.o.runs(p.name) {
@@ -463,8 +468,12 @@ func (b *bench) setupSplit(ctx context.Context, cl pb.IsolatorClient, id string,
 	} else {
 		req.Target = &pb.IsolateRequest_NetnsPath{NetnsPath: nsPath}
 	}
+	prepReq := &pb.PrepareRequest{ContainerId: id}
+	if port > 0 { // 0: the ephemeral block only
+		prepReq.Ports = []*pb.PortRange{{Begin: uint32(port), End: uint32(port)}}
+	}
 	t0 := time.Now()
-	if _, err := cl.Prepare(cctx, &pb.PrepareRequest{ContainerId: id, Ports: []*pb.PortRange{{Begin: uint32(port), End: uint32(port)}}}); err != nil {
+	if _, err := cl.Prepare(cctx, prepReq); err != nil {
 		return 0, 0, fmt.Errorf("prepare %s: %w", id, err)
 	}
 	t1 := time.Now()

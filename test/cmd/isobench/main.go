@@ -91,6 +91,7 @@ var phaseNeeds = map[string][]string{
 	"shared_ports":  {"prepare", "daemons", "one_container", "teardown"},
 	"amplification": {"prepare", "daemons", "n_containers", "one_container", "teardown"},
 	"cycles":        {"prepare", "daemons", "n_containers", "teardown"},
+	"control":       {"prepare"}, // its own sandbox and daemon (control.go)
 	"restart":       {"prepare", "daemons", "n_containers", "teardown"},
 }
 
@@ -121,7 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
 	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
 	fs.StringVar(&o.from, "from", "", "print the tables of an earlier run's JSON `file` (e.g. bench/results/latest.json) and exit")
-	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, amplification, cycles or restart")
+	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, amplification, cycles, restart or control")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -163,7 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--dur %v: must be 10ms..1m", o.dur)
 	}
 	if _, ok := phaseNeeds[o.only]; o.only != "" && !ok {
-		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, shared_ports, amplification, cycles, restart)", o.only)
+		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, shared_ports, amplification, cycles, restart, control)", o.only)
 	}
 	if o.isotraffic == "" {
 		if exe, err := os.Executable(); err == nil {
@@ -233,6 +234,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nJSON: %s\n", strings.Join(paths, ", "))
+		if b.res.Control != nil && b.res.Control.SVG != "" {
+			fmt.Fprintf(stdout, "SVG: %s\n", b.res.Control.SVG)
+		}
 	}
 	if len(b.res.Errors) > 0 {
 		return 1
@@ -258,6 +262,20 @@ func writeJSON(dir string, r *Results) ([]string, error) {
 	}
 	stamp := filepath.Join(dir, t.UTC().Format("2006-01-02T150405Z")+suffix+".json")
 	latest := filepath.Join(dir, "latest"+suffix+".json")
+	if r.Control != nil && len(r.Control.Curve) > 0 {
+		r.Control.SVG = strings.TrimSuffix(stamp, ".json") + "-latency.svg"
+		data, err = json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		data = append(data, '\n')
+		if err := r.Control.writeSVG(r.Control.SVG); err != nil {
+			return nil, err
+		}
+		if err := r.Control.writeSVG(strings.TrimSuffix(latest, ".json") + "-latency.svg"); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range []string{stamp, latest} {
 		tmp := p + ".tmp"
 		if err := os.WriteFile(tmp, data, 0o644); err != nil {

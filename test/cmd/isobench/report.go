@@ -13,14 +13,15 @@ import (
 // bench/results/<date>.json and bench/results/latest.json. Figures that could
 // not be measured are null and the reason is in Errors.
 type Results struct {
-	Schema       int          `json:"schema"`
-	Date         string       `json:"date"` // RFC 3339, UTC
-	Quick        bool         `json:"quick"`
-	Machine      Machine      `json:"machine"`
-	Config       Config       `json:"config"`
-	ControlPlane ControlPlane `json:"control_plane"`
-	DataPlane    DataPlane    `json:"data_plane"`
-	Shared       *SharedPorts `json:"shared_ports"` // see shared.go
+	Schema       int           `json:"schema"`
+	Date         string        `json:"date"` // RFC 3339, UTC
+	Quick        bool          `json:"quick"`
+	Machine      Machine       `json:"machine"`
+	Config       Config        `json:"config"`
+	ControlPlane ControlPlane  `json:"control_plane"`
+	DataPlane    DataPlane     `json:"data_plane"`
+	Shared       *SharedPorts  `json:"shared_ports"`  // see shared.go
+	Control      *ControlScale `json:"control_scale"` // see control.go
 	// ARP/ICMP copies and softirq CPU at 1 and N (amplify.go)
 	Amplification *Amplification     `json:"amplification"`
 	Targets       []Target           `json:"targets"`
@@ -54,15 +55,21 @@ type Machine struct {
 
 // Config is what the run was asked to do.
 type Config struct {
-	Containers      int     `json:"containers"`       // N
-	Cycles          int     `json:"cycles"`           // setup/teardown samples per N
-	Rounds          int     `json:"rounds"`           // interleaved data-plane rounds
-	DurationSeconds float64 `json:"duration_seconds"` // per data-plane measurement
-	BlockSize       int     `json:"block_size"`       // ephemeral ports per container
-	EphemeralPool   string  `json:"ephemeral_pool"`   //
-	StaticPorts     string  `json:"static_ports"`     // managed static ports
-	HostPortRange   string  `json:"host_port_range"`  // the sandbox host's ip_local_port_range
-	Namespaces      string  `json:"namespaces"`       // how container namespaces were made
+	Containers      int      `json:"containers"`       // N
+	Cycles          int      `json:"cycles"`           // setup/teardown samples per N
+	Rounds          int      `json:"rounds"`           // interleaved data-plane rounds
+	DurationSeconds float64  `json:"duration_seconds"` // per data-plane measurement
+	BlockSize       int      `json:"block_size"`       // ephemeral ports per container
+	EphemeralPool   string   `json:"ephemeral_pool"`   //
+	StaticPorts     string   `json:"static_ports"`     // managed static ports
+	HostPortRange   string   `json:"host_port_range"`  // the sandbox host's ip_local_port_range
+	Namespaces      string   `json:"namespaces"`       // how container namespaces were made
+	Only            []string `json:"only,omitempty"`   // the phases run (--only; empty: all)
+}
+
+// ranBase reports whether the phases before the control phase ran.
+func (c Config) ranBase() bool {
+	return len(c.Only) == 0 || len(c.Only) > 1 || c.Only[0] != "control"
 }
 
 // Latency summarizes samples in milliseconds.
@@ -341,6 +348,10 @@ func (r *Results) evaluate() {
 		}
 		r.Targets = append(r.Targets, t)
 	}
+	r.Control.evaluate(n, add)
+	if !r.Config.ranBase() {
+		return
+	}
 	add("setup p50, N=1", p50(cp.SetupN1), "ms", true, 5)
 	add(fmt.Sprintf("setup p50, N=%d", n), p50(cp.SetupNN), "ms", true, 5)
 	add(fmt.Sprintf("setup p50 N=%d / N=1", n), cp.SetupRatio, "x", true, 1.3)
@@ -462,8 +473,6 @@ func statusCell(s string) string {
 // writeMarkdown prints the tables: control plane, data-plane rates, ratios
 // against targets, and the micro-benchmarks.
 func (r *Results) writeMarkdown(w io.Writer) {
-	n := r.Config.Containers
-	nn := groupThousands(fmt.Sprint(n))
 	m := r.Machine
 	mode := ""
 	if r.Quick {
@@ -476,6 +485,17 @@ func (r *Results) writeMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "> **The machine was busy with other work** (load average above %g on %d cores, of which the benchmark itself uses about one): latencies and rates are inflated and noisy, and the data-plane ratios are not conclusive. Run `make bench` on an idle machine for figures to compare against the targets.\n\n", r.busyLimit(), m.Cores)
 	}
 
+	r.Control.writeMarkdown(w, r)
+	if r.Config.ranBase() {
+		r.writeBaseMarkdown(w)
+	}
+	r.writeTargetsMarkdown(w)
+}
+
+// writeBaseMarkdown prints the tables of the phases before the control phase.
+func (r *Results) writeBaseMarkdown(w io.Writer) {
+	n := r.Config.Containers
+	nn := groupThousands(fmt.Sprint(n))
 	cp := r.ControlPlane
 	fmt.Fprintf(w, "**Control plane** (through the gRPC API; setup = Prepare+Isolate, teardown = Cleanup; p50 / p99 of %d samples)\n\n", r.Config.Cycles)
 	fmt.Fprintln(w, "| Figure | Value | Target | |")
@@ -573,7 +593,11 @@ func (r *Results) writeMarkdown(w io.Writer) {
 	}
 	r.Shared.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
 	r.Amplification.writeMarkdown(w, r.Config.Containers)
+}
 
+// writeTargetsMarkdown prints the target summary, the micro-benchmarks and
+// the errors.
+func (r *Results) writeTargetsMarkdown(w io.Writer) {
 	pass, miss, nm := 0, 0, 0
 	var missed []string
 	for _, t := range r.Targets {
