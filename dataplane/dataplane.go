@@ -17,6 +17,8 @@ package dataplane
 //     that steer traffic to the new veth. Every step registers its undo; any
 //     failure runs the undos in reverse, so a failed Setup leaves nothing.
 //   - Teardown is the reverse and tolerates missing objects, reporting them.
+//     It does not wait for the kernel to delete the veth pair: the veth is
+//     muted (down) and deleted in the background with others (retire.go).
 //   - One mutex serialises all calls: the host demuxes and the shared-port
 //     holder lists are shared state, and each call takes milliseconds.
 
@@ -36,6 +38,7 @@ import (
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Errors callers can test with errors.Is.
@@ -103,6 +106,10 @@ type DataPlane struct {
 	// recoveryCurrent: host veths (by name) whose alias says their filters
 	// are of the current layout and point at the current drop sink.
 	recoveryCurrent map[string]bool
+
+	// retired deletes retired links in the background (retire.go); set by
+	// PrepareHost.
+	retired *retirer
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
@@ -190,6 +197,9 @@ func (d *DataPlane) Close() error {
 }
 
 func (d *DataPlane) closeLocked() error {
+	if d.retired != nil {
+		d.retired.close()
+	}
 	if d.prepared {
 		if err := d.flush(); err != nil {
 			d.log.Warn("host demux tables not deleted at close", "err", err)
@@ -451,9 +461,13 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// The veth: host end named after the ID, peer born inside as eth0, both
 	// with the host MAC and MTU.
 	p.Veth = VethName(c.ID)
-	p.VethIndex, err = netns.CreateVeth(d.h, ns, netns.VethSpec{
-		Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU,
-	})
+	spec := netns.VethSpec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
+	p.VethIndex, err = netns.CreateVeth(d.h, ns, spec)
+	if errors.Is(err, unix.EEXIST) {
+		// A retired pair of this namespace still holds eth0 (retire.go).
+		d.retired.wait()
+		p.VethIndex, err = netns.CreateVeth(d.h, ns, spec)
+	}
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}

@@ -167,6 +167,10 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	d.info, d.links, d.copy, d.eth0, d.lo, d.sink = info, hl, cp, eth0, lod, sink
 	d.prepared = true
+	d.retired = newRetirer(d)
+	if err := d.sweepRetired(); err != nil {
+		d.log.Warn("links retired by an earlier run not deleted", "err", err)
+	}
 	d.startReconciler()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
 		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals), "originals", info.Originals)

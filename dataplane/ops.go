@@ -313,16 +313,17 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	name := VethName(c.ID)
 	existed := false
 	var err error
+	// The veth is muted and left to the background deletion (retire.go).
 	if veth != 0 {
 		// The ifindex is only trusted if it still carries our name.
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
 			d.addDeparted(c.Slot, veth)
-			existed, err = netns.DeleteLink(d.h, veth)
+			existed, err = d.retire(veth)
 		} else {
-			existed, err = netns.DeleteLinkByName(d.h, name)
+			existed, err = d.retireByName(name)
 		}
 	} else {
-		existed, err = netns.DeleteLinkByName(d.h, name)
+		existed, err = d.retireByName(name)
 	}
 	if err != nil {
 		errs = append(errs, err)
@@ -339,11 +340,16 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 
 	// The egress shaper pair (if any) after the veth: nothing is sent to
 	// it any more.
-	entry, _ := ShaperNames(c.ID)
-	if existed, err := netns.DeleteLinkByName(d.h, entry); err != nil {
+	entry, exit := ShaperNames(c.ID)
+	if existed, err := d.retireByName(entry); err != nil {
 		errs = append(errs, err)
 	} else if !existed && !c.Egress.IsZero() {
 		miss("egress shaper %s", entry)
+	} else if existed {
+		// Its peer goes with it; renamed too, so the names are free.
+		if _, err := d.retireByName(exit); err != nil {
+			errs = append(errs, err)
+		}
 	}
 
 	if d.trace != nil {

@@ -1,0 +1,248 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/isolatord/isolatord/test/traffic"
+)
+
+// retiredLinks lists the sandbox host's links waiting for deletion.
+func (e *env) retiredLinks() []string {
+	e.t.Helper()
+	var out []string
+	for _, n := range e.hostLinks() {
+		if strings.HasPrefix(n, RetiredPrefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitNoRetired waits (bounded) until no retired link is left.
+func (e *env) waitNoRetired(d *DataPlane) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.WaitRetired()
+		left := e.retiredLinks()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("retired links not deleted after 10s: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// notAnsweredBy fails if a TCP or UDP echo to addr from ns is answered by
+// the server named old.
+func notAnsweredBy(t *testing.T, ns doer, addr, old string) {
+	t.Helper()
+	for _, nw := range []string{"tcp", "udp"} {
+		got, err := echo(ns, nw, addr, traffic.WithTimeout(300*time.Millisecond))
+		if err == nil && got == old {
+			t.Errorf("%s %s still answered by %s after its teardown", nw, addr, old)
+		}
+	}
+}
+
+// TestTeardownRetires: Teardown returns with the container unreachable and
+// its veth name free (the pair is deleted in the background); the released
+// port serves a container set up on it at once; a new setup into the same
+// namespace (whose eth0 still exists until the deletion) succeeds; every
+// retired link is deleted in the end.
+func TestTeardownRetires(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.start("A", 1, "40960-41023", "31000", "", 31000, 31001)
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
+
+	rep, err := e.d.Teardown(ctx, a.c)
+	if err != nil || len(rep.Missing) != 0 {
+		t.Fatalf("Teardown: %v %v", rep, err)
+	}
+	if e.hasLink(VethName(a.c.ID)) {
+		t.Errorf("veth %s still carries its name after the teardown", VethName(a.c.ID))
+	}
+	// Released: A's process still listens on 31000, but nothing reaches it.
+	notAnsweredBy(t, e.sb.Client, hostAddr(31000), "A")
+	notAnsweredBy(t, e.sb.Host, hostAddr(31000), "A")
+	notAnsweredBy(t, e.sb.Host, loAddr(31000), "A")
+	// And A sends nothing any more with its ports.
+	serveIn(t, e.sb.Client, clientAddr(9000), "client")
+	if got, err := echo(a.proc, "tcp", clientAddr(9000), traffic.WithTimeout(300*time.Millisecond)); err == nil {
+		t.Errorf("the torn-down container still reaches the client (answered by %q)", got)
+	}
+
+	// The same port (and slot) at once for another container.
+	b := e.start("B", 1, "40960-41023", "31000", "", 31000)
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "B")
+	mustEcho(t, e.sb.Client, "udp", hostAddr(31000), "B")
+
+	// A new container in A's namespace, then another at once after its
+	// teardown: the retired pair's eth0 is then likely still there.
+	c := e.spec("A2", a.proc, 2, "41024-41087", "31001", "")
+	e.setup(c)
+	if _, err := e.d.Teardown(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	c = e.spec("A3", a.proc, 2, "41024-41087", "31001", "")
+	e.setup(c)
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31001), "A")
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "B")
+
+	for _, x := range []Container{b.c, c} {
+		if _, err := e.d.Teardown(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitNoRetired(e.d)
+	for _, n := range e.hostLinks() {
+		if strings.HasPrefix(n, VethPrefix) && isVethName(n) {
+			t.Errorf("veth %s left after every teardown", n)
+		}
+	}
+}
+
+// TestChurnNoPortInTwoContainers: containers on the same three ports are set
+// up and torn down in turn without waiting for any deletion; after every
+// step each port is answered by its current owner only (or by no container
+// when it has none), over TCP and UDP, from outside and from the host.
+func TestChurnNoPortInTwoContainers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ports := []uint16{31100, 31101, 31102}
+	// Two processes per port take turns; each serves all three ports, so a
+	// stale path to a non-owner would be answered.
+	procs := map[string]ctr{}
+	for _, name := range []string{"P0", "P1"} {
+		p := e.spawn(name, ports, false)
+		procs[name] = ctr{proc: p}
+	}
+	owner := map[uint16]string{}
+	live := map[uint16]Container{}
+	check := func(step string) {
+		t.Helper()
+		for _, port := range ports {
+			for _, from := range []doer{e.sb.Client, e.sb.Host} {
+				for _, nw := range []string{"tcp", "udp"} {
+					got, err := echo(from, nw, hostAddr(int(port)), traffic.WithTimeout(500*time.Millisecond))
+					if want := owner[port]; want != "" && (err != nil || got != want) {
+						t.Fatalf("%s: %s port %d answered by %q (%v), want %s", step, nw, port, got, err, want)
+					} else if want == "" && err == nil && got != "" {
+						t.Fatalf("%s: %s port %d answered by %q, but no container owns it", step, nw, port, got)
+					}
+				}
+			}
+		}
+	}
+	slot := uint16(1)
+	for i := 0; i < 6; i++ {
+		port := ports[i%len(ports)]
+		// Tear the port's container down (if any), check, then give the
+		// port to the other process at once and check again. A process
+		// holds at most one container at a time: its namespace has one eth0.
+		if c, ok := live[port]; ok {
+			if _, err := e.d.Teardown(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			delete(live, port)
+			owner[port] = ""
+			check(fmt.Sprintf("step %d after teardown of %s", i, c.ID))
+		}
+		var name string
+		for _, n := range []string{"P0", "P1"} {
+			busy := false
+			for p, o := range owner {
+				if o == n && live[p].ID != "" {
+					busy = true
+				}
+			}
+			if !busy {
+				name = n
+				break
+			}
+		}
+		if name == "" {
+			continue
+		}
+		eph := fmt.Sprintf("%d-%d", 40960+64*int(slot), 40960+64*int(slot)+63)
+		c := e.spec(name, procs[name].proc, slot, eph, fmt.Sprint(port), "")
+		slot++
+		e.setup(c)
+		live[port], owner[port] = c, name
+		check(fmt.Sprintf("step %d after setup of %s on %d", i, name, port))
+	}
+	for _, c := range live {
+		if _, err := e.d.Teardown(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitNoRetired(e.d)
+}
+
+// TestRetiredSweptAtStart: links a killed daemon retired and did not delete
+// yet are deleted by the next one at PrepareHost; a link of the deletion
+// group that the data plane did not name is left alone.
+func TestRetiredSweptAtStart(t *testing.T) {
+	e := newEnv(t)
+	h, err := e.sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// Veth pairs (no dummy links in this kernel): one end in the group,
+	// its peer not.
+	peers := 0
+	add := func(name string) {
+		t.Helper()
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name = name
+		attrs.Group = RetiredGroup
+		peers++
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: fmt.Sprintf("tpeer%d", peers)}); err != nil {
+			t.Fatalf("add %s: %v", name, err)
+		}
+	}
+	add(retiredName(90001))
+	add(retiredName(90002))
+	d := e.newDataPlane()
+	if _, err := d.PrepareHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNoRetired(d)
+	d.Close()
+
+	// Now with a foreign link in the group: ours go, it stays.
+	add(retiredName(90003))
+	add("notours0")
+	d = e.newDataPlane()
+	if _, err := d.PrepareHost(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNoRetired(d)
+	if !e.hasLink("notours0") {
+		t.Error("a link of the deletion group that isolatord did not name was deleted")
+	}
+	// And teardowns no longer rely on the group: a container's veth is
+	// deleted, the foreign link still stays.
+	p := e.spawn("S", []uint16{31200}, false)
+	c := e.spec("S", p, 1, "40960-41023", "", "")
+	if _, err := d.Setup(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	e.cleanupMount(c.ID)
+	if _, err := d.Teardown(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if e.hasLink(VethName(c.ID)) || len(e.retiredLinks()) != 0 || !e.hasLink("notours0") {
+		t.Errorf("after teardown with a foreign link in the group: links %v", e.hostLinks())
+	}
+}
