@@ -70,9 +70,9 @@ type retirer struct {
 	// unsafe: the group holds links that are not ours, so it is never
 	// deleted as a whole; retire then deletes links itself.
 	unsafe atomic.Bool
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 
 	mu      sync.Mutex
 	waiters chan struct{} // closed at the end of the next pass
