@@ -19,8 +19,9 @@ package dataplane
 //   - Teardown is the reverse and tolerates missing objects, reporting them.
 //     It does not wait for the kernel to delete the veth pair: the veth is
 //     muted (down) and deleted in the background with others (retire.go).
-//   - One mutex serialises all calls: the host demuxes and the shared-port
-//     holder lists are shared state, and each call takes milliseconds.
+//   - One mutex serialises the calls that change the kernel: the host
+//     demuxes and the shared-port holder lists are shared state. Stats, a
+//     read, does not take it (it looks the veth up by name).
 
 import (
 	"context"
@@ -81,6 +82,11 @@ type DataPlane struct {
 	selfNS *netns.NS // the daemon's own namespace (never a container's)
 	h      *netlink.Handle
 
+	// hmu guards the handles' lifetime for the calls that do not take mu
+	// (Stats): Close sets hclosed under it before closing them.
+	hmu     sync.RWMutex
+	hclosed bool
+
 	mu       sync.Mutex
 	prepared bool
 	info     HostInfo
@@ -93,8 +99,10 @@ type DataPlane struct {
 	neigh    *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
 	ctrs     map[string]*record
 	slots    map[uint16]string
-	shared   map[uint16][]tcfilter.Holder
-	closed   bool
+	// settingUp: ID -> slot of the setups in progress (claim).
+	settingUp map[string]uint16
+	shared    map[uint16][]tcfilter.Holder
+	closed    bool
 	// rootQdiscs caches, for recovery, which links have a root qdisc other
 	// than the default (one dump for all Adopts: a qdisc dump is not
 	// filtered by device, so a dump per container would make recovery
@@ -178,16 +186,21 @@ func New(cfg Config) (*DataPlane, error) {
 // Close stops the shared-port reconciler and releases the namespace and
 // netlink handles. Kernel objects stay.
 func (d *DataPlane) Close() error {
+	// hmu before mu: a Setup holding hmu (read) finishes with mu.
+	d.hmu.Lock()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
+		d.hmu.Unlock()
 		return nil
 	}
 	d.closed = true
 	stop, done := d.reconcileStop, d.reconcileDone
 	d.reconcileStop, d.reconcileDone = nil, nil
 	err := d.closeLocked()
+	d.hclosed = true
 	d.mu.Unlock()
+	d.hmu.Unlock()
 	// A pass waiting for the lock sees d.closed and does nothing.
 	if stop != nil {
 		close(stop)
@@ -395,20 +408,16 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := checkCtx(ctx); err != nil {
 		return p, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
-	if err := d.ready(); err != nil {
+	if err := d.claim(c); err != nil {
 		return p, err
 	}
-	if _, ok := d.ctrs[c.ID]; ok {
-		return p, fmt.Errorf("%w: %s", ErrExists, c.ID)
-	}
-	if other, ok := d.slots[c.Slot]; ok {
-		return p, fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
-	}
-	if err := d.checkLimits(c.Egress, c.Ingress); err != nil {
-		return p, err
+	defer d.unclaim(c.ID)
+	// The container's own objects are made without d.mu, so that setups
+	// of different containers overlap; only the handles must stay open.
+	d.hmu.RLock()
+	defer d.hmu.RUnlock()
+	if d.hclosed {
+		return p, ErrClosed
 	}
 
 	// Handles are closed only after a rollback has used them: an operation
@@ -418,10 +427,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	var closers []func()
 	defer func() {
 		if err != nil {
-			if uerr := undo.run(); uerr != nil {
-				d.log.Error("rollback of failed setup incomplete", "container", c.ID, "err", uerr)
-				err = errors.Join(err, uerr)
-			}
+			d.rollback(c.ID, &undo, &err)
 			p = Plumbing{}
 		}
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -562,45 +568,115 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 
+	// The shared host tables, under d.mu.
+	if err := d.plumbHost(c, veth, via, p); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// plumbHost adds c's entries to the shared host tables (demuxes, fan-out,
+// shared ports) and records c, under d.mu; on failure it removes what it
+// added.
+func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.ready(); err != nil {
+		return err
+	}
+	var undo undoStack
+	defer d.rollback(c.ID, &undo, &err)
 	// Host demuxes: only now does traffic start flowing to the veth.
 	excl := exclusiveRanges(c.Ephemeral, c.Ports)
 	if err := d.eth0.AddRanges(c.Slot, veth, excl); err != nil {
-		return p, fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
+		return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
 	}
 	undo.push("eth0 demux", func() error { _, err := d.eth0.DelRanges(c.Slot, excl); return err })
 	if err := d.lo.AddRanges(c.Slot, veth, excl); err != nil {
-		return p, fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
+		return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
 	}
 	undo.push("lo demux", func() error { _, err := d.lo.DelRanges(c.Slot, excl); return err })
 	if err := d.step("demux"); err != nil {
-		return p, err
+		return err
 	}
 	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	undo.push("echo origin", func() error { return d.eth0.DelEchoOrigin(veth) })
 	if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
-		return p, fmt.Errorf("container %s: ARP/ICMP fan-out: %w", c.ID, err)
+		return fmt.Errorf("container %s: ARP/ICMP fan-out: %w", c.ID, err)
 	}
 	undo.push("fan-out", func() error { _, err := d.eth0.DelFanout(c.Slot); return err })
 	if err := d.step("fanout"); err != nil {
-		return p, err
+		return err
 	}
 	for _, port := range c.Shared.Ports() {
 		old := d.shared[port]
 		if err := d.setShared(port, holdersWith(old, c.Slot, veth)); err != nil {
-			return p, fmt.Errorf("container %s: %w", c.ID, err)
+			return fmt.Errorf("container %s: %w", c.ID, err)
 		}
 		undo.push(fmt.Sprintf("shared port %d", port), func() error { return d.setShared(port, old) })
 	}
 	if err := d.step("shared"); err != nil {
-		return p, err
+		return err
 	}
 
 	c.Pin, c.PinOwned = pin.Path, pin.Owned
 	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
 	d.slots[c.Slot] = c.ID
-	return p, nil
+	return nil
+}
+
+// rollback undoes the steps of a failed setup (*err != nil), adding the
+// undo errors to *err.
+func (d *DataPlane) rollback(id string, undo *undoStack, err *error) {
+	if *err == nil {
+		return
+	}
+	if uerr := undo.run(); uerr != nil {
+		d.log.Error("rollback of failed setup incomplete", "container", id, "err", uerr)
+		*err = errors.Join(*err, uerr)
+	}
+}
+
+// claim reserves c's ID and slot for a Setup in progress (checked against
+// the plumbed containers and the other setups in progress).
+func (d *DataPlane) claim(c Container) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
+	if err := d.ready(); err != nil {
+		return err
+	}
+	if _, ok := d.ctrs[c.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrExists, c.ID)
+	}
+	if _, ok := d.settingUp[c.ID]; ok {
+		return fmt.Errorf("%w: %s (being set up)", ErrExists, c.ID)
+	}
+	if other, ok := d.slots[c.Slot]; ok {
+		return fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
+	}
+	for other, slot := range d.settingUp {
+		if slot == c.Slot {
+			return fmt.Errorf("%w: slot %d is used by container %s (being set up)", ErrExists, c.Slot, other)
+		}
+	}
+	if err := d.checkLimits(c.Egress, c.Ingress); err != nil {
+		return err
+	}
+	if d.settingUp == nil {
+		d.settingUp = map[string]uint16{}
+	}
+	d.settingUp[c.ID] = c.Slot
+	return nil
+}
+
+// unclaim ends a Setup in progress.
+func (d *DataPlane) unclaim(id string) {
+	d.mu.Lock()
+	delete(d.settingUp, id)
+	d.mu.Unlock()
 }
 
 // delClsact removes the clsact qdisc (and with it every filter) of a link.

@@ -195,22 +195,19 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	if err := checkCtx(ctx); err != nil {
 		return LinkStats{}, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	// A read: it never waits for d.mu (a setup or teardown in progress),
+	// only for the handles to stay open. The links are found by name (the
+	// caller serialises calls for one container, and gives its limits).
+	d.hmu.RLock()
+	defer d.hmu.RUnlock()
+	if d.hclosed {
 		return LinkStats{}, ErrClosed
 	}
-	idx, via := 0, 0
-	if rec, ok := d.ctrs[c.ID]; ok {
-		idx, via, c = rec.veth, rec.via, rec.c
+	l, err := d.h.LinkByName(VethName(c.ID))
+	if err != nil {
+		return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
 	}
-	if idx == 0 {
-		l, err := d.h.LinkByName(VethName(c.ID))
-		if err != nil {
-			return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
-		}
-		idx = l.Attrs().Index
-	}
+	idx, via := l.Attrs().Index, 0
 	s, err := netns.PeerCounters(d.h, idx)
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
@@ -252,8 +249,17 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if err := checkCtx(ctx); err != nil {
 		return rep, err
 	}
+	// hmu before mu (see Close); the veth and the mount are removed with
+	// hmu alone.
+	d.hmu.RLock()
+	defer d.hmu.RUnlock()
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			d.mu.Unlock()
+		}
+	}()
 	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
 	if err := d.ready(); err != nil {
 		return rep, err
@@ -310,6 +316,10 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if d.trace != nil {
 		d.trace("teardown demux")
 	}
+	// Nothing leads to the container any more: the rest is its own objects,
+	// done without d.mu (only the handles must stay open).
+	d.mu.Unlock()
+	locked = false
 	name := VethName(c.ID)
 	existed := false
 	var err error
@@ -376,6 +386,8 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if err := errors.Join(errs...); err != nil {
 		return rep, fmt.Errorf("container %s teardown: %w", c.ID, err)
 	}
+	d.mu.Lock()
+	locked = true
 	if rec, ok := d.ctrs[c.ID]; ok {
 		delete(d.slots, rec.c.Slot)
 		delete(d.ctrs, c.ID)

@@ -38,6 +38,7 @@ type store struct {
 	// movedAside is where a corrupt state file was moved at open ("" if
 	// none); fault is what was wrong with it.
 	movedAside, fault string
+	group             groupCommit // storebatch.go
 }
 
 // openStore opens the state in dir and reads every record. A file that
@@ -206,7 +207,7 @@ func (s *store) put(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketContainers).Put([]byte(r.ID), b)
 	})
 }
@@ -230,7 +231,7 @@ func (s *store) putAll(rs []*Record) error {
 
 // del removes one record; removing a missing record is not an error.
 func (s *store) del(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketContainers).Delete([]byte(id))
 	})
 }
