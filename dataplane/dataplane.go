@@ -81,6 +81,9 @@ type DataPlane struct {
 	hostNS *netns.NS // the namespace we plumb
 	selfNS *netns.NS // the daemon's own namespace (never a container's)
 	h      *netlink.Handle
+	// hr is a second handle for reads (Stats), so that they do not queue
+	// behind the requests of setups and teardowns on h's socket.
+	hr *netlink.Handle
 
 	// hmu guards the handles' lifetime for the calls that do not take mu
 	// (Stats): Close sets hclosed under it before closing them.
@@ -167,6 +170,12 @@ func New(cfg Config) (*DataPlane, error) {
 		}
 	}
 	h, err := host.Netlink()
+	var hr *netlink.Handle
+	if err == nil {
+		if hr, err = host.Netlink(); err != nil {
+			h.Close()
+		}
+	}
 	if err != nil {
 		if host != self {
 			host.Close()
@@ -175,7 +184,7 @@ func New(cfg Config) (*DataPlane, error) {
 		return nil, err
 	}
 	return &DataPlane{
-		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h,
+		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h, hr: hr,
 		ctrs:     map[string]*record{},
 		slots:    map[uint16]string{},
 		shared:   map[uint16][]tcfilter.Holder{},
@@ -222,6 +231,7 @@ func (d *DataPlane) closeLocked() error {
 		d.neigh.Close()
 	}
 	d.h.Close()
+	d.hr.Close()
 	var err error
 	if d.hostNS != d.selfNS {
 		err = d.hostNS.Close()

@@ -203,12 +203,12 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	if d.hclosed {
 		return LinkStats{}, ErrClosed
 	}
-	l, err := d.h.LinkByName(VethName(c.ID))
+	l, err := d.hr.LinkByName(VethName(c.ID))
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
 	}
 	idx, via := l.Attrs().Index, 0
-	s, err := netns.PeerCounters(d.h, idx)
+	s, err := netns.PeerCounters(d.hr, idx)
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
 	}

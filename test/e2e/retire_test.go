@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/test/sandbox"
+)
+
+// retiredLinks lists the sandbox host's links awaiting deletion.
+func retiredLinks(t *testing.T, sb *sandbox.Sandbox) []string {
+	t.Helper()
+	h, err := sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ls, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range ls {
+		if strings.HasPrefix(l.Attrs().Name, dataplane.RetiredPrefix) {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out
+}
+
+// TestDaemonFinishesRetiredAfterKill: a daemon killed with SIGKILL right
+// after a cleanup (its veth possibly not deleted yet), with one more retired
+// pair left in the kernel as a killed daemon leaves it, deletes them all
+// after its restart; the container's namespace takes a new container.
+func TestDaemonFinishesRetiredAfterKill(t *testing.T) {
+	sb := sandbox.New(t)
+	d := StartDaemon(t, sb, DaemonOptions{})
+	holder := sb.StartContainer(t, "holder")
+	ctx := context.Background()
+	id := sb.Name + "-r"
+	setup := func() {
+		t.Helper()
+		if _, err := d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: id, Ports: []*pb.PortRange{{Begin: 31005, End: 31005}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Client.Isolate(ctx, &pb.IsolateRequest{ContainerId: id, Target: &pb.IsolateRequest_Pid{Pid: int32(holder.Pid)}}); err != nil {
+			t.Fatalf("isolate: %v\n%s", err, d.Log())
+		}
+	}
+	setup()
+	if _, err := d.Client.Cleanup(ctx, &pb.CleanupRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	d.Kill()
+
+	// What a daemon killed between retiring and deleting leaves: a pair,
+	// one end renamed and in the deletion group.
+	h, err := sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = dataplane.RetiredPrefix + "77777"
+	attrs.Group = dataplane.RetiredGroup
+	err = h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "retpeer0"})
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d.Start()
+	deadline := time.Now().Add(15 * time.Second)
+	for left := retiredLinks(t, sb); len(left) > 0; left = retiredLinks(t, sb) {
+		if time.Now().After(deadline) {
+			t.Fatalf("retired links still there 15s after the restart: %v\n%s", left, d.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The namespace takes a container again.
+	setup()
+	if _, err := d.Client.Cleanup(ctx, &pb.CleanupRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
