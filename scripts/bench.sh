@@ -6,7 +6,8 @@
 #     sandboxes of network namespaces (the machine's real eth0 is never
 #     touched). It prints markdown tables (every figure PASS/MISS against its
 #     target) and writes bench/results/<time>.json and bench/results/latest.json.
-# Arguments go to isobench, e.g. `scripts/bench.sh --quick` (N=100, short runs).
+# Arguments go to isobench, e.g. `scripts/bench.sh --quick` (N=100, short runs)
+# or `SKIP_MICRO=1 scripts/bench.sh --only control` (the control phase alone).
 # Environment: MICRO_BENCHTIME (default 300ms), MICRO_TIMEOUT (default 180s, the
 # bound on step 1), SKIP_MICRO=1 skips step 1.
 # Exit status: 0 when every figure was measured (missing a target is a

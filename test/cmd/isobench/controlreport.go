@@ -83,9 +83,6 @@ func (c *ControlScale) writeMarkdown(w io.Writer, r *Results) {
 			fmt.Fprintf(w, "| %d | %s | %s |\n", p.Present, fmtMs(p.Setup), fmtMs(p.Teardown))
 		}
 	}
-	if c.SVG != "" {
-		fmt.Fprintf(w, "\nLatency against containers present: %s\n", c.SVG)
-	}
 }
 
 // writeSVG draws setup and teardown p50 and p99 against the number of

@@ -32,6 +32,11 @@
 // and restarted: the time until it logs "serving", and the recovery time it
 // logs itself, are the restart figures.
 //
+// The control phase (control.go; --only control runs it alone) measures the
+// control plane as runtimes drive it: namespaces held by processes, the
+// latency curve against containers present (drawn as an SVG next to the
+// JSON), bursts, a drain, reads during them, and CNI through libcni.
+//
 // Figures that cannot be measured (a feature missing, an error) are
 // reported as n/a with the reason; the exit status is 1 then. Missing a
 // target is a result, not an error: the exit status stays 0.

@@ -25,7 +25,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	sandbox.RequireRoot(t)
 	binDir := t.TempDir()
-	build := exec.Command("go", "build", "-o", binDir+"/", "github.com/isolatord/isolatord/cmd/isolatord")
+	build := exec.Command("go", "build", "-o", binDir+"/", "github.com/isolatord/isolatord/cmd/isolatord", "github.com/isolatord/isolatord/cmd/isolator-cni")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build isolatord: %v\n%s", err, out)
 	}
@@ -50,6 +50,11 @@ func TestQuickRun(t *testing.T) {
 	stamped, _ := filepath.Glob(filepath.Join(outDir, "*Z-quick.json"))
 	if len(stamped) != 1 {
 		t.Errorf("want one time-stamped JSON file, got %v", stamped)
+	}
+	if svg, _ := filepath.Glob(filepath.Join(outDir, "*Z-quick-latency.svg")); len(svg) != 1 {
+		t.Errorf("want one time-stamped SVG of the latency curve, got %v", svg)
+	} else if b, err := os.ReadFile(svg[0]); err != nil || !strings.Contains(string(b), "<polyline") {
+		t.Errorf("SVG %s without curves (%v)", svg[0], err)
 	}
 	if _, err := os.Stat(filepath.Join(outDir, "latest.json")); err == nil {
 		t.Errorf("a quick run replaced latest.json")
@@ -97,7 +102,11 @@ func checkFields(t *testing.T, doc map[string]any) {
 			}
 		}
 	}
-	for _, p := range []string{"prepare", "daemons", "n_containers", "cycles", "one_container", "data_plane", "restart", "rebuild", "teardown"} {
+	for _, f := range []string{"setup_ratio", "setup_all_seconds", "burst_setup_seconds", "burst_teardown_seconds", "drain_seconds",
+		"setup_n1.p50_ms", "teardown_n1.p50_ms", "setup_nn.p50_ms", "teardown_nn.p99_ms", "reads_during_bursts.p99_ms", "cni_add.p50_ms", "cni_del.p50_ms"} {
+		positive = append(positive, "control_scale."+f)
+	}
+	for _, p := range []string{"prepare", "daemons", "n_containers", "cycles", "one_container", "data_plane", "restart", "rebuild", "teardown", "control"} {
 		positive = append(positive, "phase_seconds."+p)
 	}
 	for _, p := range positive {
@@ -140,8 +149,8 @@ func checkFields(t *testing.T, doc map[string]any) {
 		}
 	}
 	targets, _ := doc["targets"].([]any)
-	if len(targets) != 17 {
-		t.Errorf("%d targets, want 17", len(targets))
+	if len(targets) != 29 { // 17, and 12 of the control phase
+		t.Errorf("%d targets, want 29", len(targets))
 	}
 	for _, x := range targets {
 		tg, _ := x.(map[string]any)
@@ -296,5 +305,50 @@ func TestEvaluate(t *testing.T) {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("markdown lacks %q:\n%s", s, b.String())
 		}
+	}
+}
+
+func TestControlTargetsAndSVG(t *testing.T) {
+	c := &ControlScale{
+		BurstSize: 100, SetupN1: &Latency{P50Ms: 2, P99Ms: 4}, DrainSeconds: ptr(1.5), CNIAdd: &Latency{P50Ms: 12},
+		Curve: []CurvePoint{
+			{Present: 1000, Setup: &Latency{P50Ms: 2.5, P99Ms: 6}, Teardown: &Latency{P50Ms: 1, P99Ms: 3}},
+			{Present: 0, Setup: &Latency{P50Ms: 2, P99Ms: 4}, Teardown: &Latency{P50Ms: 1, P99Ms: 2}},
+		},
+	}
+	r := &Results{Config: Config{Containers: 1000, Only: []string{"control"}}, DataPlane: newDataPlane(), Control: c}
+	r.evaluate()
+	want := map[string]string{
+		"process-held: setup p50, N=1":         "PASS",
+		"drain: 1000 teardowns at once":        "PASS",
+		"CNI ADD p50":                          "MISS",
+		"process-held: teardown p50, N=1":      "NOT MEASURED",
+		"burst: 100 setups at once":            "NOT MEASURED",
+		"Usage/Get p99 during bursts":          "NOT MEASURED",
+		"process-held: setup p50, N=1000":      "NOT MEASURED",
+		"process-held: 1000 set up one by one": "NOT MEASURED",
+	}
+	for name, st := range want {
+		if got := r.targetStatus(name); got != st {
+			t.Errorf("%s: %q, want %q", name, got, st)
+		}
+	}
+	if len(r.Targets) != 12 {
+		t.Errorf("%d targets with only the control phase run, want its 12", len(r.Targets))
+	}
+	path := filepath.Join(t.TempDir(), "x.svg")
+	if err := c.writeSVG(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four series (setup/teardown x p50/p99), points in order of N.
+	if n := strings.Count(string(b), "<polyline"); n != 4 {
+		t.Errorf("%d curves, want 4", n)
+	}
+	if i, j := strings.Index(string(b), ">0</text>"), strings.Index(string(b), ">1000</text>"); i < 0 || j < i {
+		t.Errorf("x axis labels missing or out of order")
 	}
 }
