@@ -2,8 +2,8 @@ package dataplane
 
 // Design of the concrete data plane (DataPlane):
 //
-//   - One netlink handle in the host namespace lives as long as the
-//     DataPlane. Container namespaces are opened per call and their handles
+//   - Two netlink handles in the host namespace live as long as the
+//     DataPlane: one for changes, one for reads (Stats). Container namespaces are opened per call and their handles
 //     closed before the call returns (an open handle would keep a dead
 //     container's namespace, and its veth, alive).
 //   - In-memory indexes (container ID -> veth ifindex and installed ports,
@@ -19,9 +19,17 @@ package dataplane
 //   - Teardown is the reverse and tolerates missing objects, reporting them.
 //     It does not wait for the kernel to delete the veth pair: the veth is
 //     muted (down) and deleted in the background with others (retire.go).
-//   - One mutex serialises the calls that change the kernel: the host
-//     demuxes and the shared-port holder lists are shared state. Stats, a
-//     read, does not take it (it looks the veth up by name).
+//   - Concurrency: mu guards the shared state (host demuxes, fan-out,
+//     shared-port holder lists, the indexes). Setup claims its ID and slot
+//     under mu, builds the container's own objects (mount, veth, its
+//     settings and filters, the container's configuration) without it, and
+//     takes it again only to add the host demux entries; Teardown removes
+//     those under mu and retires the veth and unmounts without it. So calls
+//     for different containers overlap as far as the kernel lets them (it
+//     serialises most netlink changes itself). The per-container order is
+//     the caller's (the lifecycle's per-container lock). SetPorts, SetLimits,
+//     Adopt and the recovery calls hold mu throughout. Stats takes no lock
+//     but hmu (read), which only keeps the handles open against Close.
 
 import (
 	"context"

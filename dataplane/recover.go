@@ -246,6 +246,11 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		keepVeth[VethName(c.ID)] = true
 		vethOf[c.Slot] = veths[VethName(c.ID)]
 	}
+	// A setup in progress builds its veth (and shaper) outside d.mu: not
+	// strays.
+	for id := range d.settingUp {
+		keepVeth[VethName(id)] = true
+	}
 	var removed []string
 	var errs []error
 	sharedPorts := map[uint16][]string{} // ports with stray holders -> demuxes they were found on

@@ -7,7 +7,10 @@
 // Calls for one container are serialized by a per-container lock; calls for
 // different containers run concurrently. Bookkeeping (allocator, ledger,
 // slots, records) sits behind one short-held mutex; kernel work and disk
-// writes happen outside it.
+// writes happen outside it. Writes of concurrent calls share bbolt
+// transactions (group commit, storebatch.go). Reads (Get, List, Status)
+// take only the short mutex; Usage takes the container's lock and reads the
+// kernel without waiting for other containers' calls.
 package isolator
 
 import (

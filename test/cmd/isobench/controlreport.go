@@ -20,18 +20,8 @@ func (c *ControlScale) evaluate(n int, add func(name string, v *float64, unit st
 	if c == nil {
 		return
 	}
-	p50 := func(l *Latency) *float64 {
-		if l == nil {
-			return nil
-		}
-		return ptr(l.P50Ms)
-	}
-	p99 := func(l *Latency) *float64 {
-		if l == nil {
-			return nil
-		}
-		return ptr(l.P99Ms)
-	}
+	p50 := func(l *Latency) *float64 { return latP(l, false) }
+	p99 := func(l *Latency) *float64 { return latP(l, true) }
 	add("process-held: setup p50, N=1", p50(c.SetupN1), "ms", true, 3)
 	add(fmt.Sprintf("process-held: setup p50, N=%d", n), p50(c.SetupNN), "ms", true, 3)
 	add(fmt.Sprintf("process-held: setup p50 N=%d / N=1", n), c.SetupRatio, "x", true, 1.3)
