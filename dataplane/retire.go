@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -71,6 +72,7 @@ type retirer struct {
 	// deleted as a whole; retire then deletes links itself.
 	unsafe atomic.Bool
 	wake   chan struct{}
+	urgent chan struct{} // a setup waits for the next pass
 	stop   chan struct{}
 	done   chan struct{}
 
@@ -79,7 +81,7 @@ type retirer struct {
 }
 
 func newRetirer(d *DataPlane) *retirer {
-	r := &retirer{d: d, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), waiters: make(chan struct{})}
+	r := &retirer{d: d, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), waiters: make(chan struct{})}
 	go r.loop()
 	return r
 }
@@ -92,25 +94,25 @@ func (r *retirer) kick() {
 	}
 }
 
-// wait asks for a pass and waits until one that started after the call has
-// ended.
+// wait asks for a pass now and waits until one that started after the call
+// has ended.
 func (r *retirer) wait() {
-	r.mu.Lock()
-	ch := r.waiters
-	r.mu.Unlock()
-	r.kick()
-	select {
-	case <-ch:
-	case <-r.done:
-	}
-	// ch may belong to a pass already running: wait for the next one too.
-	r.mu.Lock()
-	ch = r.waiters
-	r.mu.Unlock()
-	r.kick()
-	select {
-	case <-ch:
-	case <-r.done:
+	// The pass under way may have started before the call: wait for the
+	// one after it too.
+	for range 2 {
+		r.mu.Lock()
+		ch := r.waiters
+		r.mu.Unlock()
+		select {
+		case r.urgent <- struct{}{}:
+		default:
+		}
+		r.kick()
+		select {
+		case <-ch:
+		case <-r.done:
+			return
+		}
 	}
 }
 
@@ -125,6 +127,7 @@ func (r *retirer) loop() {
 	for {
 		select {
 		case <-r.wake:
+			r.settle()
 		case <-r.stop:
 			if r.pending.Load() > 0 {
 				r.pass()
@@ -132,6 +135,35 @@ func (r *retirer) loop() {
 			return
 		}
 		r.pass()
+	}
+}
+
+// Batching window of the deletion passes (settle).
+const (
+	retireQuiet    = 5 * time.Millisecond
+	retireMaxDelay = 100 * time.Millisecond
+)
+
+// settle lets a burst of teardowns (a node drain) retire its links before
+// the deletion competes with them for the kernel's rtnl lock: it returns
+// once no link was retired for retireQuiet, after retireMaxDelay at most, or
+// at once when a setup waits for the deletion (wait) or on close.
+func (r *retirer) settle() {
+	limit := time.NewTimer(retireMaxDelay)
+	defer limit.Stop()
+	for {
+		quiet := time.NewTimer(retireQuiet)
+		select {
+		case <-r.wake:
+			quiet.Stop()
+			continue
+		case <-r.urgent:
+		case <-r.stop: // closed: seen again by loop
+		case <-quiet.C:
+		case <-limit.C:
+		}
+		quiet.Stop()
+		return
 	}
 }
 

@@ -9,9 +9,11 @@ import (
 // Group commit. Every lifecycle step writes its record before and after it
 // touches the kernel, and each bbolt transaction costs two fsyncs. Writes of
 // concurrent calls (a burst of setups, a node drain) share one transaction:
-// the first writer commits at once; writers arriving meanwhile queue up and
-// the next commit takes them all. A lone write is never delayed, and no
-// write returns before its transaction is on disk.
+// a write arriving when none is under way is committed at once (by a
+// goroutine of its own); writes arriving meanwhile queue up and the next
+// commit takes them all. A lone write is never held back for others, every
+// writer returns once its own batch is committed, and none before its
+// transaction is on disk.
 
 // groupCommit batches the writes of one store.
 type groupCommit struct {
@@ -33,12 +35,20 @@ func (s *store) update(fn func(*bolt.Tx) error) error {
 	w := &write{fn: fn, done: make(chan error, 1)}
 	g.mu.Lock()
 	g.queue = append(g.queue, w)
-	if g.running {
-		g.mu.Unlock()
-		return <-w.done
+	if !g.running {
+		g.running = true
+		go s.commitQueue()
 	}
-	// This caller commits until the queue is empty.
-	g.running = true
+	g.mu.Unlock()
+	return <-w.done
+}
+
+// commitQueue commits the queued writes, batch after batch, until the queue
+// is empty. It runs on a goroutine of its own so that every writer returns
+// as soon as its own batch is committed.
+func (s *store) commitQueue() {
+	g := &s.group
+	g.mu.Lock()
 	for len(g.queue) > 0 {
 		batch := g.queue
 		g.queue = nil
@@ -48,7 +58,6 @@ func (s *store) update(fn func(*bolt.Tx) error) error {
 	}
 	g.running = false
 	g.mu.Unlock()
-	return <-w.done
 }
 
 // commitBatch commits the writes in one transaction; if one of them fails,
