@@ -687,6 +687,7 @@ func (d *DataPlane) claim(c Container) error {
 		d.settingUp = map[string]uint16{}
 	}
 	d.settingUp[c.ID] = c.Slot
+	d.retired.touch()
 	return nil
 }
 

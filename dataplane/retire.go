@@ -73,6 +73,7 @@ type retirer struct {
 	unsafe atomic.Bool
 	wake   chan struct{}
 	urgent chan struct{} // a setup waits for the next pass
+	busy   chan struct{} // a setup started: the control plane is not quiet
 	stop   chan struct{}
 	done   chan struct{}
 
@@ -81,9 +82,17 @@ type retirer struct {
 }
 
 func newRetirer(d *DataPlane) *retirer {
-	r := &retirer{d: d, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), waiters: make(chan struct{})}
+	r := &retirer{d: d, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), busy: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), waiters: make(chan struct{})}
 	go r.loop()
 	return r
+}
+
+// touch tells the deletion that a setup started (settle).
+func (r *retirer) touch() {
+	select {
+	case r.busy <- struct{}{}:
+	default:
+	}
 }
 
 // kick asks for a deletion pass.
@@ -141,13 +150,16 @@ func (r *retirer) loop() {
 // Batching window of the deletion passes (settle).
 const (
 	retireQuiet    = 5 * time.Millisecond
-	retireMaxDelay = 100 * time.Millisecond
+	retireMaxDelay = 250 * time.Millisecond
 )
 
-// settle lets a burst of teardowns (a node drain) retire its links before
-// the deletion competes with them for the kernel's rtnl lock: it returns
-// once no link was retired for retireQuiet, after retireMaxDelay at most, or
-// at once when a setup waits for the deletion (wait) or on close.
+// settle defers a deletion pass to a quiet moment of the control plane.
+// Deleting links holds the kernel's rtnl lock for a time that grows with the
+// number of tc actions on the host (mirred_device_event walks them all for
+// each link), and setups need that lock too: so a pass waits until no link
+// was retired and no setup started for retireQuiet (a drain retires all its
+// links first, a setup/teardown loop deletes in batches), retireMaxDelay at
+// most, and starts at once when a setup waits for it (wait) or on close.
 func (r *retirer) settle() {
 	limit := time.NewTimer(retireMaxDelay)
 	defer limit.Stop()
@@ -155,6 +167,9 @@ func (r *retirer) settle() {
 		quiet := time.NewTimer(retireQuiet)
 		select {
 		case <-r.wake:
+			quiet.Stop()
+			continue
+		case <-r.busy:
 			quiet.Stop()
 			continue
 		case <-r.urgent:
