@@ -61,20 +61,19 @@ func (d *DataPlane) vethDrops(slot uint16, veth int) (map[string]uint64, error) 
 	return d.vethFilters(slot, veth, 0).Drops()
 }
 
-// addDeparted adds the drops of a veth about to be deleted to the totals
-// of departed containers (best effort: an error loses them).
-func (d *DataPlane) addDeparted(slot uint16, veth int) {
+// departedDrops reads the drops of a veth about to be deleted, for the
+// totals of departed containers (best effort: an error loses them); the
+// caller adds them to d.departed under d.mu.
+func (d *DataPlane) departedDrops(slot uint16, veth int) map[string]uint64 {
 	if veth == 0 || slot < 1 || slot > MaxSlot {
-		return
+		return nil
 	}
 	m, err := d.vethDrops(slot, veth)
 	if err != nil {
 		d.log.Debug("drop counters of a removed veth not read", "veth", veth, "err", err)
-		return
+		return nil
 	}
-	for r, n := range m {
-		d.departed[r] += n
-	}
+	return m
 }
 
 // DropTotals returns the frames dropped on every container's veth since

@@ -323,11 +323,12 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	name := VethName(c.ID)
 	existed := false
 	var err error
+	var departed map[string]uint64
 	// The veth is muted and left to the background deletion (retire.go).
 	if veth != 0 {
 		// The ifindex is only trusted if it still carries our name.
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
-			d.addDeparted(c.Slot, veth)
+			departed = d.departedDrops(c.Slot, veth) // added under d.mu below
 			existed, err = d.retire(veth)
 		} else {
 			existed, err = d.retireByName(name)
@@ -383,11 +384,14 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		}
 	}
 
+	d.mu.Lock()
+	locked = true
+	for r, n := range departed {
+		d.departed[r] += n
+	}
 	if err := errors.Join(errs...); err != nil {
 		return rep, fmt.Errorf("container %s teardown: %w", c.ID, err)
 	}
-	d.mu.Lock()
-	locked = true
 	if rec, ok := d.ctrs[c.ID]; ok {
 		delete(d.slots, rec.c.Slot)
 		delete(d.ctrs, c.ID)
