@@ -16,9 +16,12 @@ package dataplane
 //     free at once for a new setup of the same ID) and moved to link group
 //     RetiredGroup.
 //
-// A background goroutine deletes the whole group with one RTM_DELLINK (the
-// kernel's group delete: one unregister_netdevice_many, one set of grace
-// periods for every link in it), again and again while links are retired.
+// A background goroutine deletes them at a quiet moment of the control
+// plane (settle): a few, one request each by their retired name (the rtnl
+// lock is free between two, so a setup waits for one deletion at most);
+// many (a drain), the whole group with one RTM_DELLINK (the kernel's group
+// delete: one unregister_netdevice_many, one set of grace periods for every
+// link in it).
 // The kernel holds the pending list itself: a daemon killed with retired
 // links still present deletes them at its next start (PrepareHost), after
 // checking that every link of the group has a retired name (a link of that
@@ -79,6 +82,7 @@ type retirer struct {
 
 	mu      sync.Mutex
 	waiters chan struct{} // closed at the end of the next pass
+	names   []string      // retired by this run and not deleted yet (pending counts the sweep's too)
 }
 
 func newRetirer(d *DataPlane) *retirer {
@@ -190,14 +194,44 @@ func (d *DataPlane) WaitRetired() {
 	}
 }
 
-// pass deletes the retired group once.
+// retireOneByOne: up to this many links waiting, a pass deletes them one
+// request each (by their retired name), so that the kernel's rtnl lock is
+// free between two of them and a setup waits for one deletion at most; more
+// (a drain), and the whole group goes in one request, for throughput.
+const retireOneByOne = 8
+
+// pass deletes the retired links once.
 func (r *retirer) pass() {
+	r.mu.Lock()
+	names := r.names
+	r.names = nil
+	r.mu.Unlock()
 	n := r.pending.Load()
-	err := r.d.deleteRetired()
+	var err error
+	if int(n) <= retireOneByOne && len(names) == int(n) {
+		var left []string
+		for _, name := range names {
+			if e := r.d.deleteRetiredLink(name); e != nil {
+				err = e
+				left = append(left, name)
+				continue
+			}
+			r.pending.Add(-1)
+		}
+		if len(left) > 0 {
+			r.mu.Lock()
+			r.names = append(left, r.names...)
+			r.mu.Unlock()
+		}
+	} else if err = r.d.deleteRetired(); err == nil {
+		r.pending.Add(-n)
+	} else {
+		r.mu.Lock()
+		r.names = append(names, r.names...)
+		r.mu.Unlock()
+	}
 	if err != nil {
 		r.d.log.Warn("deleting retired links failed; they stay down and are retried at the next teardown or start", "err", err)
-	} else {
-		r.pending.Add(-n)
 	}
 	r.mu.Lock()
 	close(r.waiters)
@@ -235,6 +269,9 @@ func (d *DataPlane) retire(idx int) (bool, error) {
 		}
 		return true, fmt.Errorf("move link %d to the deletion group: %w", idx, err)
 	}
+	d.retired.mu.Lock()
+	d.retired.names = append(d.retired.names, retiredName(idx))
+	d.retired.mu.Unlock()
 	d.retired.pending.Add(1)
 	d.retired.kick()
 	return true, nil
@@ -259,6 +296,22 @@ func (d *DataPlane) deleteRetired() error {
 		req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
 		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 		req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
+		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+		if errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		return err
+	})
+}
+
+// deleteRetiredLink deletes one retired link by its name (a name only
+// retire gives: never another link, even if the ifindex was reused). A
+// link already gone is not an error.
+func (d *DataPlane) deleteRetiredLink(name string) error {
+	return d.hostNS.Do(func() error {
+		req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
+		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+		req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
 		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
 		if errors.Is(err, unix.ENODEV) {
 			return nil
