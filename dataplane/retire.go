@@ -292,26 +292,23 @@ func (d *DataPlane) retireByName(name string) (bool, error) {
 // deleteRetired deletes every link of RetiredGroup in the host namespace in
 // one request. An empty group is not an error.
 func (d *DataPlane) deleteRetired() error {
-	return d.hostNS.Do(func() error {
-		req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
-		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-		req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
-		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
-		if errors.Is(err, unix.ENODEV) {
-			return nil
-		}
-		return err
-	})
+	return d.delLinkBy(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
 }
 
 // deleteRetiredLink deletes one retired link by its name (a name only
 // retire gives: never another link, even if the ifindex was reused). A
 // link already gone is not an error.
 func (d *DataPlane) deleteRetiredLink(name string) error {
+	return d.delLinkBy(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+}
+
+// delLinkBy sends one RTM_DELLINK naming its link(s) by attr (a name, or a
+// group: all its links) in the host namespace; none found is not an error.
+func (d *DataPlane) delLinkBy(attr *nl.RtAttr) error {
 	return d.hostNS.Do(func() error {
 		req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
 		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-		req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+		req.AddData(attr)
 		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
 		if errors.Is(err, unix.ENODEV) {
 			return nil
