@@ -250,7 +250,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // writeJSON writes r to dir/<time>.json and dir/latest.json (with -quick in
-// both names in quick mode, so a quick run never replaces the full figures).
+// both names in quick mode, and the phases of --only, so a quick or partial
+// run never replaces the full figures).
 func writeJSON(dir string, r *Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -264,6 +265,9 @@ func writeJSON(dir string, r *Results) ([]string, error) {
 	suffix := ""
 	if r.Quick {
 		suffix = "-quick"
+	}
+	if len(r.Config.Only) > 0 { // a partial run never replaces the full figures either
+		suffix += "-" + strings.Join(r.Config.Only, "+")
 	}
 	stamp := filepath.Join(dir, t.UTC().Format("2006-01-02T150405Z")+suffix+".json")
 	latest := filepath.Join(dir, "latest"+suffix+".json")
