@@ -522,7 +522,12 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// point at it; ingress HTB on the veth (it goes with the veth).
 	via := 0
 	if !c.Egress.IsZero() {
-		if via, err = d.createShaper(c.ID, c.Slot, c.Egress); err != nil {
+		// Under d.mu: it registers the shaper's exit as an echo origin in
+		// the eth0 demux, a shared table.
+		d.mu.Lock()
+		via, err = d.createShaper(c.ID, c.Slot, c.Egress)
+		d.mu.Unlock()
+		if err != nil {
 			return p, fmt.Errorf("container %s: egress limit: %w", c.ID, err)
 		}
 		undo.push("egress shaper", func() error { _, err := netns.DeleteLink(d.h, via); return err })
@@ -618,7 +623,7 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 		return err
 	}
 	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
+		return fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	undo.push("echo origin", func() error { return d.eth0.DelEchoOrigin(veth) })
 	if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
