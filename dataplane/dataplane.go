@@ -644,6 +644,7 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 		return err
 	}
 
+	pin := netns.Pin{Path: p.Mount, Owned: p.PinOwned}
 	c.Pin, c.PinOwned = pin.Path, pin.Owned
 	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
 	d.slots[c.Slot] = c.ID

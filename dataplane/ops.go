@@ -265,8 +265,9 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		return rep, err
 	}
 	veth := 0
+	pin := d.pinOf(c)
 	if rec, ok := d.ctrs[c.ID]; ok {
-		c, veth = rec.c, rec.veth
+		c, veth, pin = rec.c, rec.veth, rec.pin
 	}
 	d.dropNeigh(c.ID)
 	d.dropEchoOrigins(c.ID, veth)
@@ -366,11 +367,8 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if d.trace != nil {
 		d.trace("teardown veth")
 	}
-	// Only a pin isolatord made is removed: a runtime's pin stays theirs.
-	pin := d.pinOf(c)
-	if rec, ok := d.ctrs[c.ID]; ok {
-		pin = rec.pin
-	}
+	// Only a pin isolatord made is removed: a runtime's pin stays theirs
+	// (pin was read with the record, under d.mu, above).
 	if pin.Owned {
 		mounted, present, err := netns.Unpin(pin)
 		if err != nil {
