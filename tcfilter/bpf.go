@@ -75,50 +75,13 @@ var progNoVLAN = []bpfInsn{
 // VLANMarkMAC is the Ethernet source the VLAN check gives a tagged frame.
 var VLANMarkMAC = net.HardwareAddr{0, 0, 0, 0, 0, 0}
 
-// bpfProgLoadAttr is the BPF_PROG_LOAD part of union bpf_attr (up to
-// prog_name).
-type bpfProgLoadAttr struct {
-	progType    uint32
-	insnCnt     uint32
-	insns       uint64
-	license     uint64
-	logLevel    uint32
-	logSize     uint32
-	logBuf      uint64
-	kernVersion uint32
-	progFlags   uint32
-	progName    [16]byte
-}
-
-// loadProg loads a sched_cls program and returns its fd.
+// loadProg loads a sched_cls program written as instructions (the
+// kernel's own 8-byte layout) and returns its fd.
 func loadProg(name string, insns []bpfInsn) (int, error) {
-	lic := []byte("GPL\x00")
-	attr := bpfProgLoadAttr{
-		progType: unix.BPF_PROG_TYPE_SCHED_CLS,
-		insnCnt:  uint32(len(insns)),
-		insns:    uint64(uintptr(unsafe.Pointer(&insns[0]))),
-		license:  uint64(uintptr(unsafe.Pointer(&lic[0]))),
-	}
-	copy(attr.progName[:15], name)
-	var e unix.Errno
-	for try := 0; try < loadTries; try++ {
-		var fd uintptr
-		fd, _, e = unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		if e == 0 {
-			runtime.KeepAlive(insns)
-			runtime.KeepAlive(lic)
-			return int(fd), nil
-		}
-		// The verifier returns EAGAIN when a signal interrupts it; the Go
-		// runtime's preemption signals do that now and then (seen once in
-		// 1,000 setups). Any other error is final.
-		if e != unix.EAGAIN {
-			break
-		}
-	}
+	code := unsafe.Slice((*byte)(unsafe.Pointer(&insns[0])), len(insns)*int(unsafe.Sizeof(insns[0])))
+	fd, err := loadSchedCls(name, code)
 	runtime.KeepAlive(insns)
-	runtime.KeepAlive(lic)
-	return -1, fmt.Errorf("load bpf program %s: %w", name, e)
+	return fd, err
 }
 
 // loadTries bounds the retries of an interrupted BPF_PROG_LOAD.

@@ -2,6 +2,7 @@ package tcfilter
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -134,26 +135,22 @@ func newBPFMap(typ, keySize, valueSize, maxEntries uint32, name string) (*bpfMap
 }
 
 func (m *bpfMap) update(key, value []byte) error {
-	attr := struct {
-		fd         uint32
-		_          uint32
-		key, value uint64
-		flags      uint64
-	}{fd: uint32(m.fd), key: uint64(uintptr(unsafe.Pointer(&key[0]))), value: uint64(uintptr(unsafe.Pointer(&value[0])))}
-	_, err := bpfSys(unix.BPF_MAP_UPDATE_ELEM, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-	runtime.KeepAlive(key)
-	runtime.KeepAlive(value)
-	return err
+	return m.elem(unix.BPF_MAP_UPDATE_ELEM, key, value)
 }
 
 func (m *bpfMap) lookup(key, value []byte) error {
+	return m.elem(unix.BPF_MAP_LOOKUP_ELEM, key, value)
+}
+
+// elem runs a map command that takes a key and a value.
+func (m *bpfMap) elem(cmd int, key, value []byte) error {
 	attr := struct {
 		fd         uint32
 		_          uint32
 		key, value uint64
 		flags      uint64
 	}{fd: uint32(m.fd), key: uint64(uintptr(unsafe.Pointer(&key[0]))), value: uint64(uintptr(unsafe.Pointer(&value[0])))}
-	_, err := bpfSys(unix.BPF_MAP_LOOKUP_ELEM, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	_, err := bpfSys(cmd, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
 	return err
@@ -191,9 +188,19 @@ func loadSchedCls(name string, code []byte) (int, error) {
 		logLevel: 1, logSize: uint32(len(logBuf)), logBuf: uint64(uintptr(unsafe.Pointer(&logBuf[0]))),
 	}
 	copy(attr.name[:15], name)
-	fd, err := bpfSys(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	var fd int
+	var err error
+	for try := 0; try < loadTries; try++ {
+		// The verifier returns EAGAIN when a signal interrupts it; the Go
+		// runtime's preemption signals do that now and then (seen once in
+		// 1,000 setups). Any other error is final.
+		if fd, err = bpfSys(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); !errors.Is(err, unix.EAGAIN) {
+			break
+		}
+	}
 	runtime.KeepAlive(code)
 	runtime.KeepAlive(license)
+	runtime.KeepAlive(logBuf)
 	if err != nil {
 		n := 0
 		for n < len(logBuf) && logBuf[n] != 0 {
