@@ -39,6 +39,7 @@ const (
 	skbVLANOff           = 20 // offsetof(struct __sk_buff, vlan_present)
 
 	tcActUnspec = -1
+	tcActOK     = 0
 	tcActShot   = 2
 )
 

@@ -89,7 +89,8 @@
 //     owning that port; an error about a port nobody owns (the host's own
 //     flows) stays with the host. Echo replies are first matched by the
 //     cls_bpf steer program (echo.go: identifiers learned from containers'
-//     echo requests on eth0 egress), then by identifier in TablePort (a
+//     and the host's own echo requests on eth0 egress; the host's win over
+//     what follows), then by identifier in TablePort (a
 //     pinger that binds an identifier in its own ports), then stay with
 //     the host. Without cls_bpf, unattributed echo replies and errors about
 //     echo requests are mirrored to every container through 004 (one

@@ -28,12 +28,17 @@ import (
 //     redirected it from: the container's veth, or its egress shaper's
 //     exit) is in the origin map records {identifier, destination} ->
 //     the container's veth in the echo map (LRU, echoEntries entries). The
-//     host's own requests (skb_iif 0) and anything not in the origin map
-//     are not learned.
+//     host's own requests (skb_iif 0) record {identifier, destination} ->
+//     0, "the host"; anything else (forwarded, not in the origin map) is
+//     not learned.
 //   - steer (clsact ingress of eth0, cls_bpf direct-action, prio 1, before
 //     the u32 demux at prio 2): an echo reply to the host IP, or an ICMP
 //     error (type 3 or 11) quoting an echo request, whose {identifier,
-//     peer} is in the echo map is redirected to that veth; everything else
+//     peer} is in the echo map is redirected to that veth, or, learned as
+//     the host's, accepted for the host (TC_ACT_OK: the u32 demux does not
+//     see it, so the host's ping gets its replies whatever identifier it
+//     drew, one in a container's ports or one a container used before, a
+//     stale entry of a container gone included); everything else
 //     continues to the u32 demux (TC_ACT_UNSPEC), where echo replies with
 //     an identifier in a container's ports go to it (TablePort) and the
 //     rest stays with the host. When the redirected reply is a first
@@ -52,8 +57,9 @@ import (
 // time (then the last one to send gets the replies: the same as two raw
 // pingers in one namespace, which see each other's replies). A container
 // that sends an echo request with the identifier the host uses to ping
-// the same peer takes the host's replies to that peer: the host should
-// not rely on ping replies for anything that matters. A restarted daemon
+// the same peer takes the host's replies to that peer until the host's
+// next request (the last one to send wins): the host should not rely on
+// ping replies for anything that matters. A restarted daemon
 // starts with an empty echo map: replies to requests sent before the
 // restart go to the host (ping loses at most the replies in flight).
 //
@@ -197,6 +203,7 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	a.label("lookup")
 	lookupOrPass(a, echoFd, stkKey)
 	a.ldxW(r7, r0, 0)
+	a.jmp(opJeq32, r7, 0, "host") // the host's own request
 	a.jmp(opJeq32, r9, 0, "redirect")
 	a.stxW(r10, r7, stkValue)
 	a.ldMap(r1, fragFd)
@@ -220,6 +227,11 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	a.movImm(r2, 0)
 	a.call(helperRedirect)
 	a.exit()
+	// the host's: delivered to it, before the u32 demux (where an
+	// identifier in a container's ports would send it to the container)
+	a.label("host")
+	a.movImm(r0, tcActOK)
+	a.exit()
 	passExit(a)
 	return a.assemble()
 }
@@ -227,12 +239,14 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 func learnProgram(echoFd, originFd int) ([]byte, error) {
 	a := newAsm()
 	a.movReg(r6, r1)
-	a.ldxW(r7, r6, 36) // __sk_buff.ingress_ifindex (skb_iif)
-	a.jmp(opJeq32, r7, 0, "pass")
+	a.ldxW(r7, r6, 36)      // __sk_buff.ingress_ifindex (skb_iif)
+	a.stW(r10, stkValue, 0) // the host's own request: learned as 0
+	a.jmp(opJeq32, r7, 0, "learn")
 	a.stxW(r10, r7, stkOrigin)
 	lookupOrPass(a, originFd, stkOrigin)
 	a.ldxW(r8, r0, 0)
 	a.stxW(r10, r8, stkValue)
+	a.label("learn")
 	loadHeader(a, "")
 	a.ldxB(r1, r10, pkt(34))
 	a.jmp(opJne32, r1, 8, "pass") // echo request

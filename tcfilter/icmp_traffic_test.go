@@ -378,6 +378,29 @@ func TestEchoRepliesLearned(t *testing.T) {
 	}); err != nil || !res.ExactlyOnce() {
 		t.Fatalf("host's ping of the client: %+v (%v)", res, err)
 	}
+	// ... whatever its identifier: one in A's ports (the u32 demux's rule for
+	// echo replies) or one learned for A (a raw pinger's random identifier,
+	// or the ping socket rover shared by all namespaces, can draw either)
+	var hsnd *traffic.ICMPSender
+	if err := w.s.Host.Do(func() (err error) { hsnd, err = traffic.OpenICMPSender(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer hsnd.Close()
+	beforeA := icmpIn(t, a.c.Do, "InEchoReps")
+	for _, id := range []uint16{33000, 4242} {
+		if err := hsnd.Send(w.s.ClientIP, traffic.EchoRequest(id, 7)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hsnd.WaitEchoReply(id, time.Now().Add(3*time.Second)); err != nil {
+			t.Errorf("the host's echo request with identifier %d (A's): no reply at the host: %v", id, err)
+		}
+		if got := w.eth0D.echoLearned(id, w.s.ClientIP); got != 0 {
+			t.Errorf("the host's echo request with identifier %d was learned for veth %d", id, got)
+		}
+	}
+	if n := icmpIn(t, a.c.Do, "InEchoReps") - beforeA; n != 0 {
+		t.Errorf("A received %d echo replies to the host's requests", n)
+	}
 	var snd *traffic.ICMPSender
 	if err := w.s.Client.Do(func() (err error) { snd, err = traffic.OpenICMPSender(); return err }); err != nil {
 		t.Fatal(err)
