@@ -474,6 +474,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	p.Mount, p.PinOwned = pin.Path, pin.Owned
+	c.Meta.PinOwned = pin.Owned // the veth's alias says whose the pin is
 	undo.push("bind mount", func() error {
 		_, _, err := netns.Unpin(pin)
 		return err

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
@@ -208,8 +209,10 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 // keep: host demux entries (ranges, fan-out, shared holders) whose slot is
 // not kept or that point elsewhere than the kept container's veth, veths
 // and egress shaper pairs with our naming shape that are not kept, and the
-// bind mounts of those veths' IDs. It also forgets unkept containers in the
-// in-memory indexes.
+// namespace pins of those veths' IDs that are isolatord's own
+// (strayPinOwned: <id>@isolatord, or <id> when the veth's alias says
+// PinOwned); a runtime's pin is left in place (logged). It also forgets
+// unkept containers in the in-memory indexes.
 // A bind mount whose veth is already gone cannot be told from someone else's
 // named namespace; the lifecycle removes those by ID with Teardown.
 func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]string, error) {
@@ -321,16 +324,23 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for id := range mounts {
-		name := VethName(id)
-		if _, ours := veths[name]; !ours || keepVeth[name] {
+	for pin := range mounts {
+		name := VethName(strings.TrimSuffix(pin, netns.PinSuffix))
+		idx, ours := veths[name]
+		if !ours || keepVeth[name] {
 			continue
 		}
-		if _, err := delIf(apply, func() (int, error) { _, _, err := netns.Unmount(d.cfg.NetNSDir, id); return 0, err }); err != nil {
+		if !d.strayPinOwned(pin, idx, mounts) {
+			if apply {
+				d.log.Warn("namespace pin of a stray veth left in place: not isolatord's", "pin", d.mountPath(pin), "veth", name)
+			}
+			continue
+		}
+		if _, err := delIf(apply, func() (int, error) { _, _, err := netns.Unmount(d.cfg.NetNSDir, pin); return 0, err }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, "bind mount "+d.mountPath(id))
+		removed = append(removed, "bind mount "+d.mountPath(pin))
 	}
 	for name, idx := range veths {
 		if keepVeth[name] {
