@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -248,7 +249,12 @@ func (e *env) hostLinks() []string {
 		e.t.Fatal(err)
 	}
 	defer h.Close()
+	// Retired links are deleted in the background (retire.go): a dump
+	// interrupted by a deletion is taken again (bounded).
 	ls, err := h.LinkList()
+	for i := 0; i < 20 && errors.Is(err, netlink.ErrDumpInterrupted); i++ {
+		ls, err = h.LinkList()
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
