@@ -13,7 +13,6 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -119,9 +118,9 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	if err := d.ready(); err != nil {
 		return out, err
 	}
-	ls, err := d.h.LinkList()
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return out, fmt.Errorf("list host links: %w", err)
+	ls, err := d.hostLinks()
+	if err != nil {
+		return out, err
 	}
 	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
@@ -340,13 +339,13 @@ func (d *DataPlane) fillRootQdiscs() error {
 	if d.rootQdiscs != nil {
 		return nil
 	}
-	qs, err := d.h.QdiscList(nil)
+	qs, err := dump("qdiscs", func() ([]netlink.Qdisc, error) { return d.h.QdiscList(nil) })
 	if err != nil {
-		return fmt.Errorf("list qdiscs: %w", err)
+		return err
 	}
-	ls, err := d.h.LinkList()
+	ls, err := d.hostLinks()
 	if err != nil {
-		return fmt.Errorf("list host links: %w", err)
+		return err
 	}
 	d.rootQdiscs = map[int]bool{}
 	for _, q := range qs {

@@ -12,7 +12,6 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/tcfilter"
-	"github.com/vishvananda/netlink"
 )
 
 // Snapshot lists what exists in the kernel and the netns directory that
@@ -89,9 +88,9 @@ func describeEntry(dev string, e tcfilter.Entry) string {
 
 // ourVeths dumps the host's links and keeps those named like ours.
 func (d *DataPlane) ourVeths() (map[string]int, error) {
-	ls, err := d.h.LinkList()
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return nil, fmt.Errorf("list host links: %w", err)
+	ls, err := d.hostLinks()
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]int{}
 	for _, l := range ls {

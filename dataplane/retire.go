@@ -322,9 +322,9 @@ func (d *DataPlane) delLinkBy(attr *nl.RtAttr) error {
 // name, the group is deleted in the background; otherwise only ours are
 // deleted, one by one, and the others are reported and left alone.
 func (d *DataPlane) sweepRetired() error {
-	ls, err := d.h.LinkList()
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return fmt.Errorf("list host links: %w", err)
+	ls, err := d.hostLinks()
+	if err != nil {
+		return err
 	}
 	var ours []int
 	var foreign []string

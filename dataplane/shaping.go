@@ -114,9 +114,9 @@ func (d *DataPlane) checkLimits(egress, ingress Limit) error {
 // ourShapers dumps the host's links and keeps the shaper entries (name ->
 // ifindex).
 func (d *DataPlane) ourShapers() (map[string]int, error) {
-	ls, err := d.h.LinkList()
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return nil, fmt.Errorf("list host links: %w", err)
+	ls, err := d.hostLinks()
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]int{}
 	for _, l := range ls {
