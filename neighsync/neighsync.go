@@ -13,7 +13,8 @@
 //     (an RTM_GETNEIGH notification, the "ARP daemon" hook, repeated every
 //     retrans_time, 3 times, then the entry fails and the next packet asks
 //     again). The Syncer listens to those notifications (one netlink
-//     socket per container, subscribed to RTNLGRP_NEIGH in its namespace).
+//     socket per container, subscribed to RTNLGRP_NEIGH in its namespace,
+//     all read by one goroutine: poll.go).
 //   - If the host has a valid entry (any of REACHABLE, STALE, DELAY, PROBE,
 //     PERMANENT) for the address, the Syncer writes it into the container
 //     as a PERMANENT entry (INCOMPLETE -> PERMANENT releases the packets the
@@ -99,14 +100,17 @@ type Syncer struct {
 	known   map[ip4]net.HardwareAddr // host's valid entries on eth0
 	waiting map[ip4]map[string]bool  // address -> containers waiting for it
 	ctrs    map[string]*member
+	byTok   map[uint64]*member // members by poller token (poll.go)
+	poll    *poller
 	stats   Stats
 }
 
 type member struct {
 	id   string
-	h    *netlink.Handle
+	h    *netlink.Handle // requests (writes) in the container's namespace
+	fd   int             // the container's neighbour notifications (poll.go)
+	tok  uint64
 	eth0 int
-	done chan struct{}
 	has  map[ip4]net.HardwareAddr
 }
 
@@ -131,7 +135,13 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gate
 	s := &Syncer{
 		host: h, eth0: eth0, onLink: &onLink, log: log, stop: make(chan struct{}),
 		known: map[ip4]net.HardwareAddr{}, waiting: map[ip4]map[string]bool{}, ctrs: map[string]*member{},
+		byTok: map[uint64]*member{},
 	}
+	p, err := newPoller()
+	if err != nil {
+		return nil, fmt.Errorf("neighbour sync: %w", err)
+	}
+	s.poll = p
 	if g, ok := key(gateway); ok {
 		s.gateway = g
 	}
@@ -140,9 +150,11 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gate
 	if err := netlink.NeighSubscribeWithOptions(ch, s.stop, netlink.NeighSubscribeOptions{
 		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError("host", s.stop),
 	}); err != nil {
+		p.close()
 		return nil, fmt.Errorf("neighbour sync: subscribe to the host's neighbours: %w", err)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
+	go s.loop()
 	go func() {
 		defer s.wg.Done()
 		for u := range ch {
@@ -181,12 +193,13 @@ func (s *Syncer) Close() {
 	s.closed = true
 	close(s.stop)
 	for id, m := range s.ctrs {
-		close(m.done)
-		m.h.Close()
+		s.drop(m)
 		delete(s.ctrs, id)
 	}
+	s.wakePoller()
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.poll.close()
 }
 
 // Stats returns the counters so far.
@@ -201,37 +214,54 @@ func (s *Syncer) Stats() Stats {
 // to its neighbour requests. Adding an id again replaces the old
 // subscription. The Syncer keeps a netlink socket in ns until Remove.
 func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
-	if err := ns.WriteSysctls(ContainerSysctls(eth0)...); err != nil {
-		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
-	}
-	h, err := ns.Netlink()
+	// One thread switch for the settings and both sockets.
+	var h *netlink.Handle
+	fd := -1
+	err := ns.Do(func() error {
+		sd, err := netns.OpenSysctlDir()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
+		for _, kv := range ContainerSysctls(eth0) {
+			if err := sd.Write(kv.Name, kv.Value); err != nil {
+				return err
+			}
+		}
+		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+			return fmt.Errorf("netlink handle: %w", err)
+		}
+		if fd, err = subscribeHere(); err != nil {
+			h.Close()
+			return fmt.Errorf("subscribe: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
+	m := &member{id: id, h: h, fd: fd, eth0: 0, has: map[ip4]net.HardwareAddr{}}
 	l, err := h.LinkByName(eth0)
 	if err != nil {
+		unix.Close(fd)
 		h.Close()
 		return fmt.Errorf("neighbour sync: container %s: %s: %w", id, eth0, err)
 	}
-	m := &member{id: id, h: h, eth0: l.Attrs().Index, done: make(chan struct{}), has: map[ip4]net.HardwareAddr{}}
-	ch := make(chan netlink.NeighUpdate, 64)
-	nsh := vns.NsHandle(ns.Fd())
-	if err := netlink.NeighSubscribeWithOptions(ch, m.done, netlink.NeighSubscribeOptions{
-		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError(id, m.done),
-	}); err != nil {
-		h.Close()
-		return fmt.Errorf("neighbour sync: container %s: subscribe: %w", id, err)
-	}
+	m.eth0 = l.Attrs().Index
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
-		close(m.done)
+		unix.Close(fd)
 		h.Close()
 		return errors.New("neighbour sync: closed")
 	}
+	if err := s.watch(m); err != nil {
+		unix.Close(fd)
+		h.Close()
+		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
+	}
 	if old, ok := s.ctrs[id]; ok {
-		close(old.done)
-		old.h.Close()
+		s.drop(old)
 	}
 	s.ctrs[id] = m
 	for ip, mac := range s.known {
@@ -240,14 +270,6 @@ func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
 	if g := s.gateway; g != (ip4{}) && s.known[g] == nil && s.resolvable(g) {
 		s.wait(m, g)
 	}
-	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for u := range ch {
-			s.containerUpdate(m, u)
-		}
-	}()
 	return nil
 }
 
@@ -261,8 +283,7 @@ func (s *Syncer) Remove(id string) {
 		return
 	}
 	delete(s.ctrs, id)
-	close(m.done)
-	m.h.Close()
+	s.drop(m)
 	for ip, w := range s.waiting {
 		delete(w, id)
 		if len(w) == 0 {
@@ -310,13 +331,13 @@ func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
 	}
 }
 
-func (s *Syncer) containerUpdate(m *member, u netlink.NeighUpdate) {
+// containerUpdateLocked handles a notification from m's namespace (with s.mu
+// held).
+func (s *Syncer) containerUpdateLocked(m *member, u netlink.NeighUpdate) {
 	ip, ok := key(u.IP)
 	if !ok || u.LinkIndex != m.eth0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed || s.ctrs[m.id] != m {
 		return
 	}

@@ -1,7 +1,9 @@
 package neighsync
 
 import (
+	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -130,4 +132,82 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 	}
 	s.Remove("n1")
 	s.Remove("n1") // idempotent
+}
+
+// TestContainersShareOneReader: serving containers costs no goroutine per
+// container (one reader for all their sockets; 1,000 subscriptions of the
+// netlink library held over 100 MiB), and Remove and Close release every
+// socket.
+func TestContainersShareOneReader(t *testing.T) {
+	sb := sandbox.New(t)
+	hns, err := netns.Open(sb.Host.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hns.Close()
+	hh, err := hns.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	eth0, err := hh.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(hns, hh, eth0.Attrs().Index, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := runtime.NumGoroutine()
+	const n = 30
+	for i := range n {
+		if err := s.Add(fmt.Sprintf("c%d", i), withEth0(t), "eth0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Add("c0", withEth0(t), "eth0"); err != nil { // replacing an id releases the old socket
+		t.Fatal(err)
+	}
+	if g := runtime.NumGoroutine() - before; g > 2 {
+		t.Errorf("%d containers served with %d more goroutines, want none per container", n, g)
+	}
+	s.mu.Lock()
+	members := len(s.byTok)
+	s.mu.Unlock()
+	if members != n {
+		t.Errorf("%d sockets watched after %d containers (one replaced), want %d", members, n+1, n)
+	}
+	for i := range n / 2 {
+		s.Remove(fmt.Sprintf("c%d", i))
+	}
+	s.mu.Lock()
+	members = len(s.byTok)
+	s.mu.Unlock()
+	if members != n-n/2 {
+		t.Errorf("%d sockets watched after removing %d of %d, want %d", members, n/2, n, n-n/2)
+	}
+	s.Close()
+	if len(s.byTok) != 0 || len(s.ctrs) != 0 {
+		t.Errorf("after Close: %d sockets, %d containers left", len(s.byTok), len(s.ctrs))
+	}
+}
+
+// withEth0 returns a new namespace holding a veth pair eth0/x0.
+func withEth0(t *testing.T) *netns.NS {
+	t.Helper()
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	h, err := ns.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "x0"}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
