@@ -310,6 +310,12 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 	if after := e.hostState(); after != before {
 		t.Errorf("restart + Adopt changed the host:\n%s", lineDiff(before, after))
 	}
+	// its neighbour requests are served again, in the background
+	for deadline := time.Now().Add(5 * time.Second); !d2.neigh.Serves(a.c.ID); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("neighbour requests of the adopted container not served after 5s (%d pending)", d2.neigh.Pending())
+		}
+	}
 	if miss, err := d2.Check(ctx, a.c); err != nil || len(miss) != 0 {
 		t.Errorf("Check after Adopt: %v %v", miss, err)
 	}

@@ -36,6 +36,16 @@ func (d *DataPlane) addNeigh(id string, ns *netns.NS) error {
 	return nil
 }
 
+// addNeighLater makes the syncer serve adopted container id, whose
+// namespace (inode ino) is at path, in the background (neighsync.AddLater): serving
+// its neighbour requests is not isolation, and opening a socket in each of
+// 1,000 namespaces delayed serving after a restart by over a second.
+func (d *DataPlane) addNeighLater(id, path string, ino uint64) {
+	if d.neigh != nil {
+		d.neigh.AddLater(id, path, ContainerEth0, ino)
+	}
+}
+
 // dropNeigh stops serving container id (its socket in the namespace is
 // closed, so the namespace can go).
 func (d *DataPlane) dropNeigh(id string) {

@@ -399,7 +399,8 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 
 // Adopt registers an existing, complete container (after a daemon restart)
 // in the in-memory indexes: it looks up the veth and the bind mount and
-// records c's ports and shared holders. It then brings the container's
+// records c's ports and shared holders. Its neighbour requests are served
+// from shortly after (in the background: addNeighLater). It then brings the container's
 // bandwidth shaping in line with c's limits, changing nothing when the
 // kernel already enforces them (so a restart causes no glitch); an error
 // there wraps ErrShaping and leaves the container registered.
@@ -431,11 +432,8 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 		return fmt.Errorf("adopt %s: bind mount: %w", c.ID, err)
 	}
 	ino := ns.Ino()
-	err = d.addNeigh(c.ID, ns)
 	ns.Close()
-	if err != nil {
-		return fmt.Errorf("adopt %s: %w", c.ID, err)
-	}
+	d.addNeighLater(c.ID, pin.Path, ino)
 	if err := d.adoptEchoOrigins(c.ID, veth, !c.Egress.IsZero()); err != nil {
 		d.dropNeigh(c.ID)
 		return fmt.Errorf("adopt %s: %w", c.ID, err)

@@ -40,6 +40,8 @@
 // While the daemon is down, containers keep the entries they have (the
 // host's entries when they were set up, the gateway, what they asked for
 // since) but cannot resolve new neighbours (ARP replies never reach them).
+// A restarted daemon serves them again in the background (AddLater), so
+// that it serves its API without waiting for 1,000 namespaces' sockets.
 package neighsync
 
 import (
@@ -102,6 +104,8 @@ type Syncer struct {
 	ctrs    map[string]*member
 	byTok   map[uint64]*member // members by poller token (poll.go)
 	poll    *poller
+	later   laterAdds // AddLater (later.go)
+	pending map[string]uint64
 	stats   Stats
 }
 
@@ -135,7 +139,7 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gate
 	s := &Syncer{
 		host: h, eth0: eth0, onLink: &onLink, log: log, stop: make(chan struct{}),
 		known: map[ip4]net.HardwareAddr{}, waiting: map[ip4]map[string]bool{}, ctrs: map[string]*member{},
-		byTok: map[uint64]*member{},
+		byTok: map[uint64]*member{}, pending: map[string]uint64{},
 	}
 	p, err := newPoller()
 	if err != nil {
@@ -214,7 +218,16 @@ func (s *Syncer) Stats() Stats {
 // to its neighbour requests. Adding an id again replaces the old
 // subscription. The Syncer keeps a netlink socket in ns until Remove.
 func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
-	// One thread switch for the settings and both sockets.
+	m, err := open(id, ns, eth0)
+	if err != nil {
+		return err
+	}
+	return s.register(m, 0)
+}
+
+// open makes container id's settings, request handle and neighbour socket
+// (one thread switch for all three).
+func open(id string, ns *netns.NS, eth0 string) (*member, error) {
 	var h *netlink.Handle
 	fd := -1
 	err := ns.Do(func() error {
@@ -238,32 +251,50 @@ func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
+		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m := &member{id: id, h: h, fd: fd, eth0: 0, has: map[ip4]net.HardwareAddr{}}
+	m := &member{id: id, h: h, fd: fd, has: map[ip4]net.HardwareAddr{}}
 	l, err := h.LinkByName(eth0)
 	if err != nil {
-		unix.Close(fd)
-		h.Close()
-		return fmt.Errorf("neighbour sync: container %s: %s: %w", id, eth0, err)
+		m.close()
+		return nil, fmt.Errorf("neighbour sync: container %s: %s: %w", id, eth0, err)
 	}
 	m.eth0 = l.Attrs().Index
+	return m, nil
+}
+
+func (m *member) close() {
+	unix.Close(m.fd)
+	m.fd = -1
+	m.h.Close()
+}
+
+// errCancelled: an AddLater's container was removed or added again meanwhile.
+var errCancelled = errors.New("neighbour sync: cancelled")
+
+// register starts serving m, replacing any earlier member of its id. A
+// non-zero later is the AddLater it completes: if a Remove or an Add of
+// the id came since, m is dropped instead (errCancelled).
+func (s *Syncer) register(m *member, later uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		unix.Close(fd)
-		h.Close()
+		m.close()
 		return errors.New("neighbour sync: closed")
 	}
-	if err := s.watch(m); err != nil {
-		unix.Close(fd)
-		h.Close()
-		return fmt.Errorf("neighbour sync: container %s: %w", id, err)
+	if later != 0 && s.pending[m.id] != later {
+		m.close()
+		return errCancelled
 	}
-	if old, ok := s.ctrs[id]; ok {
+	delete(s.pending, m.id)
+	if err := s.watch(m); err != nil {
+		m.close()
+		return fmt.Errorf("neighbour sync: container %s: %w", m.id, err)
+	}
+	if old, ok := s.ctrs[m.id]; ok {
 		s.drop(old)
 	}
-	s.ctrs[id] = m
+	s.ctrs[m.id] = m
 	for ip, mac := range s.known {
 		s.push(m, ip, mac)
 	}
@@ -278,6 +309,7 @@ func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
 func (s *Syncer) Remove(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.pending, id)
 	m, ok := s.ctrs[id]
 	if !ok {
 		return

@@ -211,3 +211,72 @@ func withEth0(t *testing.T) *netns.NS {
 	}
 	return ns
 }
+
+// TestAddLater: containers queued with AddLater are served in the
+// background; a Remove or an Add before their turn cancels them, and a
+// path that now holds another namespace is refused (counted as an error).
+func TestAddLater(t *testing.T) {
+	sb := sandbox.New(t)
+	hns := mustOpenNS(t, sb.Host.Path)
+	hh, err := hns.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	eth0, err := hh.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(hns, hh, eth0.Attrs().Index, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	path := func(ns *netns.NS) string { return fmt.Sprintf("/proc/self/fd/%d", ns.Fd()) }
+	const n = 12
+	for i := range n {
+		ns := withEth0(t)
+		s.AddLater(fmt.Sprintf("c%d", i), path(ns), "eth0", ns.Ino())
+	}
+	other := withEth0(t)
+	s.AddLater("moved", path(other), "eth0", other.Ino()+1)
+	s.Remove("c0")
+	s.AddLater("c1", path(other), "eth0", other.Ino()) // queued again: the first is cancelled
+	if err := s.Add("c2", withEth0(t), "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers still pending after 10s", s.Pending())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.mu.Lock()
+	_, has0 := s.ctrs["c0"]
+	_, hasMoved := s.ctrs["moved"]
+	served, sockets := len(s.ctrs), len(s.byTok)
+	s.mu.Unlock()
+	if has0 || hasMoved || served != n-1 || sockets != n-1 {
+		t.Errorf("served %d containers (%d sockets; c0 %v, moved %v), want %d without c0 and moved", served, sockets, has0, hasMoved, n-1)
+	}
+	if st := s.Stats(); st.Errors != 1 {
+		t.Errorf("stats %+v: want one error (the namespace that changed)", st)
+	}
+	// a queued container whose syncer closes is never served
+	s.AddLater("late", path(other), "eth0", other.Ino())
+	s.Close()
+	if len(s.byTok) != 0 || len(s.ctrs) != 0 {
+		t.Errorf("after Close: %d sockets, %d containers left", len(s.byTok), len(s.ctrs))
+	}
+}
+
+func mustOpenNS(t *testing.T, path string) *netns.NS {
+	t.Helper()
+	ns, err := netns.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
