@@ -719,6 +719,7 @@ func (b *bench) phaseRestart(ctx context.Context) error {
 	}
 	if rss, _, err := rssBytes(b.dN); err == nil {
 		cp.RSSAfterRestartMiB = ptr(float64(rss) / (1 << 20))
+		b.logf("daemon RSS after the restart with %d containers: %.1f MiB", b.o.n, *cp.RSSAfterRestartMiB)
 	}
 	if t := b.targets[caseC]; t != nil {
 		if err := echo(ctx, t); err != nil {
