@@ -125,6 +125,10 @@ type DataPlane struct {
 	// recoveryCurrent: host veths (by name) whose alias says their filters
 	// are of the current layout and point at the current drop sink.
 	recoveryCurrent map[string]bool
+	// recoveryOver: Strays or RemoveStrays ran, recovery is over; the
+	// recovery caches no longer answer that a link does not exist
+	// (recoveryLinkOrZero).
+	recoveryOver bool
 
 	// retired deletes retired links in the background (retire.go); set by
 	// PrepareHost.

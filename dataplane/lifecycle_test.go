@@ -310,7 +310,11 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 	if after := e.hostState(); after != before {
 		t.Errorf("restart + Adopt changed the host:\n%s", lineDiff(before, after))
 	}
-	// its neighbour requests are served again, in the background
+	// its neighbour requests are served again, in the background once
+	// recovery is over (Strays)
+	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(5 * time.Second); !d2.neigh.Serves(a.c.ID); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("neighbour requests of the adopted container not served after 5s (%d pending)", d2.neigh.Pending())

@@ -37,9 +37,10 @@ func (d *DataPlane) addNeigh(id string, ns *netns.NS) error {
 }
 
 // addNeighLater makes the syncer serve adopted container id, whose
-// namespace (inode ino) is at path, in the background (neighsync.AddLater): serving
-// its neighbour requests is not isolation, and opening a socket in each of
-// 1,000 namespaces delayed serving after a restart by over a second.
+// namespace (inode ino) is at path, in the background once recovery is
+// over (neighsync.AddLater, released by Strays): serving its neighbour
+// requests is not isolation, and opening a socket in each of 1,000
+// namespaces delayed serving after a restart by over a second.
 func (d *DataPlane) addNeighLater(id, path string, ino uint64) {
 	if d.neigh != nil {
 		d.neigh.AddLater(id, path, ContainerEth0, ino)

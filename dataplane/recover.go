@@ -146,7 +146,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 		ns.Close()
 	}
 
-	if l, err := d.h.LinkByIndex(d.sink.Index); err != nil || l.Attrs().Name != tcfilter.SinkName {
+	if sink, err := d.recoveryLinkOrZero(tcfilter.SinkName); err != nil || sink == 0 || sink != d.sink.Index {
 		missing = append(missing, "drop sink "+tcfilter.SinkName)
 	}
 	if c.Slot < 1 || c.Slot > MaxSlot || !c.Ephemeral.IsAligned() {
@@ -230,6 +230,10 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rootQdiscs = nil // recovery ends here (and qdiscs may change): the cache is no longer valid
+	d.recoveryOver = true
+	if d.neigh != nil {
+		d.neigh.Release() // adopted containers' neighbours (addNeighLater)
+	}
 	if err := d.ready(); err != nil {
 		return nil, err
 	}

@@ -243,7 +243,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 
 	// egress: the shaper pair and where the veth points
 	entry, _ := ShaperNames(c.ID)
-	ei, err := d.linkIndex(entry)
+	ei, err := d.recoveryLinkOrZero(entry)
 	if err != nil {
 		return err
 	}

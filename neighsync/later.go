@@ -13,7 +13,9 @@ import (
 // it, as while the daemon was down), but opening its sockets costs a
 // thread switch into its namespace and requests that take the RTNL lock:
 // with 1,000 containers that was over a second before serving. AddLater
-// does it in the background, a few containers at a time.
+// queues it; after Release (the end of recovery: the work would compete
+// with recovery's own) it is done in the background, a few containers at
+// a time.
 
 // laterWorkers is how many containers AddLater opens at once.
 const laterWorkers = 2
@@ -25,13 +27,15 @@ type laterAdd struct {
 }
 
 type laterAdds struct {
-	queue   []laterAdd
-	gen     uint64
-	workers int
+	queue    []laterAdd
+	gen      uint64
+	workers  int
+	released bool
 }
 
-// AddLater is Add in the background: the namespace at path (a bind mount
-// or /proc/PID/ns/net) is opened when its turn comes and must still be
+// AddLater is Add in the background, once Release was called: the
+// namespace at path (a bind mount or /proc/PID/ns/net) is opened when its
+// turn comes and must still be
 // the one whose inode is ino. A Remove or an Add of id before then
 // cancels it. Failures are logged and counted in
 // Stats.Errors.
@@ -45,7 +49,24 @@ func (s *Syncer) AddLater(id, path, eth0 string, ino uint64) {
 	l.gen++
 	s.pending[id] = l.gen
 	l.queue = append(l.queue, laterAdd{id: id, path: path, eth0: eth0, ino: ino, gen: l.gen})
-	if l.workers < laterWorkers {
+	s.startLater()
+}
+
+// Release lets AddLater's queue be served (now and from then on).
+func (s *Syncer) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.later.released = true
+	s.startLater()
+}
+
+// startLater starts workers for the queue, if released (with s.mu held).
+func (s *Syncer) startLater() {
+	l := &s.later
+	for l.released && l.workers < laterWorkers && l.workers < len(l.queue) {
 		l.workers++
 		s.wg.Add(1)
 		go s.laterWorker()

@@ -213,7 +213,7 @@ func withEth0(t *testing.T) *netns.NS {
 }
 
 // TestAddLater: containers queued with AddLater are served in the
-// background; a Remove or an Add before their turn cancels them, and a
+// background after Release; a Remove or an Add before their turn cancels them, and a
 // path that now holds another namespace is refused (counted as an error).
 func TestAddLater(t *testing.T) {
 	sb := sandbox.New(t)
@@ -245,6 +245,13 @@ func TestAddLater(t *testing.T) {
 	if err := s.Add("c2", withEth0(t), "eth0"); err != nil {
 		t.Fatal(err)
 	}
+	s.mu.Lock()
+	workers := s.later.workers
+	s.mu.Unlock()
+	if p := s.Pending(); p != n-1 || workers != 0 {
+		t.Fatalf("before Release: %d pending (want %d), %d workers (want none)", p, n-1, workers)
+	}
+	s.Release()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Pending() > 0 {
 		if time.Now().After(deadline) {
