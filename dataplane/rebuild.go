@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -166,17 +167,23 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 			shapers[a.Name] = a.Index
 		}
 	}
-	slotsTaken := map[uint16]string{}
+	var todo []*netlink.LinkAttrs
 	for _, l := range ls {
 		a := l.Attrs()
 		if !isVethName(a.Name) {
 			continue
 		}
 		vethIdx[a.Index] = true
-		if skip[a.Name] {
-			continue
+		if !skip[a.Name] {
+			todo = append(todo, a)
 		}
-		f, why := d.discoverOne(a, byVeth, byTarget[a.Index], mounts, shapers)
+	}
+	found := d.discoverAll(todo, func(h *netlink.Handle, a *netlink.LinkAttrs) (Found, string) {
+		return d.discoverOne(h, a, byVeth, byTarget[a.Index], mounts, shapers)
+	})
+	slotsTaken := map[uint16]string{}
+	for i, a := range todo {
+		f, why := found[i].f, found[i].why
 		if why != "" {
 			out.Unattributed = append(out.Unattributed, fmt.Sprintf("veth %s: %s", a.Name, why))
 			continue
@@ -222,6 +229,51 @@ func vethOfShaper(entry string, ls []netlink.Link) (string, bool) {
 	return "", false
 }
 
+// discoverWorkers is how many veths Discover reads at once: each costs a
+// thread switch into the container's namespace and a filter dump, which
+// mostly wait (for the namespace switch, for the RTNL lock).
+const discoverWorkers = 4
+
+type discovered struct {
+	f   Found
+	why string
+}
+
+// discoverAll runs one(h, a) for every veth in todo, discoverWorkers at a
+// time, each worker with a netlink handle of its own in the host namespace
+// (d.h answers one request at a time); with no handle to spare it runs
+// them one by one on d.h. Results are in todo's order.
+func (d *DataPlane) discoverAll(todo []*netlink.LinkAttrs, one func(*netlink.Handle, *netlink.LinkAttrs) (Found, string)) []discovered {
+	out := make([]discovered, len(todo))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	workers := 0
+	for ; workers < discoverWorkers && workers < len(todo); workers++ {
+		h, err := d.hostNS.Netlink()
+		if err != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer h.Close()
+			for i := range next {
+				out[i].f, out[i].why = one(h, todo[i])
+			}
+		}()
+	}
+	for i := range todo {
+		if workers == 0 {
+			out[i].f, out[i].why = one(d.h, todo[i])
+			continue
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
 // demuxOf is what the host eth0 demux steers to one target.
 type demuxOf struct {
 	slots  map[uint16]bool
@@ -231,7 +283,7 @@ type demuxOf struct {
 
 // discoverOne rebuilds the container of one host veth; why says why it
 // cannot be attributed.
-func (d *DataPlane) discoverOne(a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, mounts map[string]uint64, shapers map[string]int) (Found, string) {
+func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, mounts map[string]uint64, shapers map[string]int) (Found, string) {
 	f := Found{Veth: a.Name, VethIndex: a.Index}
 	meta, ok := parseAlias(a.Alias)
 	switch {
@@ -278,7 +330,7 @@ func (d *DataPlane) discoverOne(a *netlink.LinkAttrs, byVeth map[string]string, 
 	if !f.Ephemeral.IsAligned() {
 		return f, fmt.Sprintf("container %s: ip_local_port_range %s is no block of ours", f.ID, f.Ephemeral)
 	}
-	vs, err := tcfilter.ReadVeth(d.h, a.Index)
+	vs, err := tcfilter.ReadVeth(h, a.Index)
 	if err != nil {
 		return f, fmt.Sprintf("container %s: %v", f.ID, err)
 	}
