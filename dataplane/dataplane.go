@@ -129,6 +129,9 @@ type DataPlane struct {
 	// recovery caches no longer answer that a link does not exist
 	// (recoveryLinkOrZero).
 	recoveryOver bool
+	// recoveryKnown: each host demux's index grouped by slot, for Check
+	// during recovery (knownOf); emptied with each fill of the cache.
+	recoveryKnown map[string]map[uint16][]tcfilter.Entry
 
 	// retired deletes retired links in the background (retire.go); set by
 	// PrepareHost.

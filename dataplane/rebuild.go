@@ -407,6 +407,7 @@ func (d *DataPlane) fillRootQdiscs() error {
 	}
 	d.recoveryLinks = make(map[string]int, len(ls))
 	d.recoveryCurrent = map[string]bool{}
+	d.recoveryKnown = map[string]map[uint16][]tcfilter.Entry{}
 	for _, l := range ls {
 		a := l.Attrs()
 		d.recoveryLinks[a.Name] = a.Index
@@ -430,6 +431,26 @@ func (d *DataPlane) recoveryLinkOrZero(name string) (int, error) {
 		return d.recoveryLinks[name], nil
 	}
 	return d.linkIndex(name)
+}
+
+// knownOf is dm's entries of slot in its in-memory index. During recovery,
+// while the recovery cache is valid (the demuxes change only through
+// calls that invalidate it), they come from one copy of the index grouped
+// by slot: asking the index for each container walks all of its nodes
+// each time, quadratic in containers. Call with d.mu held.
+func (d *DataPlane) knownOf(dm namedDemux, slot uint16) []tcfilter.Entry {
+	if d.recoveryOver || d.rootQdiscs == nil || d.recoveryKnown == nil {
+		return dm.d.Known(slot)
+	}
+	by, ok := d.recoveryKnown[dm.name]
+	if !ok {
+		by = map[uint16][]tcfilter.Entry{}
+		for _, e := range dm.d.KnownAll() { // sorted by kind, slot, port: per slot as Known
+			by[e.Slot] = append(by[e.Slot], e)
+		}
+		d.recoveryKnown[dm.name] = by
+	}
+	return by[slot]
 }
 
 // recoveryLinkIndex returns the ifindex of host link name from the

@@ -182,7 +182,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 				}
 			}
 		}
-		for _, e := range dm.d.Known(c.Slot) {
+		for _, e := range d.knownOf(dm, c.Slot) {
 			if veth != 0 && e.Target != veth {
 				continue
 			}

@@ -401,6 +401,9 @@ func (d *DataPlane) startReconciler() {
 			}
 			d.mu.Lock()
 			changed, unsettled, err := d.reconcileShared()
+			if changed > 0 || err != nil {
+				d.recoveryKnown = nil // the demuxes changed: Check reads them live (knownOf)
+			}
 			d.mu.Unlock()
 			if err != nil {
 				d.log.Warn("shared port reconciler", "err", err)
