@@ -419,9 +419,10 @@ func (d *DataPlane) fillRootQdiscs() error {
 }
 
 // recoveryLinkOrZero is linkIndex (0 when the link does not exist) that,
-// during recovery and while the recovery cache is valid, reads the cache,
-// for which a link it does not list does not exist: links are made or deleted during recovery only by
-// calls that invalidate the cache (Setup, Teardown, SetPorts, SetLimits)
+// during recovery and while the recovery cache is valid, reads the cache
+// (a complete dump), for which a link it does not list does not exist:
+// links are made or deleted during recovery only by calls that invalidate
+// the cache (Setup, Teardown, SetPorts, SetLimits)
 // or by Adopt for its own container (its egress shaper, after looking it
 // up). A request per container for links that mostly do not exist (the
 // drop sink checked for each, the egress shapers of unlimited containers)
