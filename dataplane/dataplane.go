@@ -712,13 +712,17 @@ func (d *DataPlane) unclaim(id string) {
 	d.mu.Unlock()
 }
 
-// delClsact removes the clsact qdisc (and with it every filter) of a link.
+// delClsact removes the ingress (or clsact) qdisc, and with it every
+// filter, of a link. A delete request names the qdisc's kind, which must
+// match: ingress is what Setup adds, clsact what older versions added.
 func delClsact(h *netlink.Handle, idx int) error {
-	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
-		LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT,
-	}}
-	if err := h.QdiscDel(q); err != nil && !netns.IsNotFound(err) {
-		return fmt.Errorf("delete clsact of link %d: %w", idx, err)
+	attrs := netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}
+	err := h.QdiscDel(&netlink.Ingress{QdiscAttrs: attrs})
+	if errors.Is(err, unix.EINVAL) {
+		err = h.QdiscDel(&netlink.Clsact{QdiscAttrs: attrs})
+	}
+	if err != nil && !netns.IsNotFound(err) {
+		return fmt.Errorf("delete ingress qdisc of link %d: %w", idx, err)
 	}
 	return nil
 }

@@ -284,6 +284,26 @@ func linkRef(ifindex int) netlink.Link {
 // existing clsact or ingress qdisc is accepted, otherwise a clsact qdisc is
 // added. Filters go under parent ffff:fff2, which both kinds accept.
 func EnsureClsact(h *netlink.Handle, ifindex int) error {
+	return ensureIngressHook(h, ifindex, &netlink.Clsact{QdiscAttrs: ingressHookAttrs(ifindex)})
+}
+
+// EnsureIngress is EnsureClsact for a device that needs no egress hook:
+// it adds an ingress qdisc (an existing clsact or ingress one is
+// accepted). Every qdisc with a filter block joins a machine-wide list
+// that the kernel walks each time such a qdisc is added or removed
+// (flow_indr_dev_setup_offload); clsact brings two blocks (ingress and
+// egress), ingress one, so the walks are half as many and half as long.
+func EnsureIngress(h *netlink.Handle, ifindex int) error {
+	return ensureIngressHook(h, ifindex, &netlink.Ingress{QdiscAttrs: ingressHookAttrs(ifindex)})
+}
+
+func ingressHookAttrs(ifindex int) netlink.QdiscAttrs {
+	return netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}
+}
+
+// ensureIngressHook adds q (a clsact or ingress qdisc), accepting either
+// kind already on the device.
+func ensureIngressHook(h *netlink.Handle, ifindex int, q netlink.Qdisc) error {
 	has := func() (bool, error) {
 		qs, err := h.QdiscList(linkRef(ifindex))
 		if err != nil {
@@ -300,18 +320,14 @@ func EnsureClsact(h *netlink.Handle, ifindex int) error {
 	// Add first and list only on EEXIST: the kernel's qdisc dump is not
 	// filtered by device, so listing costs O(all qdiscs on the host), and
 	// the common case (a new veth) has none yet.
-	err := h.QdiscAdd(&netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{
-		LinkIndex: ifindex,
-		Handle:    netlink.MakeHandle(0xffff, 0),
-		Parent:    netlink.HANDLE_CLSACT,
-	}})
+	err := h.QdiscAdd(q)
 	if errors.Is(err, unix.EEXIST) {
 		if ok, lerr := has(); lerr == nil && ok {
 			return nil
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("add clsact qdisc on ifindex %d: %w", ifindex, err)
+		return fmt.Errorf("add %s qdisc on ifindex %d: %w", q.Type(), ifindex, err)
 	}
 	return nil
 }

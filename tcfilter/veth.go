@@ -340,7 +340,7 @@ func (v VethFilters) rangeSet() rangeSet {
 // whenever Install would change an existing veth's nodes.
 const VethLayout = 2
 
-// Install adds the clsact qdisc and every veth filter for the container's
+// Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
 // ranges rs. Existing nodes are kept or updated, so it can be re-run (also
 // on a veth of an older layout, which it brings up to date). On error the
 // caller removes the veth, which removes all of it.
@@ -352,12 +352,12 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		return err
 	}
 	d := v.dev()
-	// A veth with our nodes has its clsact qdisc (checking costs a dump of
+	// A veth with our nodes has its ingress (or, made by an older version, clsact) qdisc (checking costs a dump of
 	// every qdisc of the host, which recovery must not pay per container).
 	fs, err := d.list()
 	fresh := err != nil || len(fs) == 0
 	if fresh {
-		if err := EnsureClsact(v.H, v.Veth); err != nil {
+		if err := EnsureIngress(v.H, v.Veth); err != nil {
 			return err
 		}
 	}
@@ -537,7 +537,7 @@ func (c ContainerFilters) sets() []rangeSet {
 	}
 }
 
-// Install adds the clsact qdiscs and the lo and eth0 filters for the
+// Install adds the ingress qdiscs and the lo and eth0 filters for the
 // container's own ranges rs. It can be re-run; on error the caller tears
 // the namespace down.
 func (c ContainerFilters) Install(rs []ephemeral.Range) error {
@@ -552,7 +552,7 @@ func (c ContainerFilters) Install(rs []ephemeral.Range) error {
 		p    portTable
 		root []node
 	}{{c.lo(), ctrLo, c.loRoot()}, {c.eth0(), ctrEth0, c.eth0Root()}} {
-		if err := EnsureClsact(c.H, x.d.ifindex); err != nil {
+		if err := EnsureIngress(c.H, x.d.ifindex); err != nil {
 			return err
 		}
 		if err := x.p.ensure(x.d); err != nil {
