@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -66,14 +68,16 @@ func (e *env) serverContainer(i int) Container {
 
 func (e *env) benchSetupTeardown(b *testing.B) {
 	ctx := context.Background()
-	var setup, teardown time.Duration
-	steps := map[string]time.Duration{}
-	var last time.Time
-	e.d.trace = func(s string) {
-		now := time.Now()
-		steps[s] += now.Sub(last)
-		last = now
+	var setup, teardown, setupCPU, teardownCPU time.Duration
+	steps, stepsCPU := map[string]time.Duration{}, map[string]time.Duration{}
+	var last, lastCPU time.Duration
+	mark := func(s string) {
+		now, cpu := time.Duration(time.Now().UnixNano()), processCPU(b)
+		steps[s] += now - last
+		stepsCPU[s] += cpu - lastCPU
+		last, lastCPU = now, cpu
 	}
+	e.d.trace = mark
 	defer func() { e.d.trace = nil }()
 	// Namespaces are closed after the loop: destroying one is asynchronous
 	// kernel work (cleanup_net) that would otherwise overlap the next Setup.
@@ -95,29 +99,44 @@ func (e *env) benchSetupTeardown(b *testing.B) {
 		c := fleetSpec(e.uniqueID("bench"), ns, uint16(k+1), k)
 		b.StartTimer()
 
-		t0 := time.Now()
-		last = t0
+		last, lastCPU = time.Duration(time.Now().UnixNano()), processCPU(b)
+		t0, c0 := last, lastCPU
 		if _, err := e.d.Setup(ctx, c); err != nil {
 			b.Fatal(err)
 		}
-		t1 := time.Now()
-		steps["index"] += t1.Sub(last)
-		last = t1
+		mark("index")
+		t1, c1 := last, lastCPU
 		if _, err := e.d.Teardown(ctx, c); err != nil {
 			b.Fatal(err)
 		}
-		t2 := time.Now()
-		steps["teardown mount"] += t2.Sub(last)
-		setup += t1.Sub(t0)
-		teardown += t2.Sub(t1)
+		mark("teardown mount")
+		setup += t1 - t0
+		teardown += last - t1
+		setupCPU += c1 - c0
+		teardownCPU += lastCPU - c1
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / 1e6 }
 	b.ReportMetric(ms(setup), "setup-ms/op")
 	b.ReportMetric(ms(teardown), "teardown-ms/op")
+	// CPU time of the whole process (user and system, every thread: the
+	// kernel work of each step and the background deletions) tells the
+	// work apart from waiting for a CPU on a loaded machine.
+	b.ReportMetric(ms(setupCPU), "setup-cpu-ms/op")
+	b.ReportMetric(ms(teardownCPU), "teardown-cpu-ms/op")
 	for s, d := range steps {
 		b.ReportMetric(ms(d), "step-"+strings.ReplaceAll(s, " ", "_")+"-ms/op")
+		b.ReportMetric(ms(stepsCPU[s]), "cpu-"+strings.ReplaceAll(s, " ", "_")+"-ms/op")
 	}
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ts.Nano())
 }
 
 // benchRR runs 300 ms request/response windows from the client to addr and
