@@ -133,6 +133,10 @@ type DataPlane struct {
 	// during recovery (knownOf); emptied with each fill of the cache.
 	recoveryKnown map[string]map[uint16][]tcfilter.Entry
 
+	// hostIPv6 is the host namespace's /proc/sys/net/ipv6/conf, held open
+	// for the host veths' disable_ipv6 (nil: no IPv6, or not openable).
+	hostIPv6 *netns.IPv6ConfDir
+
 	// retired deletes retired links in the background (retire.go); set by
 	// PrepareHost.
 	retired *retirer
@@ -198,13 +202,18 @@ func New(cfg Config) (*DataPlane, error) {
 		self.Close()
 		return nil, err
 	}
-	return &DataPlane{
+	d := &DataPlane{
 		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h, hr: hr,
 		ctrs:     map[string]*record{},
 		slots:    map[uint16]string{},
 		shared:   map[uint16][]tcfilter.Holder{},
 		departed: map[string]uint64{},
-	}, nil
+	}
+	// Without it, each host veth's setting is written by its full path.
+	if err := host.Do(func() (err error) { d.hostIPv6, err = netns.OpenIPv6ConfDirHere(); return err }); err != nil {
+		log.Warn("host IPv6 settings directory not held open", "err", err)
+	}
+	return d, nil
 }
 
 // Close stops the shared-port reconciler and releases the namespace and
@@ -247,6 +256,9 @@ func (d *DataPlane) closeLocked() error {
 	}
 	d.h.Close()
 	d.hr.Close()
+	if d.hostIPv6 != nil {
+		d.hostIPv6.Close()
+	}
 	var err error
 	if d.hostNS != d.selfNS {
 		err = d.hostNS.Close()
@@ -517,6 +529,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	err = d.hostNS.Do(func() error {
 		if err := netns.SetIPv4ConfHere(veth, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
 			return err
+		}
+		if d.hostIPv6 != nil {
+			return d.hostIPv6.DisableIPv6(p.Veth)
 		}
 		return netns.DisableIPv6Here(p.Veth)
 	})
