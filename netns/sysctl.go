@@ -53,11 +53,16 @@ type SysctlDir struct {
 }
 
 // OpenSysctlDir opens /proc/sys/net of the calling thread's namespace; use
-// it on that thread (inside NS.Do) and Close it before leaving.
+// it on that thread (inside NS.Do) and Close it before leaving. It is the
+// net directory of a private procfs instance when the process may make one
+// (openPrivateSysNet: the first lookup below it then costs the same however
+// many namespaces the machine has), else /proc/sys/net.
 func OpenSysctlDir() (SysctlDir, error) {
-	f, err := os.Open("/proc/sys/net")
+	f, err := openPrivateSysNet()
 	if err != nil {
-		return SysctlDir{}, fmt.Errorf("open /proc/sys/net: %w", err)
+		if f, err = os.Open("/proc/sys/net"); err != nil {
+			return SysctlDir{}, fmt.Errorf("open /proc/sys/net: %w", err)
+		}
 	}
 	return SysctlDir{net: f, sub: map[string]*os.File{}}, nil
 }
