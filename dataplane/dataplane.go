@@ -530,10 +530,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		if err := netns.SetIPv4ConfHere(veth, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
 			return err
 		}
-		if d.hostIPv6 != nil {
-			return d.hostIPv6.DisableIPv6(p.Veth)
-		}
-		return netns.DisableIPv6Here(p.Veth)
+		return d.disableIPv6Here(p.Veth)
 	})
 	if err != nil {
 		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)
@@ -725,6 +722,15 @@ func (d *DataPlane) unclaim(id string) {
 	d.mu.Lock()
 	delete(d.settingUp, id)
 	d.mu.Unlock()
+}
+
+// disableIPv6Here turns IPv6 off for host link name; call it inside
+// d.hostNS.Do.
+func (d *DataPlane) disableIPv6Here(name string) error {
+	if d.hostIPv6 != nil {
+		return d.hostIPv6.DisableIPv6(name)
+	}
+	return netns.DisableIPv6Here(name)
 }
 
 // delClsact removes the ingress (or clsact) qdisc, and with it every

@@ -186,7 +186,7 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 			if err := netns.SetIPv4ConfHere(l.idx, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
 				return err
 			}
-			if err := netns.DisableIPv6Here(l.name); err != nil {
+			if err := d.disableIPv6Here(l.name); err != nil {
 				return err
 			}
 		}
