@@ -240,16 +240,17 @@ func TestContainerdCtr(t *testing.T) {
 	if len(list) != 1 || list[0].ContainerID != bgID {
 		t.Errorf("list --label cni.network=isolator = %+v, want %s", list, bgID)
 	}
-	// Removed the ctr way: no DEL ever comes.
+	// Removed the ctr way: no DEL ever comes. The grace period starts when
+	// the task's last process dies (the kill), not after the removal.
+	removed := time.Now()
 	for _, args := range [][]string{{"task", "kill", "-s", "SIGKILL", "bg"}, {"task", "rm", "-f", "bg"}, {"containers", "rm", "bg"}} {
 		if out, err := c.ctr(args...); err != nil {
 			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	removed := time.Now()
 	took := waitGone(t, d, bgID, orphanGrace+20*time.Second)
 	if el := time.Since(removed); el < orphanGrace {
-		t.Errorf("reclaimed %v after removal, within the %v grace period", el, orphanGrace)
+		t.Errorf("reclaimed %v after the kill, within the %v grace period", el, orphanGrace)
 	}
 	t.Logf("detached ctr container removed without DEL: reclaimed after %v (grace %v)", took, orphanGrace)
 	var st struct {
