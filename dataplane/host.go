@@ -56,6 +56,17 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if d.prepared {
 		return d.info, nil
 	}
+	// The feature probe (a scratch namespace of its own) runs while the
+	// host is prepared.
+	type probed struct {
+		feats  map[string]bool
+		source string
+	}
+	probe := make(chan probed, 1)
+	go func() {
+		f, src := detectFeatures()
+		probe <- probed{f, src}
+	}()
 	hl, err := netns.ReadHostLinks(d.h, d.cfg.Eth0, d.cfg.Lo)
 	if err != nil {
 		return HostInfo{}, fmt.Errorf("host interfaces: %w", err)
@@ -98,14 +109,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return info, err
 	}
 
-	for _, l := range []struct {
-		name string
-		idx  int
-	}{{hl.Eth0, hl.Eth0Index}, {hl.Lo, hl.LoIndex}} {
-		if err := tcfilter.EnsureClsact(d.h, l.idx); err != nil {
-			return info, fmt.Errorf("clsact on %s: %w", l.name, err)
-		}
-	}
+	// eth0 and lo get their clsact qdiscs from their demuxes' Init.
 	// The drop sink: before any veth filter points at it.
 	sink, bpfErr, err := tcfilter.EnsureSink(d.h, tcfilter.SinkName)
 	if err != nil {
@@ -136,7 +140,8 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return info, err
 	}
 
-	feats, source := detectFeatures()
+	pr := <-probe
+	feats, source := pr.feats, pr.source
 	info.Features = feats
 	info.Features[FeatureClsBPF] = sink.BPF
 	if missing := missingFeatures(feats); len(missing) > 0 {

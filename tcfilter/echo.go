@@ -349,9 +349,12 @@ func (x *HostDemux) initEcho() {
 // parent (0: none). Filter names carry a digest of the program's code, so a
 // name match means the same code (and host IP).
 func (x *HostDemux) echoFilterID(parent uint32, name string) int {
-	fs, err := x.d.h.FilterList(linkRef(x.d.ifindex), parent)
-	if err != nil {
-		return 0
+	fs := x.initDump // Init's dump of the ingress hook, while it runs
+	if parent != netlink.HANDLE_MIN_INGRESS || fs == nil {
+		var err error
+		if fs, err = x.d.h.FilterList(linkRef(x.d.ifindex), parent); err != nil {
+			return 0
+		}
 	}
 	for _, f := range fs {
 		if b, ok := f.(*netlink.BpfFilter); ok && b.Priority == PrioEcho && b.Name == name {

@@ -27,6 +27,7 @@ type HostDemux struct {
 
 	mu         sync.Mutex
 	ready      bool
+	initDump   []netlink.Filter       // the ingress hook's dump while Init runs (nil otherwise)
 	nodes      map[uint32]owned       // range node handle -> owner
 	owners     [256][]owned           // ranges meeting each 256-port chunk
 	h2         [256]int               // nodes (ranges + shared ports) in H2_b
@@ -224,16 +225,30 @@ func (x *HostDemux) initLocked() error {
 			return err
 		}
 	}
-	if x.dst != nil {
-		if err := x.dropARP(); err != nil {
-			return err
-		}
-		x.initEcho()
-	}
-	fs, err := x.d.list()
+	// One dump of the ingress hook serves the whole start-up (with 1,000
+	// containers each dump of eth0 costs tens of milliseconds): the ARP
+	// layout check, the echo programs' lookup, and the index. It is taken
+	// again only when the ARP check changed nodes; the echo programs are
+	// cls_bpf filters and leave the u32 nodes as they are.
+	all, err := x.d.dumpIngress()
 	if err != nil {
 		return err
 	}
+	if x.dst != nil {
+		changed, err := x.dropARP(ours(all))
+		if err != nil {
+			return err
+		}
+		if changed {
+			if all, err = x.d.dumpIngress(); err != nil {
+				return err
+			}
+		}
+		x.initDump = all
+		x.initEcho()
+		x.initDump = nil
+	}
+	fs := ours(all)
 	if err := syncFixed(x.d, append(x.rootNodes(), x.tableNodes()...), fs); err != nil {
 		return err
 	}

@@ -213,11 +213,7 @@ func (x *HostDemux) pruneTable(fs []*netlink.U32, prio uint16, htid uint32, want
 // node linking to the ARP fan-out table TableARPFan, one mirror per
 // container): root nodes, then the table, then the priority, so that no
 // orphaned table is left (see Clear). With x.mu held.
-func (x *HostDemux) dropARP() error {
-	fs, err := x.d.list()
-	if err != nil {
-		return err
-	}
+func (x *HostDemux) dropARP(fs []*netlink.U32) (changed bool, err error) {
 	found := false
 	for _, f := range fs {
 		if f.Priority != PrioARP {
@@ -226,15 +222,15 @@ func (x *HostDemux) dropARP() error {
 		found = true
 		if htid, _, _ := SplitU32Handle(f.Handle); htid >= 0x800 {
 			if err := x.d.del(KindARP, PrioARP, f.Handle); err != nil && !errors.Is(err, unix.ENOENT) {
-				return err
+				return true, err
 			}
 		}
 	}
 	if !found {
-		return nil
+		return false, nil
 	}
 	if _, err := x.d.delTables([]tableRef{{KindARP, PrioARP, TableARPFan}}, tableBusyTimeout); err != nil {
-		return err
+		return true, err
 	}
-	return x.d.delPrio(KindARP, PrioARP)
+	return true, x.d.delPrio(KindARP, PrioARP)
 }

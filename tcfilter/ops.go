@@ -252,6 +252,16 @@ func (d dev) delPrio(kind string, prio uint16) error {
 // tables themselves are not returned by netlink). A dump interrupted by a
 // concurrent change is retried.
 func (d dev) list() ([]*netlink.U32, error) {
+	fs, err := d.dumpIngress()
+	if err != nil {
+		return nil, err
+	}
+	return ours(fs), nil
+}
+
+// dumpIngress dumps every filter under the ingress hook, retrying a dump
+// interrupted by a concurrent change.
+func (d dev) dumpIngress() ([]netlink.Filter, error) {
 	var (
 		fs  []netlink.Filter
 		err error
@@ -265,6 +275,11 @@ func (d dev) list() ([]*netlink.U32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: list filters: %w", d.label, err)
 	}
+	return fs, nil
+}
+
+// ours keeps the u32 nodes of our priorities.
+func ours(fs []netlink.Filter) []*netlink.U32 {
 	out := make([]*netlink.U32, 0, len(fs))
 	for _, f := range fs {
 		u, ok := f.(*netlink.U32)
@@ -273,7 +288,7 @@ func (d dev) list() ([]*netlink.U32, error) {
 		}
 		out = append(out, u)
 	}
-	return out, nil
+	return out
 }
 
 func linkRef(ifindex int) netlink.Link {
