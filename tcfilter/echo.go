@@ -112,13 +112,7 @@ func loadHeader(a *asm, frag string) {
 	if frag == "" {
 		frag = "pass"
 	}
-	a.movReg(r1, r6)
-	a.movImm(r2, 0)
-	a.movReg(r3, r10)
-	a.addImm(r3, stkPkt)
-	a.movImm(r4, 42)
-	a.call(helperLoadBytes)
-	a.jmp(opJne32, r0, 0, "pass")
+	loadBytes(a, 0, 42)
 	a.ldxB(r1, r10, pkt(14))
 	a.jmp(opJne32, r1, 0x45, "pass")
 	a.ldxB(r1, r10, pkt(23))
@@ -130,6 +124,18 @@ func loadHeader(a *asm, frag string) {
 	a.jmp(opJne32, r1, 0, frag)
 	a.stW(r10, stkKey, 0)
 	a.stW(r10, stkKey+4, 0)
+}
+
+// loadBytes copies n bytes of the packet (r6) from offset off to the
+// stack buffer at stkPkt; a packet too short jumps to "pass".
+func loadBytes(a *asm, off, n int32) {
+	a.movReg(r1, r6)
+	a.movImm(r2, off)
+	a.movReg(r3, r10)
+	a.addImm(r3, stkPkt)
+	a.movImm(r4, n)
+	a.call(helperLoadBytes)
+	a.jmp(opJne32, r0, 0, "pass")
 }
 
 // lookupOrPass looks the key at stack offset key up in map fd; r0 is the
@@ -180,13 +186,7 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	a.emit(opAndImm32, r1, 0, 0, 0xf7)
 	a.jmp(opJne32, r1, 3, "pass") // not 3 or 11
 	// an error: the quoted header (28 bytes from offset 42)
-	a.movReg(r1, r6)
-	a.movImm(r2, 42)
-	a.movReg(r3, r10)
-	a.addImm(r3, stkPkt)
-	a.movImm(r4, 28)
-	a.call(helperLoadBytes)
-	a.jmp(opJne32, r0, 0, "pass")
+	loadBytes(a, 42, 28)
 	a.ldxB(r1, r10, pkt(0))
 	a.jmp(opJne32, r1, 0x45, "pass")
 	a.ldxB(r1, r10, pkt(9))
