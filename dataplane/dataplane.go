@@ -45,6 +45,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/neighsync"
 	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -112,7 +113,7 @@ type DataPlane struct {
 	slots    map[uint16]string
 	// settingUp: ID -> slot of the setups in progress (claim).
 	settingUp map[string]uint16
-	shared    map[uint16][]tcfilter.Holder
+	shared    map[uint16][]spread.Holder
 	closed    bool
 	// rootQdiscs caches, for recovery, which links have a root qdisc other
 	// than the default (one dump for all Adopts: a qdisc dump is not
@@ -206,7 +207,7 @@ func New(cfg Config) (*DataPlane, error) {
 		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h, hr: hr,
 		ctrs:     map[string]*record{},
 		slots:    map[uint16]string{},
-		shared:   map[uint16][]tcfilter.Holder{},
+		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
 	}
 	// Without it, each host veth's setting is written by its full path.
@@ -404,16 +405,16 @@ func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters
 }
 
 // holdersWith returns hs plus (slot, veth), replacing an entry of that slot.
-func holdersWith(hs []tcfilter.Holder, slot uint16, veth int) []tcfilter.Holder {
+func holdersWith(hs []spread.Holder, slot uint16, veth int) []spread.Holder {
 	out := holdersWithout(hs, slot)
-	out = append(out, tcfilter.Holder{Slot: slot, Target: veth})
+	out = append(out, spread.Holder{Slot: slot, Target: veth})
 	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
 	return out
 }
 
 // holdersWithout returns a copy of hs without slot.
-func holdersWithout(hs []tcfilter.Holder, slot uint16) []tcfilter.Holder {
-	out := make([]tcfilter.Holder, 0, len(hs))
+func holdersWithout(hs []spread.Holder, slot uint16) []spread.Holder {
+	out := make([]spread.Holder, 0, len(hs))
 	for _, h := range hs {
 		if h.Slot != slot {
 			out = append(out, h)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -154,9 +155,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	case !feats[FeatureHTB]:
 		d.log.Warn("bandwidth limits unavailable: the kernel has no HTB qdisc; containers asking for one are refused")
 	case feats[FeatureFQCodel]:
-		info.ShapingQueue = tcfilter.LeafFQCodel.String()
+		info.ShapingQueue = shaping.LeafFQCodel.String()
 	default:
-		info.ShapingQueue = tcfilter.LeafFIFO.String()
+		info.ShapingQueue = shaping.LeafFIFO.String()
 	}
 	err = d.hostNS.Do(func() (err error) {
 		info.LinkSpeed, err = linkSpeedHere(hl.Eth0)

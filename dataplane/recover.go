@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -163,7 +164,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 		}
 		if n := len(c.Shared.Ports()); n > 0 {
 			for _, p := range c.Shared.Ports() {
-				if len(d.shared[p]) <= tcfilter.SpreadBuckets {
+				if len(d.shared[p]) <= spread.Buckets {
 					want[fmt.Sprintf("%s shared port %d", dm.name, p)] = true
 				}
 			}
@@ -176,7 +177,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 		// spread to its holders is what counts.
 		for _, p := range c.Shared.Ports() {
 			for s := range dm.d.SharedHolders(p) {
-				if s != c.Slot && slices.ContainsFunc(d.shared[p], func(h tcfilter.Holder) bool { return h.Slot == s }) {
+				if s != c.Slot && slices.ContainsFunc(d.shared[p], func(h spread.Holder) bool { return h.Slot == s }) {
 					delete(want, fmt.Sprintf("%s shared port %d", dm.name, p))
 					break
 				}
@@ -306,10 +307,10 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	// Stray holders leave the way a container does (setShared): the kept
 	// holders' live flows stay where they are, on both demuxes.
 	for _, port := range slices.Sorted(maps.Keys(sharedPorts)) {
-		var hs []tcfilter.Holder
+		var hs []spread.Holder
 		for slot, kc := range keepBySlot {
 			if kc.Shared.Contains(port) && vethOf[slot] != 0 {
-				hs = append(hs, tcfilter.Holder{Slot: slot, Target: vethOf[slot]})
+				hs = append(hs, spread.Holder{Slot: slot, Target: vethOf[slot]})
 			}
 		}
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Slot < hs[j].Slot })
@@ -385,7 +386,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		}
 	}
 	for port, hs := range d.shared {
-		var kept []tcfilter.Holder
+		var kept []spread.Holder
 		for _, h := range hs {
 			if kc, ok := keepBySlot[h.Slot]; ok && kc.Shared.Contains(port) {
 				kept = append(kept, h)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns"
-	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
 )
@@ -157,7 +157,7 @@ func TestThousandContainersFiltersRestore(t *testing.T) {
 
 	const n = 1000
 	start := time.Now()
-	shared := map[uint16][]tcfilter.Holder{}
+	shared := map[uint16][]spread.Holder{}
 	for i := 0; i < n; i++ {
 		slot := uint16(i + 1)
 		rs := fleetRanges(i)
@@ -172,8 +172,12 @@ func TestThousandContainersFiltersRestore(t *testing.T) {
 		if i%16 == 0 {
 			port := uint16(9000 + i%10)
 			shared[port] = holdersWith(shared[port], slot, target)
+			want, err := spread.Assign(port, shared[port])
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, dm := range e.d.demuxes() {
-				if err := dm.d.SetShared(port, shared[port]); err != nil {
+				if err := dm.d.SetSpread(port, spread.Spread{Buckets: want}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -202,7 +206,7 @@ func TestThousandContainersFiltersRestore(t *testing.T) {
 	}
 	for port := range shared {
 		for _, dm := range e.d.demuxes() {
-			if err := dm.d.SetShared(port, nil); err != nil {
+			if err := dm.d.Unshare(port); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -30,12 +30,13 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
 // Limit is a bandwidth limit in one direction (bytes per second; the zero
-// Limit means none). See tcfilter.Limit.
-type Limit = tcfilter.Limit
+// Limit means none). See shaping.Limit.
+type Limit = shaping.Limit
 
 // Shaper pair name prefixes (followed by the 12 hex digits of VethName).
 const (
@@ -85,15 +86,15 @@ type ShapeCounters struct {
 }
 
 // leaf is the best leaf qdisc the kernel has.
-func (d *DataPlane) leaf() tcfilter.Leaf {
+func (d *DataPlane) leaf() shaping.Leaf {
 	if d.info.Features[FeatureFQCodel] {
-		return tcfilter.LeafFQCodel
+		return shaping.LeafFQCodel
 	}
-	return tcfilter.LeafFIFO
+	return shaping.LeafFIFO
 }
 
-func (d *DataPlane) shaper(link int) tcfilter.Shaper {
-	return tcfilter.Shaper{H: d.h, NS: d.hostNS.Fd(), Link: link, Leaf: d.leaf()}
+func (d *DataPlane) shaper(link int) shaping.Shaper {
+	return shaping.Shaper{H: d.h, NS: d.hostNS.Fd(), Link: link, Leaf: d.leaf()}
 }
 
 func (d *DataPlane) checkLimits(egress, ingress Limit) error {

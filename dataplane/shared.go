@@ -4,12 +4,12 @@ package dataplane
 //
 // d.shared records each shared port's holders; the host demuxes record how
 // its flows are spread (which virtual bucket, and which pinned client
-// source port, goes to which holder: tcfilter.Spread), rebuilt from the
+// source port, goes to which holder: spread.Spread), rebuilt from the
 // kernel when a daemon restarts. Every change of a port's holders (Setup,
 // SetPorts, Teardown, RemoveStrays) goes through setShared, which asks
-// tcfilter.PlanSpread for the next spread:
+// spread.Plan for the next spread:
 //
-//   - the target is the consistent assignment (tcfilter.Assign): a joining
+//   - the target is the consistent assignment (spread.Assign): a joining
 //     holder is due about 1/(n+1) of the buckets, a leaving holder's
 //     buckets go to the others at once (its connections break anyway: its
 //     sockets are gone from the spread, and a TCP peer that is not the
@@ -19,13 +19,13 @@ package dataplane
 //     reads them inside the holder's namespace (nsstats.Conns: TCP sockets
 //     in every state but LISTEN/TIME_WAIT/CLOSE, and connected UDP sockets,
 //     whose local port is the shared port). A bucket with more live flows
-//     than tcfilter.MaxPinsPerBucket stays until enough of them end;
+//     than spread.MaxPinsPerBucket stays until enough of them end;
 //   - the same plan goes to the eth0 and lo demuxes, so traffic from the
 //     outside, the host and other containers is spread alike.
 //
 // The holders' sockets are read before the move; right after it, the
 // holders that lost buckets are read once more and flows that began in
-// between are pinned too (tcfilter.PinLate), which saves them when their
+// between are pinned too (spread.PinLate), which saves them when their
 // next packet has not arrived yet.
 //
 // A reconciler (every Config.SharedReconcile, 5 s by default) walks the
@@ -65,7 +65,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/nsstats"
-	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/spread"
 )
 
 // DefaultSharedReconcile is how often the reconciler looks at the shared
@@ -96,7 +96,7 @@ const maxParallelReads = 4
 // asked returns the holders a planning function will ask about: the set
 // does not depend on the answers (PlanSpread and PinLate ask about holders
 // losing buckets or having pins), so a dry run finds it.
-func asked(plan func(tcfilter.FlowSource)) []uint16 {
+func asked(plan func(spread.FlowSource)) []uint16 {
 	seen := map[uint16]bool{}
 	plan(func(slot uint16) ([]uint16, bool) { seen[slot] = true; return nil, false })
 	return slices.Sorted(maps.Keys(seen))
@@ -151,8 +151,8 @@ func (fc *flowCache) prefetch(slots []uint16) {
 	}
 }
 
-// source is the tcfilter.FlowSource of port. Call with d.mu held.
-func (fc *flowCache) source(port uint16) tcfilter.FlowSource {
+// source is the spread.FlowSource of port. Call with d.mu held.
+func (fc *flowCache) source(port uint16) spread.FlowSource {
 	return func(slot uint16) ([]uint16, bool) {
 		if fc.failed[slot] {
 			return nil, false
@@ -199,11 +199,11 @@ func (d *DataPlane) nsPathOfSlot(slot uint16) string {
 // keeping the live flows of the holders that stay (see the notes above),
 // on both host demuxes, and records hs. On failure the demuxes are put back
 // to the spread they had. Call with d.mu held.
-func (d *DataPlane) setShared(port uint16, hs []tcfilter.Holder) error {
+func (d *DataPlane) setShared(port uint16, hs []spread.Holder) error {
 	return d.reshare(port, hs, d.newFlowCache(port))
 }
 
-func (d *DataPlane) reshare(port uint16, hs []tcfilter.Holder, fc *flowCache) error {
+func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) error {
 	old, wasShared := d.eth0.Spread(port)
 	if len(hs) == 0 {
 		if err := d.eth0.Unshare(port); err != nil {
@@ -219,12 +219,12 @@ func (d *DataPlane) reshare(port uint16, hs []tcfilter.Holder, fc *flowCache) er
 		delete(d.shared, port)
 		return nil
 	}
-	var cur *tcfilter.Spread
+	var cur *spread.Spread
 	if wasShared {
 		cur = &old
 	}
-	fc.prefetch(asked(func(f tcfilter.FlowSource) { tcfilter.PlanSpread(port, hs, cur, f) }))
-	plan, err := tcfilter.PlanSpread(port, hs, cur, fc.source(port))
+	fc.prefetch(asked(func(f spread.FlowSource) { spread.Plan(port, hs, cur, f) }))
+	plan, err := spread.Plan(port, hs, cur, fc.source(port))
 	if err != nil {
 		return fmt.Errorf("shared port %d: %w", port, err)
 	}
@@ -241,14 +241,14 @@ func (d *DataPlane) reshare(port uint16, hs []tcfilter.Holder, fc *flowCache) er
 
 // pinLate re-reads, after plan was installed over prev, the sockets of the
 // holders that lost buckets and pins the flows that began in between
-// (tcfilter.PinLate). A failure here is logged: the change itself is done.
-func (d *DataPlane) pinLate(port uint16, hs []tcfilter.Holder, prev *tcfilter.Spread, plan tcfilter.Spread) {
+// (spread.PinLate). A failure here is logged: the change itself is done.
+func (d *DataPlane) pinLate(port uint16, hs []spread.Holder, prev *spread.Spread, plan spread.Spread) {
 	if prev == nil {
 		return
 	}
 	fc := d.newFlowCache(port)
-	fc.prefetch(asked(func(f tcfilter.FlowSource) { tcfilter.PinLate(prev, &plan, hs, f) }))
-	next, changed := tcfilter.PinLate(prev, &plan, hs, fc.source(port))
+	fc.prefetch(asked(func(f spread.FlowSource) { spread.PinLate(prev, &plan, hs, f) }))
+	next, changed := spread.PinLate(prev, &plan, hs, fc.source(port))
 	if !changed {
 		return
 	}
@@ -261,7 +261,7 @@ func (d *DataPlane) pinLate(port uint16, hs []tcfilter.Holder, prev *tcfilter.Sp
 
 // installSpread puts plan on eth0, then lo; if lo fails, eth0 goes back to
 // old (or stops sharing the port if old is nil).
-func (d *DataPlane) installSpread(port uint16, plan tcfilter.Spread, old *tcfilter.Spread) error {
+func (d *DataPlane) installSpread(port uint16, plan spread.Spread, old *spread.Spread) error {
 	if err := d.eth0.SetSpread(port, plan); err != nil {
 		return fmt.Errorf("shared port %d on %s: %w", port, d.links.Eth0, err)
 	}
@@ -280,8 +280,8 @@ func (d *DataPlane) installSpread(port uint16, plan tcfilter.Spread, old *tcfilt
 // SharedState is how one shared port's flows are spread now (from the host
 // eth0 demux), for diagnosis and tests.
 type SharedState struct {
-	Holders []tcfilter.Holder
-	Spread  tcfilter.Spread
+	Holders []spread.Holder
+	Spread  spread.Spread
 	Settled bool // the consistent assignment, no pins
 }
 
@@ -295,7 +295,7 @@ func (d *DataPlane) Shared(port uint16) (SharedState, bool) {
 	}
 	st := SharedState{Holders: slices.Clone(hs)}
 	st.Spread, _ = d.eth0.Spread(port)
-	if want, err := tcfilter.Assign(port, hs); err == nil {
+	if want, err := spread.Assign(port, hs); err == nil {
 		st.Settled = st.Spread.Settled(&want)
 	}
 	return st, true
@@ -321,7 +321,7 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 	var todo []uint16
 	for _, p := range ports {
 		cur, ok := d.eth0.Spread(p)
-		want, werr := tcfilter.Assign(p, d.shared[p])
+		want, werr := spread.Assign(p, d.shared[p])
 		loCur, loOK := d.lo.Spread(p)
 		if werr == nil && ok && loOK && cur.Settled(&want) && loCur.Equal(&cur) {
 			continue
@@ -339,7 +339,7 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 	var need []uint16
 	for _, p := range todo {
 		if cur, ok := d.eth0.Spread(p); ok {
-			need = append(need, asked(func(f tcfilter.FlowSource) { tcfilter.PlanSpread(p, d.shared[p], &cur, f) })...)
+			need = append(need, asked(func(f spread.FlowSource) { spread.Plan(p, d.shared[p], &cur, f) })...)
 		}
 	}
 	slices.Sort(need)
@@ -348,11 +348,11 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 	for _, p := range todo {
 		cur, ok := d.eth0.Spread(p)
 		loCur, loOK := d.lo.Spread(p)
-		var curp *tcfilter.Spread
+		var curp *spread.Spread
 		if ok {
 			curp = &cur
 		}
-		plan, perr := tcfilter.PlanSpread(p, d.shared[p], curp, fc.source(p))
+		plan, perr := spread.Plan(p, d.shared[p], curp, fc.source(p))
 		if perr != nil {
 			errs = append(errs, fmt.Errorf("shared port %d: %w", p, perr))
 			continue
@@ -367,7 +367,7 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		}
 		d.pinLate(p, d.shared[p], curp, plan)
 		changed++
-		want, _ := tcfilter.Assign(p, d.shared[p])
+		want, _ := spread.Assign(p, d.shared[p])
 		if !plan.Settled(&want) {
 			unsettled++
 		} else {

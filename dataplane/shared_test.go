@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -297,13 +298,13 @@ func TestSharedJoinPinsLateFlows(t *testing.T) {
 	ctx := context.Background()
 	e.start("A", 1, "40960-41983", "", "9200", port)
 	b := e.start("B", 2, "41984-43007", "31000", "", port)
-	want, err := tcfilter.Assign(port, []tcfilter.Holder{{Slot: 1, Target: 1}, {Slot: 2, Target: 2}})
+	want, err := spread.Assign(port, []spread.Holder{{Slot: 1, Target: 1}, {Slot: 2, Target: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := 0
 	for p := 26000; src == 0; p += 2 {
-		if want[tcfilter.SpreadBucket(uint16(p))].Slot == 2 {
+		if want[spread.Bucket(uint16(p))].Slot == 2 {
 			src = p
 		}
 	}

@@ -8,7 +8,7 @@ package isolator
 // keeps them (the data plane's Adopt leaves the kernel alone when it already
 // enforces them) even if the defaults changed since. Update changes them on
 // a running container in place (see dataplane.SetLimits). Limits are
-// refused, naming the field, when negative, below tcfilter.MinRate, above
+// refused, naming the field, when negative, below shaping.MinRate, above
 // the host interface's link speed (when the driver reports one), with a
 // ceil below the rate, a burst without a rate, or when the kernel has no
 // HTB.
@@ -20,7 +20,7 @@ import (
 
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/rate"
-	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/shaping"
 )
 
 // LimitSpec is a requested bandwidth limit as it arrives from the API:
@@ -66,16 +66,16 @@ func checkLimit(field string, l dataplane.Limit, host dataplane.HostInfo) error 
 	switch {
 	case l.Rate == 0:
 		return errorf(codes.InvalidArgument, "%s: burst and ceil need a rate (rate 0 means no limit)", field)
-	case l.Rate < tcfilter.MinRate:
-		return errorf(codes.InvalidArgument, "%s.rate: %s is below the minimum of %s", field, bytesPerSec(l.Rate), bytesPerSec(tcfilter.MinRate))
+	case l.Rate < shaping.MinRate:
+		return errorf(codes.InvalidArgument, "%s.rate: %s is below the minimum of %s", field, bytesPerSec(l.Rate), bytesPerSec(shaping.MinRate))
 	case speed > 0 && l.Rate > speed:
 		return errorf(codes.InvalidArgument, "%s.rate: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Rate), iface, host.LinkSpeed, rate.Format(speed))
 	case l.Ceil != 0 && l.Ceil < l.Rate:
 		return errorf(codes.InvalidArgument, "%s.ceil: %s is below the rate, %s", field, bytesPerSec(l.Ceil), bytesPerSec(l.Rate))
 	case speed > 0 && l.Ceil > speed:
 		return errorf(codes.InvalidArgument, "%s.ceil: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Ceil), iface, host.LinkSpeed, rate.Format(speed))
-	case l.Burst != 0 && l.Burst < tcfilter.MinBurst:
-		return errorf(codes.InvalidArgument, "%s.burst: %d bytes is below the minimum of %d bytes", field, l.Burst, tcfilter.MinBurst)
+	case l.Burst != 0 && l.Burst < shaping.MinBurst:
+		return errorf(codes.InvalidArgument, "%s.burst: %d bytes is below the minimum of %d bytes", field, l.Burst, shaping.MinBurst)
 	}
 	if err := l.Validate(); err != nil {
 		return errorf(codes.InvalidArgument, "%s: %v", field, err)

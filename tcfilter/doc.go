@@ -29,7 +29,7 @@
 //	005  (was the ARP fan-out; deleted by Init)
 //	006  TablePort divisor 256 on port>>8 (eth0): ICMP errors by quoted sport, echo by id
 //	100+b H2_b divisor 16 on (dport>>4)&15, for dport>>8 == b
-//	200..7ff spread tables of shared ports, divisor SpreadBuckets
+//	200..7ff spread tables of shared ports, divisor spread.Buckets
 //
 // A node that belongs to a container carries classid ClassMajor:slot
 // (1:slot, tc prints "flowid 1:2a"), so a restarted daemon maps kernel
@@ -100,24 +100,24 @@
 //     stay with the host. Per ICMP packet: one hash and
 //     the nodes of one 256-port chunk of TablePort (at most 256, bounded by
 //     the port space, not by the number of containers).
-//   - Shared ports (SetShared, SetSpread): the port's node in its H2 bucket
+//   - Shared ports (SetSpread, Unshare): the port's node in its H2 bucket
 //     (key dport == P) links to its own spread table, hashed on source-port
 //     bits 1..8 (bit 0 is skipped: Linux connect() prefers even ports) into
-//     SpreadBuckets (256) buckets (SpreadBucket). Each bucket ends with one
+//     spread.Buckets (256) buckets (spread.Bucket). Each bucket ends with one
 //     match-all redirect node to its holder (node id 0x800); before it, a
 //     bucket may hold pins: one node per pinned client source port (key
 //     sport == s, node id pinID(s) in 1..0x100) redirecting to the holder
 //     that has that flow's socket. Buckets are assigned by rendezvous
-//     hashing on (port, bucket, slot) (Assign): adding a holder moves
+//     hashing on (port, bucket, slot) (spread.Assign): adding a holder moves
 //     ~1/(n+1) of the buckets, removing one moves only its buckets.
-//     PlanSpread makes a change keep live flows: a bucket whose holder stays
-//     moves only with its live flows pinned (at most MaxPinsPerBucket, else
+//     spread.Plan makes a change keep live flows: a bucket whose holder stays
+//     moves only with its live flows pinned (at most spread.MaxPinsPerBucket, else
 //     it stays until they end), and pins go once their flow has ended; the
 //     caller (the data plane) reads the flows from the holders' namespaces,
-//     and once more after the move: PinLate pins flows that began between.
+//     and once more after the move: spread.PinLate pins flows that began between.
 //     Changes add pins, then replace bucket nodes (FilterReplace), then
 //     delete pins, so a pinned flow never meets its moved bucket unpinned.
-//     Per packet: one hash, then at most MaxPinsPerBucket key checks in a
+//     Per packet: one hash, then at most spread.MaxPinsPerBucket key checks in a
 //     bucket in the middle of a move (none once settled).
 //     A port may lie in an exclusive range of slot s while s alone holds its
 //     whole spread (a container switching the port between exclusive and
@@ -256,15 +256,15 @@
 // 127/8 with an own destination port (coming back from the host's lo) is
 // redirected to lo.
 //
-// # Bandwidth limits (Shaper, ShaperExit, VethFilters.Via)
+// # Bandwidth limits (ShaperExit, VethFilters.Via)
 //
 // Mesos shaped a container's egress with HTB on the container's own eth0,
 // where a root process in the container can delete it. Here both
 // directions are shaped on devices of the host namespace, which nothing in
 // the container can reach:
 //
-//   - Ingress (to the container): an HTB root qdisc on the host end of the
-//     container's veth. Every packet for the container leaves through that
+//   - Ingress (to the container): an HTB root qdisc (package shaping) on
+//     the host end of the container's veth. Every packet for the container leaves through that
 //     device's egress: the host demux redirects (eth0 and lo), the ARP/ICMP
 //     fan-out mirrors and the traffic of other containers all end in
 //     dev_queue_xmit on it.
@@ -278,8 +278,8 @@
 //     forwarding off). The veth's IP redirect nodes point at A instead of
 //     host eth0/lo (VethFilters.Via; VethFilters.Retarget switches a
 //     running container without touching the match keys); A's root qdisc
-//     is the HTB; A transmits into B, whose ingress filters (ShaperExit)
-//     send each packet where the veth would have: ICMP -> host eth0;
+//     is the HTB (package shaping); A transmits into B, whose ingress
+//     filters (ShaperExit) send each packet where the veth would have: ICMP -> host eth0;
 //     destination host IP or 127.0.0.0/8 -> host lo; everything else -> host
 //     eth0; ARP -> host eth0 (ARP is shaped too). The veth keeps
 //     deciding what the container may send (its source ports), so the
@@ -297,24 +297,6 @@
 //     of the original device, which is the container side. Shaping on host
 //     eth0 and lo instead would mean changing the host's root qdiscs and
 //     classifying every host packet.
-//
-// The HTB layout is the same on both devices: root qdisc 1: with default
-// class 1:1 (so nothing bypasses the class through HTB's unclassified
-// direct queue), one class 1:1, and a leaf qdisc 10: under it. Class 1:1
-// has no parent, so it sends only while both of its token buckets allow:
-// rate/burst (the sustained limit) and ceil/cburst. With no ceil, ceil =
-// rate and cburst = burst: a plain token bucket whose burst leaves at line
-// speed. With a ceil, cburst is small, so a burst leaves at most at ceil
-// (tbf's peakrate). Rates count what the qdisc counts: Ethernet frames
-// without FCS, so TCP goodput is ~4% below the rate at MTU 1500.
-//
-// Changing a limit is an in-place class change (RTM_NEWTCLASS without
-// NLM_F_CREATE): no qdisc is recreated and no queued packet is dropped. The
-// leaf is fq_codel when the kernel has it, else a bfifo sized to ~100 ms at
-// the rate (at least 128 KiB: GSO packets reach 64 KiB), resized in place
-// when the rate changes (see fifo.go for why bfifo needs a raw request).
-// A restarted daemon compares the kernel's class with the wanted one
-// (InSync) and leaves a matching one alone.
 //
 // # Limits
 //

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -301,7 +302,7 @@ func TestHostDemuxRecovery(t *testing.T) {
 	if err := d.AddRanges(7, e.targets[0], []ephemeral.Range{rg(10000, 10000), rg(32768, 33279)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetShared(9000, []Holder{{1, e.targets[0]}, {2, e.targets[1]}}); err != nil {
+	if err := d.setShared(9000, []spread.Holder{{Slot: 1, Target: e.targets[0]}, {Slot: 2, Target: e.targets[1]}}); err != nil {
 		t.Fatal(err)
 	}
 	ents1, err := d.Entries()
@@ -331,7 +332,7 @@ func TestHostDemuxRecovery(t *testing.T) {
 		t.Fatalf("recovered demux allowed a range over a shared port: %v", err)
 	}
 	// the recovered index knows the shared port: same holders = no change
-	if err := d2.SetShared(9000, []Holder{{2, e.targets[1]}, {1, e.targets[0]}}); err != nil {
+	if err := d2.setShared(9000, []spread.Holder{{Slot: 2, Target: e.targets[1]}, {Slot: 1, Target: e.targets[0]}}); err != nil {
 		t.Fatal(err)
 	}
 	if again := e.tcShow(t, "lo"); again != show {
@@ -341,7 +342,7 @@ func TestHostDemuxRecovery(t *testing.T) {
 	if _, err := d2.DelRanges(7, []ephemeral.Range{rg(10000, 10000)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d2.SetShared(9000, nil); err != nil {
+	if err := d2.setShared(9000, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d2.DelRanges(7, []ephemeral.Range{rg(32768, 33279)}); err != nil {
@@ -445,8 +446,8 @@ func TestFanoutAndShared(t *testing.T) {
 		t.Error("fan-out on lo accepted")
 	}
 
-	hs := []Holder{{1, e.targets[0]}, {2, e.targets[1]}}
-	if err := d.SetShared(8080, hs); err != nil {
+	hs := []spread.Holder{{Slot: 1, Target: e.targets[0]}, {Slot: 2, Target: e.targets[1]}}
+	if err := d.setShared(8080, hs); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.AddRanges(3, e.targets[2], []ephemeral.Range{rg(8080, 8083)}); !errors.Is(err, ErrOverlap) {
@@ -455,7 +456,7 @@ func TestFanoutAndShared(t *testing.T) {
 	if err := d.AddRanges(3, e.targets[2], []ephemeral.Range{rg(8084, 8087)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetShared(8085, hs); !errors.Is(err, ErrOverlap) {
+	if err := d.setShared(8085, hs); !errors.Is(err, ErrOverlap) {
 		t.Fatalf("shared port inside a range: %v", err)
 	}
 	show = e.tcShow(t, "eth0")
@@ -464,7 +465,7 @@ func TestFanoutAndShared(t *testing.T) {
 			t.Errorf("shared layout lacks %q", s)
 		}
 	}
-	check := func(holders []Holder) map[uint16]int {
+	check := func(holders []spread.Holder) map[uint16]int {
 		t.Helper()
 		ents, err := d.Entries()
 		if err != nil {
@@ -489,19 +490,19 @@ func TestFanoutAndShared(t *testing.T) {
 		return got
 	}
 	check(hs)
-	hs3 := append(hs, Holder{3, e.targets[2]})
-	if err := d.SetShared(8080, hs3); err != nil {
+	hs3 := append(hs, spread.Holder{Slot: 3, Target: e.targets[2]})
+	if err := d.setShared(8080, hs3); err != nil {
 		t.Fatal(err)
 	}
 	check(hs3)
-	if err := d.SetShared(8080, hs3[1:]); err != nil {
+	if err := d.setShared(8080, hs3[1:]); err != nil {
 		t.Fatal(err)
 	}
 	check(hs3[1:])
-	if err := d.SetShared(8080, nil); err != nil {
+	if err := d.setShared(8080, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetShared(8080, nil); err != nil { // idempotent
+	if err := d.setShared(8080, nil); err != nil { // idempotent
 		t.Fatal(err)
 	}
 	// no node of the spread table outlives the sharing, even before Flush
@@ -624,7 +625,7 @@ func TestValidation(t *testing.T) {
 	if err := d.AddRanges(1, 5, []ephemeral.Range{rg(16, 31), rg(16, 16)}); err == nil {
 		t.Error("overlapping input accepted")
 	}
-	if err := d.SetShared(80, make([]Holder, 2)); !errors.Is(err, ErrBadSlot) {
+	if err := d.setShared(80, make([]spread.Holder, 2)); !errors.Is(err, ErrBadSlot) {
 		t.Errorf("bad holder: %v", err)
 	}
 	_ = unix.EEXIST

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/spread"
 )
 
 // Classifier priorities. Every device we touch gets at most two u32
@@ -57,7 +58,7 @@ const (
 	TablePort   = 0x006 // IP prio, divisor 256 on port>>8: ICMP errors by inner sport, echo by identifier
 	TableH2Base = 0x100 // IP prio, 0x100+b, divisor 16: bucket = (dport >> 4) & 15, for dport>>8 == b
 	// TableSpreadFirst..TableSpreadLast: one table per shared port, divisor
-	// SpreadBuckets, hashed on source-port bits 1..8.
+	// spread.Buckets, hashed on source-port bits 1..8.
 	TableSpreadFirst = 0x200
 	TableSpreadLast  = 0x7ff
 
@@ -99,13 +100,9 @@ const (
 	nodeSpread = 0x800
 )
 
-// SpreadBuckets is the number of virtual buckets a shared port's flows are
-// hashed into (source-port bits 1..8; bit 0 is skipped because Linux
-// connect() prefers even source ports). 256 is the largest u32 divisor; it
-// keeps the holders' shares within a few percent of 1/n.
-const SpreadBuckets = 256
-
-const spreadHmask = uint32(SpreadBuckets-1) << 17 // sport bits 1..8 in the first L4 word
+// spreadHmask hashes a spread table on source-port bits 1..8 in the first
+// L4 word: spread.Bucket, spread.Buckets buckets (the largest u32 divisor).
+const spreadHmask = uint32(spread.Buckets-1) << 17
 
 // MakeU32Handle builds a u32 handle htid:bucket:node.
 func MakeU32Handle(htid, bucket, node uint32) uint32 {

@@ -1,41 +1,12 @@
 package tcfilter
 
 import (
-	"math/rand"
-	"slices"
 	"testing"
+
+	"github.com/isolatord/isolatord/spread"
 )
 
-func holders(slots ...uint16) []Holder {
-	var out []Holder
-	for _, s := range slots {
-		out = append(out, Holder{Slot: s, Target: int(s) + 100})
-	}
-	return out
-}
-
-// flowsOf returns a FlowSource from a fixed map of slot -> source ports
-// (slots missing from known are unreadable) and records who was asked.
-func flowsOf(known map[uint16][]uint16, asked map[uint16]int) FlowSource {
-	return func(slot uint16) ([]uint16, bool) {
-		if asked != nil {
-			asked[slot]++
-		}
-		ps, ok := known[slot]
-		return ps, ok
-	}
-}
-
-func TestSpreadBucket(t *testing.T) {
-	// bit 0 is ignored, bits 1..8 pick the bucket, higher bits do not matter
-	for _, c := range []struct {
-		port uint16
-		want int
-	}{{0, 0}, {1, 0}, {2, 1}, {3, 1}, {510, 255}, {511, 255}, {512, 0}, {40000, (40000 >> 1) & 255}, {65535, 255}} {
-		if got := SpreadBucket(c.port); got != c.want {
-			t.Errorf("SpreadBucket(%d) = %d, want %d", c.port, got, c.want)
-		}
-	}
+func TestPinID(t *testing.T) {
 	// pin ids are unique within a bucket and fit 1..0x100 (below the bucket node)
 	seen := map[[2]uint32]uint16{}
 	for p := 0; p <= 65535; p++ {
@@ -43,7 +14,7 @@ func TestSpreadBucket(t *testing.T) {
 		if id < 1 || id > 0x100 || id >= nodeSpread {
 			t.Fatalf("pinID(%d) = %#x", p, id)
 		}
-		k := [2]uint32{uint32(SpreadBucket(uint16(p))), id}
+		k := [2]uint32{uint32(spread.Bucket(uint16(p))), id}
 		if o, dup := seen[k]; dup {
 			t.Fatalf("ports %d and %d share bucket %d pin id %#x", o, p, k[0], id)
 		}
@@ -51,266 +22,47 @@ func TestSpreadBucket(t *testing.T) {
 	}
 }
 
-func TestPlanSpreadJoinKeepsFlows(t *testing.T) {
-	const port = 31000
-	cur, err := PlanSpread(port, holders(1, 2, 3), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want3, _ := Assign(port, holders(1, 2, 3))
-	if !cur.Settled(&want3) {
-		t.Fatal("a new shared port is not the consistent assignment")
-	}
-	want4, _ := Assign(port, holders(1, 2, 3, 4))
-	// Each holder has one flow in every bucket it serves, plus a crowd of
-	// more than MaxPinsPerBucket flows in one bucket that moves to 4.
-	known := map[uint16][]uint16{}
-	crowd := -1
-	for b := range SpreadBuckets {
-		h := cur.Buckets[b].Slot
-		known[h] = append(known[h], uint16(b<<1|1024))
-		if crowd < 0 && want4[b].Slot == 4 && h == 1 {
-			crowd = b
-			for i := range MaxPinsPerBucket + 1 {
-				known[1] = append(known[1], uint16(b<<1|(i+10)<<9))
-			}
-		}
-	}
-	delete(known, 2) // slot 2's flows cannot be read
-	asked := map[uint16]int{}
-	next, err := PlanSpread(port, holders(1, 2, 3, 4), &cur, flowsOf(known, asked))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if asked[4] != 0 || asked[1] != 1 || asked[3] != 1 {
-		t.Errorf("flows asked %v: want holders 1 and 3 once, never the newcomer", asked)
-	}
-	moved, stayed := 0, 0
-	for b := range SpreadBuckets {
-		old, now := cur.Buckets[b], next.Buckets[b]
-		switch {
-		case want4[b].Slot != 4:
-			if now != old {
-				t.Errorf("bucket %d not assigned to the newcomer moved from %d to %d", b, old.Slot, now.Slot)
-			}
-		case old.Slot == 2 || b == crowd:
-			if now != old {
-				t.Errorf("bucket %d (holder %d unreadable or crowded) moved to %d", b, old.Slot, now.Slot)
-			}
-			stayed++
-		default:
-			if now.Slot != 4 {
-				t.Errorf("bucket %d assigned to the newcomer stayed with %d", b, old.Slot)
-			}
-			moved++
-		}
-	}
-	if moved == 0 || stayed == 0 {
-		t.Fatalf("moved %d buckets, kept %d: the scenario does not test both", moved, stayed)
-	}
-	// Every flow still reaches its holder; pins only where needed.
-	for slot, ps := range known {
-		for _, p := range ps {
-			if got := next.Holder(p); got.Slot != slot {
-				t.Errorf("flow from port %d of holder %d now goes to %d", p, slot, got.Slot)
-			}
-		}
-	}
-	for p, h := range next.Pins {
-		if next.Buckets[SpreadBucket(p)].Slot == h.Slot {
-			t.Errorf("useless pin %d -> %d", p, h.Slot)
-		}
-	}
-	if len(next.Pins) != moved {
-		t.Errorf("%d pins for %d moved buckets with one flow each", len(next.Pins), moved)
-	}
-	// Same inputs, same plan: nothing to do.
-	again, _ := PlanSpread(port, holders(1, 2, 3, 4), &next, flowsOf(known, nil))
-	if !again.Equal(&next) {
-		t.Error("planning twice with the same flows changed the spread")
-	}
-	// The flows end and slot 2 becomes readable: the reconciler's next plan
-	// is the consistent assignment.
-	done, _ := PlanSpread(port, holders(1, 2, 3, 4), &next, flowsOf(map[uint16][]uint16{1: nil, 2: nil, 3: nil, 4: nil}, nil))
-	if !done.Settled(&want4) {
-		t.Errorf("with no flows left the spread is not settled: %d pins", len(done.Pins))
-	}
-}
-
-func TestPlanSpreadLeave(t *testing.T) {
-	const port = 8443
-	want4, _ := Assign(port, holders(1, 2, 3, 4))
-	cur := Spread{Buckets: want4, Pins: map[uint16]Holder{}}
-	// pins of 2 and 3 from an earlier join, in buckets now held by others
-	var pin2, pin3 uint16
-	for p := uint16(1000); pin2 == 0 || pin3 == 0; p += 2 {
-		switch h := want4[SpreadBucket(p)].Slot; {
-		case pin2 == 0 && h != 2:
-			pin2 = p
-			cur.Pins[p] = Holder{2, 102}
-		case pin3 == 0 && h != 3 && h != 2 && p != pin2:
-			pin3 = p
-			cur.Pins[p] = Holder{3, 103}
-		}
-	}
-	flows := map[uint16][]uint16{1: nil, 3: {pin3}, 4: nil}
-	next, err := PlanSpread(port, holders(1, 3, 4), &cur, flowsOf(flows, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want3, _ := Assign(port, holders(1, 3, 4))
-	for b := range SpreadBuckets {
-		if cur.Buckets[b].Slot != 2 && next.Buckets[b] != cur.Buckets[b] {
-			t.Errorf("bucket %d of staying holder %d moved", b, cur.Buckets[b].Slot)
-		}
-		if cur.Buckets[b].Slot == 2 && next.Buckets[b] != want3[b] {
-			t.Errorf("leaver's bucket %d went to %d, want %d", b, next.Buckets[b].Slot, want3[b].Slot)
-		}
-	}
-	if _, ok := next.Pins[pin2]; ok {
-		t.Error("the leaver's pin survived")
-	}
-	if h, ok := next.Pins[pin3]; !ok || h.Slot != 3 {
-		t.Errorf("a staying holder's pin with a live flow went: %v", next.Pins)
-	}
-}
-
-// TestPlanSpreadRandom checks the invariant on random histories: after any
-// join or leave, every live flow of a holder that stays still reaches it,
-// no bucket carries more than MaxPinsPerBucket pins, and once the flows end
-// one more plan is the consistent assignment.
-func TestPlanSpreadRandom(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
-	for round := 0; round < 300; round++ {
-		port := uint16(rng.Intn(65535) + 1)
-		members := []uint16{}
-		for s := uint16(1); len(members) < 1+rng.Intn(6); s++ {
-			if rng.Intn(2) == 0 {
-				members = append(members, s)
-			}
-		}
-		cur, _ := PlanSpread(port, holders(members...), nil, nil)
-		flows := map[uint16][]uint16{}
-		for step := 0; step < 6; step++ {
-			// new flows land where the spread sends them
-			for i := 0; i < rng.Intn(400); i++ {
-				p := uint16(rng.Intn(65536))
-				h := cur.Holder(p).Slot
-				flows[h] = append(flows[h], p)
-			}
-			// some flows end
-			for s, ps := range flows {
-				flows[s] = slices.DeleteFunc(ps, func(uint16) bool { return rng.Intn(3) == 0 })
-			}
-			next := slices.Clone(members)
-			if len(next) > 1 && rng.Intn(2) == 0 {
-				i := rng.Intn(len(next))
-				delete(flows, next[i])
-				next = slices.Delete(next, i, i+1)
-			} else if s := 20 + uint16(rng.Intn(500)); len(next) < 12 && !slices.Contains(next, s) {
-				next = append(next, s)
-			}
-			plan, err := PlanSpread(port, holders(next...), &cur, flowsOf(flows, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for s, ps := range flows {
-				for _, p := range ps {
-					if got := plan.Holder(p).Slot; got != s {
-						t.Fatalf("round %d step %d: flow %d of holder %d moved to %d", round, step, p, s, got)
-					}
-				}
-			}
-			per := map[int]int{}
-			for p := range plan.Pins {
-				if per[SpreadBucket(p)]++; per[SpreadBucket(p)] > MaxPinsPerBucket {
-					t.Fatalf("bucket %d has more than %d pins", SpreadBucket(p), MaxPinsPerBucket)
-				}
-			}
-			if err := checkSpread(port, &plan); err != nil {
-				t.Fatal(err)
-			}
-			cur, members = plan, next
-		}
-		none := map[uint16][]uint16{}
-		for _, s := range members {
-			none[s] = nil
-		}
-		final, _ := PlanSpread(port, holders(members...), &cur, flowsOf(none, nil))
-		want, _ := Assign(port, holders(members...))
-		if !final.Settled(&want) {
-			t.Fatalf("round %d: no flows left but the spread is not settled", round)
-		}
-	}
-}
-
 func TestCheckSpread(t *testing.T) {
-	good, _ := Assign(80, holders(1, 2))
-	s := Spread{Buckets: good, Pins: map[uint16]Holder{}}
+	good, _ := spread.Assign(80, spreadHolders(1, 2))
+	s := spread.Spread{Buckets: good, Pins: map[uint16]spread.Holder{}}
 	if err := checkSpread(80, &s); err != nil {
 		t.Fatal(err)
 	}
 	bad := s.Clone()
-	bad.Buckets[7] = Holder{}
+	bad.Buckets[7] = spread.Holder{}
 	if checkSpread(80, &bad) == nil {
 		t.Error("an empty bucket was accepted")
 	}
 	bad = s.Clone()
-	bad.Pins[14] = Holder{Slot: 1, Target: 999}
+	bad.Pins[14] = spread.Holder{Slot: 1, Target: 999}
 	if checkSpread(80, &bad) == nil {
 		t.Error("a slot with two targets was accepted")
 	}
 	bad = s.Clone()
-	for i := 0; i <= MaxPinsPerBucket; i++ {
-		bad.Pins[uint16(6|i<<9)] = Holder{1, 101}
+	for i := 0; i <= spread.MaxPinsPerBucket; i++ {
+		bad.Pins[uint16(6|i<<9)] = spread.Holder{Slot: 1, Target: 101}
 	}
 	if checkSpread(80, &bad) == nil {
 		t.Error("too many pins in one bucket were accepted")
 	}
 }
 
-func TestPinLate(t *testing.T) {
-	const port = 31000
-	prev, _ := PlanSpread(port, holders(1, 2), nil, nil)
-	// 3 joins with no flows seen: its buckets move without pins.
-	plan, _ := PlanSpread(port, holders(1, 2, 3), &prev, flowsOf(map[uint16][]uint16{1: nil, 2: nil}, nil))
-	var late, stay uint16 // a flow of 1 in a moved bucket, and one in a kept bucket
-	for p := uint16(2000); late == 0 || stay == 0; p += 2 {
-		switch {
-		case late == 0 && prev.Buckets[SpreadBucket(p)].Slot == 1 && plan.Buckets[SpreadBucket(p)].Slot == 3:
-			late = p
-		case stay == 0 && plan.Buckets[SpreadBucket(p)].Slot == 1:
-			stay = p
+func spreadHolders(slots ...uint16) []spread.Holder {
+	var out []spread.Holder
+	for _, s := range slots {
+		out = append(out, spread.Holder{Slot: s, Target: int(s) + 100})
+	}
+	return out
+}
+
+// flowsOf returns a FlowSource from a fixed map of slot -> source ports
+// (slots missing from known are unreadable) and records who was asked.
+func flowsOf(known map[uint16][]uint16, asked map[uint16]int) spread.FlowSource {
+	return func(slot uint16) ([]uint16, bool) {
+		if asked != nil {
+			asked[slot]++
 		}
-	}
-	asked := map[uint16]int{}
-	next, changed := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, asked))
-	if !changed || next.Pins[late].Slot != 1 || len(next.Pins) != 1 {
-		t.Fatalf("late flow %d not pinned alone: %v", late, next.Pins)
-	}
-	if asked[3] != 0 || asked[1] != 1 {
-		t.Errorf("asked %v: only holders that lost buckets, once", asked)
-	}
-	if len(plan.Pins) != 0 {
-		t.Error("PinLate changed its input")
-	}
-	if _, changed := PinLate(&prev, &next, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, nil)); changed {
-		t.Error("a second PinLate with the same flows changed something")
-	}
-	// A holder that left is not asked; its buckets do not count as lost.
-	gone, _ := PlanSpread(port, holders(2, 3), &next, flowsOf(map[uint16][]uint16{2: nil, 3: nil}, nil))
-	asked = map[uint16]int{}
-	if _, changed := PinLate(&next, &gone, holders(2, 3), flowsOf(map[uint16][]uint16{2: nil, 3: nil}, asked)); changed || asked[1] != 0 {
-		t.Errorf("leaver asked or pinned: %v", asked)
-	}
-	// The bound per bucket holds.
-	b := SpreadBucket(late)
-	var many []uint16
-	for i := 0; i < 2*MaxPinsPerBucket; i++ {
-		many = append(many, uint16(b<<1|(i+1)<<9))
-	}
-	full, _ := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: many, 2: nil}, nil))
-	if len(full.Pins) != MaxPinsPerBucket {
-		t.Errorf("%d pins in one bucket, want the bound %d", len(full.Pins), MaxPinsPerBucket)
+		ps, ok := known[slot]
+		return ps, ok
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/spread"
 )
 
 // liveConn is a TCP connection from the client namespace that stays open.
@@ -78,9 +79,9 @@ func TestTrafficSpreadPins(t *testing.T) {
 		}
 		serve(t, x.c.Do, x.name, port)
 	}
-	two := []Holder{{a.slot, a.veth}, {b.slot, b.veth}}
-	three := append(two, Holder{c.slot, c.veth})
-	if err := w.eth0D.SetShared(port, two); err != nil {
+	two := []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}
+	three := append(two, spread.Holder{Slot: c.slot, Target: c.veth})
+	if err := w.eth0D.setShared(port, two); err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort(w.s.HostIP.String(), fmt.Sprint(port))
@@ -95,7 +96,7 @@ func TestTrafficSpreadPins(t *testing.T) {
 	if !ok {
 		t.Fatal("the shared port is not in the index")
 	}
-	plan, err := PlanSpread(port, three, &cur, flowsOf(flows, nil))
+	plan, err := spread.Plan(port, three, &cur, flowsOf(flows, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestTrafficSpreadPins(t *testing.T) {
 	}
 	show := w.tcShow(t, "eth0")
 	for p := range plan.Pins {
-		h := FormatHandle(MakeU32Handle(w.eth0D.shared[port].table, uint32(SpreadBucket(p)), pinID(p)))
+		h := FormatHandle(MakeU32Handle(w.eth0D.shared[port].table, uint32(spread.Bucket(p)), pinID(p)))
 		if !strings.Contains(show, "fh "+h+" ") {
 			t.Fatalf("pin of port %d (%s) not in the kernel:\n%s", p, h, show)
 		}
@@ -145,11 +146,11 @@ func TestTrafficSpreadPins(t *testing.T) {
 	for _, l := range conns {
 		l.c.Close()
 	}
-	settled, _ := PlanSpread(port, three, &plan, flowsOf(map[uint16][]uint16{1: nil, 2: nil, 3: nil}, nil))
+	settled, _ := spread.Plan(port, three, &plan, flowsOf(map[uint16][]uint16{1: nil, 2: nil, 3: nil}, nil))
 	if err := again.SetSpread(port, settled); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := Assign(port, three)
+	want, _ := spread.Assign(port, three)
 	if got, _ := again.Spread(port); !got.Settled(&want) {
 		t.Fatal("not settled")
 	}
@@ -161,14 +162,14 @@ func TestTrafficSpreadPins(t *testing.T) {
 	}
 	// Control: the same join without looking at flows (SetShared) breaks
 	// the connections whose buckets move, so the pins above did the work.
-	if err := again.SetShared(port, two); err != nil {
+	if err := again.setShared(port, two); err != nil {
 		t.Fatal(err)
 	}
 	var ctl []*liveConn
 	for i := 0; i < 48; i++ {
 		ctl = append(ctl, dialLive(t, w, addr, uint16(52000+i*10)))
 	}
-	if err := again.SetShared(port, three); err != nil {
+	if err := again.setShared(port, three); err != nil {
 		t.Fatal(err)
 	}
 	broken := 0
@@ -181,7 +182,7 @@ func TestTrafficSpreadPins(t *testing.T) {
 		t.Error("a stateless join broke no connection: the pinned join above proved nothing")
 	}
 	t.Logf("pinned join: %d pins, 0 of %d connections broken; stateless join: %d of %d broken", len(plan.Pins), len(conns), broken, len(ctl))
-	if err := again.SetShared(port, nil); err != nil {
+	if err := again.setShared(port, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -231,16 +232,16 @@ func TestTrafficSharedExclusiveSwitch(t *testing.T) {
 			}
 		}
 	}
-	ha, hb := Holder{a.slot, a.veth}, Holder{b.slot, b.veth}
+	ha, hb := spread.Holder{Slot: a.slot, Target: a.veth}, spread.Holder{Slot: b.slot, Target: b.veth}
 	reach("exclusive")
 	// exclusive 9292-9293 -> exclusive 9293 + shared 9292
 	if err := w.eth0D.AddRanges(1, a.veth, []ephemeral.Range{rg(9293, 9293)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.eth0D.SetShared(9292, []Holder{ha, hb}); !errors.Is(err, ErrOverlap) {
+	if err := w.eth0D.setShared(9292, []spread.Holder{ha, hb}); !errors.Is(err, ErrOverlap) {
 		t.Fatalf("sharing with another holder a port still routed exclusively: %v", err)
 	}
-	if err := w.eth0D.SetShared(9292, []Holder{ha}); err != nil {
+	if err := w.eth0D.setShared(9292, []spread.Holder{ha}); err != nil {
 		t.Fatalf("the range's own slot could not share its port: %v", err)
 	}
 	reach("range and spread")
@@ -256,7 +257,7 @@ func TestTrafficSharedExclusiveSwitch(t *testing.T) {
 		t.Fatalf("the sole holder could not take its shared port back: %v", err)
 	}
 	reach("spread and range")
-	if err := w.eth0D.SetShared(9292, nil); err != nil {
+	if err := w.eth0D.setShared(9292, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.eth0D.DelRanges(1, []ephemeral.Range{rg(9293, 9293)}); err != nil {
@@ -275,25 +276,25 @@ func BenchmarkShared(b *testing.B) {
 	if err := d.Init(); err != nil {
 		b.Fatal(err)
 	}
-	two := []Holder{{1, e.targets[0]}, {2, e.targets[1]}}
-	three := append(two, Holder{3, e.targets[2]})
+	two := []spread.Holder{{Slot: 1, Target: e.targets[0]}, {Slot: 2, Target: e.targets[1]}}
+	three := append(two, spread.Holder{Slot: 3, Target: e.targets[2]})
 	var share, join, leave time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		if err := d.SetShared(9000, two); err != nil {
+		if err := d.setShared(9000, two); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := d.SetShared(9000, three); err != nil {
+		if err := d.setShared(9000, three); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if err := d.SetShared(9000, two); err != nil {
+		if err := d.setShared(9000, two); err != nil {
 			b.Fatal(err)
 		}
 		t3 := time.Now()
-		if err := d.SetShared(9000, nil); err != nil {
+		if err := d.setShared(9000, nil); err != nil {
 			b.Fatal(err)
 		}
 		share += t1.Sub(t0)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -309,7 +310,7 @@ func TestTrafficDemux(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := w.eth0D.SetShared(9090, []Holder{{a.slot, a.veth}, {b.slot, b.veth}}); err != nil {
+		if err := w.eth0D.setShared(9090, []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}); err != nil {
 			t.Fatal(err)
 		}
 		seen := map[string]int{}
@@ -336,7 +337,7 @@ func TestTrafficDemux(t *testing.T) {
 				t.Errorf("source port 45678 went to %s then %s", first, got)
 			}
 		}
-		if err := w.eth0D.SetShared(9090, []Holder{{b.slot, b.veth}}); err != nil {
+		if err := w.eth0D.setShared(9090, []spread.Holder{{Slot: b.slot, Target: b.veth}}); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 10; i++ {
@@ -344,7 +345,7 @@ func TestTrafficDemux(t *testing.T) {
 				t.Fatalf("shared port with one holder answered by %q (%v)", got, err)
 			}
 		}
-		if err := w.eth0D.SetShared(9090, nil); err != nil {
+		if err := w.eth0D.setShared(9090, nil); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -1,4 +1,4 @@
-package tcfilter
+package shaping
 
 import (
 	"encoding/binary"

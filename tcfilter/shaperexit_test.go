@@ -16,252 +16,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/isolatord/isolatord/shaping"
 )
-
-func TestLimitValidate(t *testing.T) {
-	for _, c := range []struct {
-		l  Limit
-		ok bool
-	}{
-		{Limit{}, true},
-		{Limit{Rate: 2_000_000}, true},
-		{Limit{Rate: 2_000_000, Ceil: 4_000_000, Burst: 100_000}, true},
-		{Limit{Rate: 2_000_000, Ceil: 2_000_000}, true},
-		{Limit{Rate: MinRate}, true},
-		{Limit{Rate: MinRate - 1}, false},
-		{Limit{Burst: 10000}, false},
-		{Limit{Ceil: 10000}, false},
-		{Limit{Rate: 2_000_000, Ceil: 1_000_000}, false},
-		{Limit{Rate: 2_000_000, Burst: 100}, false},
-		{Limit{Rate: 1000, Burst: 61_000}, false},
-		{Limit{Rate: 1 << 32}, true},
-		{Limit{Rate: 1 << 33, Ceil: 1 << 34}, true},
-		{Limit{Rate: 1000, Burst: 60_000}, true},
-		{Limit{Rate: 1 << 63}, false},
-	} {
-		err := c.l.Validate()
-		if (err == nil) != c.ok {
-			t.Errorf("%+v.Validate() = %v, want ok=%v", c.l, err, c.ok)
-		}
-		if err != nil && !errors.Is(err, ErrBadLimit) {
-			t.Errorf("%+v: %v does not wrap ErrBadLimit", c.l, err)
-		}
-	}
-}
-
-func TestLimitClassAndQueue(t *testing.T) {
-	l := Limit{Rate: 2_000_000}
-	c := l.class(7)
-	if c.Rate != 2_000_000 || c.Ceil != 2_000_000 || c.Buffer != c.Cbuffer || c.Buffer == 0 {
-		t.Errorf("no ceil: class %+v, want ceil = rate and cburst = burst", c)
-	}
-	if got := l.EffectiveBurst(); got != 64<<10 {
-		t.Errorf("default burst at 2MB/s = %d, want 64KiB", got)
-	}
-	if got := (Limit{Rate: 100_000_000}).EffectiveBurst(); got != 1_000_000 {
-		t.Errorf("default burst at 100MB/s = %d, want 10 ms = 1MB", got)
-	}
-	p := Limit{Rate: 2_000_000, Ceil: 8_000_000}.class(7)
-	if p.Ceil != 8_000_000 || p.Cbuffer >= p.Buffer {
-		t.Errorf("ceil: class %+v, want ceil 8MB/s with a small cburst", p)
-	}
-	if q := (Limit{Rate: 2_000_000}).QueueBytes(); q != 200_000 {
-		t.Errorf("queue at 2MB/s = %d, want 100 ms = 200000", q)
-	}
-	if q := (Limit{Rate: 100_000}).QueueBytes(); q != minQueue {
-		t.Errorf("queue at 100kB/s = %d, want the floor %d", q, minQueue)
-	}
-	if q := (Limit{Rate: 10_000_000_000}).QueueBytes(); q != maxQueue {
-		t.Errorf("queue at 10GB/s = %d, want the ceiling %d", q, maxQueue)
-	}
-	// the burst read back from the kernel's buffer time is the burst set
-	st := ShapeState{Class: Limit{Rate: 2_000_000, Burst: 300_000}.class(1)}
-	if got := st.Limit(); got.Rate != 2_000_000 || got.Ceil != 0 || got.Burst < 299_000 || got.Burst > 301_000 {
-		t.Errorf("read back %+v, want rate 2MB/s burst ~300000", got)
-	}
-}
-
-// shapeEnv is a sandbox host with a veth pair to shape.
-func shapeEnv(t *testing.T) (*kernelEnv, Shaper, netns.NsHandle) {
-	e := newKernelEnv(t, 1)
-	fd, err := netns.GetFromPath(e.s.Host.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fd.Close() })
-	return e, Shaper{H: e.h, NS: int(fd), Link: e.targets[0], Leaf: LeafFIFO}, fd
-}
-
-func TestShaperKernel(t *testing.T) {
-	e, s, _ := shapeEnv(t)
-	show := func() string {
-		return e.s.Host.Run(t, "tc", "qdisc", "show", "dev", "tgt0") + e.s.Host.Run(t, "tc", "class", "show", "dev", "tgt0")
-	}
-	if ok, err := s.InSync(Limit{}); err != nil || !ok {
-		t.Fatalf("fresh device: InSync(none) = %v, %v", ok, err)
-	}
-	l := Limit{Rate: 2_000_000}
-	if err := s.Apply(l); err != nil {
-		t.Fatal(err)
-	}
-	out := show()
-	for _, want := range []string{
-		"qdisc htb 1: root", "default 0x1",
-		"qdisc bfifo 10: parent 1:1 limit 200000b",
-		"class htb 1:1 root leaf 10: prio 0 rate 16Mbit ceil 16Mbit burst 64Kb cburst 64Kb",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("after Apply(2MB/s), tc shows no %q:\n%s", want, out)
-		}
-	}
-	if ok, err := s.InSync(l); err != nil || !ok {
-		t.Errorf("InSync(applied) = %v, %v", ok, err)
-	}
-	if ok, _ := s.InSync(Limit{Rate: 4_000_000}); ok {
-		t.Error("InSync(other rate) = true")
-	}
-	st, err := s.Read()
-	if err != nil || !st.Present || st.Leaf != "bfifo" || st.Limit().Rate != 2_000_000 {
-		t.Errorf("Read = %+v, %v", st, err)
-	}
-
-	// Push packets through, then change: counters survive (the qdisc is
-	// not recreated) and the leaf is resized in place.
-	send := func(n int) {
-		t.Helper()
-		if err := e.s.Host.Do(func() error {
-			c, err := net.Dial("udp", "198.18.5.5:9") // nothing answers; routed out of tgt0 below
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			for i := 0; i < n; i++ {
-				c.Write(make([]byte, 1000))
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tl, _ := e.h.LinkByIndex(s.Link)
-	if err := e.h.RouteAdd(&netlink.Route{LinkIndex: s.Link, Dst: &net.IPNet{IP: net.IPv4(198, 18, 5, 0), Mask: net.CIDRMask(24, 32)}}); err != nil {
-		t.Fatal(err)
-	}
-	e.h.NeighAdd(&netlink.Neigh{LinkIndex: s.Link, State: netlink.NUD_PERMANENT, IP: net.IPv4(198, 18, 5, 5), HardwareAddr: tl.Attrs().HardwareAddr})
-	send(20)
-	before, _ := s.Read()
-	if before.Packets < 20 {
-		t.Fatalf("qdisc counted %d packets, want >= 20", before.Packets)
-	}
-	l2 := Limit{Rate: 4_000_000, Ceil: 8_000_000, Burst: 100_000}
-	if err := s.Apply(l2); err != nil {
-		t.Fatal(err)
-	}
-	after, _ := s.Read()
-	if after.Packets < before.Packets {
-		t.Errorf("class change reset the qdisc counters (%d -> %d packets): it was recreated", before.Packets, after.Packets)
-	}
-	out = show()
-	for _, want := range []string{"bfifo 10: parent 1:1 limit 800000b", "rate 32Mbit ceil 64Mbit burst 100000b"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("after Apply(%+v), tc shows no %q:\n%s", l2, want, out)
-		}
-	}
-	if ok, err := s.InSync(l2); err != nil || !ok {
-		t.Errorf("InSync after change = %v, %v", ok, err)
-	}
-	if got := after.Limit(); got.Rate != l2.Rate || got.Ceil != l2.Ceil || got.Burst/1000 != l2.Burst/1000 {
-		t.Errorf("Limit read back %+v, want %+v", got, l2)
-	}
-
-	// Apply again: nothing to change.
-	if err := s.Apply(l2); err != nil {
-		t.Fatal(err)
-	}
-
-	// Drain and remove.
-	if err := s.Drain(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Remove(); err != nil {
-		t.Fatal(err)
-	}
-	if out := show(); strings.Contains(out, "htb") || strings.Contains(out, "bfifo") {
-		t.Errorf("after Remove:\n%s", out)
-	}
-	if ok, err := s.InSync(Limit{}); err != nil || !ok {
-		t.Errorf("after Remove: InSync(none) = %v, %v", ok, err)
-	}
-	if err := s.Remove(); err != nil {
-		t.Errorf("second Remove: %v", err)
-	}
-
-	// Zero limit through Apply removes; invalid limits change nothing.
-	if err := s.Apply(Limit{Rate: 10}); !errors.Is(err, ErrBadLimit) {
-		t.Errorf("Apply(10 B/s) = %v, want ErrBadLimit", err)
-	}
-	if out := show(); strings.Contains(out, "htb") {
-		t.Errorf("a refused limit changed the device:\n%s", out)
-	}
-	if err := s.Apply(l); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Apply(Limit{}); err != nil {
-		t.Fatal(err)
-	}
-	if out := show(); strings.Contains(out, "htb") {
-		t.Errorf("Apply(none) left:\n%s", out)
-	}
-}
-
-// A half-built shaping (root without class, a foreign leaf) is repaired.
-func TestShaperRepairs(t *testing.T) {
-	e, s, _ := shapeEnv(t)
-	q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: s.Link, Parent: netlink.HANDLE_ROOT, Handle: ShapeRoot})
-	q.Defcls = 1
-	if err := e.h.QdiscAdd(q); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := s.Read(); !st.Root || st.Present {
-		t.Fatalf("root without class: %+v", st)
-	}
-	l := Limit{Rate: 3_000_000}
-	if err := s.Apply(l); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := s.InSync(l); !ok || err != nil {
-		t.Errorf("repaired: InSync = %v, %v", ok, err)
-	}
-	// another default class: recreated
-	if err := s.Remove(); err != nil {
-		t.Fatal(err)
-	}
-	q = netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: s.Link, Parent: netlink.HANDLE_ROOT, Handle: ShapeRoot})
-	q.Defcls = 0x20
-	if err := e.h.QdiscAdd(q); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Apply(l); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := s.InSync(l); !ok || err != nil {
-		t.Errorf("default class fixed: InSync = %v, %v", ok, err)
-	}
-	// a foreign root qdisc is replaced
-	if err := s.Remove(); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.h.QdiscAdd(&netlink.Tbf{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: s.Link, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(5, 0)},
-		Rate: 1 << 20, Limit: 1 << 16, Buffer: 1 << 14}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Apply(l); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := s.InSync(l); !ok || err != nil {
-		t.Errorf("foreign root replaced: InSync = %v, %v", ok, err)
-	}
-}
 
 // ---- traffic ----
 
@@ -477,8 +234,8 @@ func TestShapingTraffic(t *testing.T) {
 	full("egress unlimited", s1, 500*time.Millisecond, time.Second)
 
 	entry, exit := w.shaperPair(t, 1)
-	sh := Shaper{H: w.h, NS: int(hostNS), Link: entry, Leaf: LeafFIFO}
-	if err := sh.Apply(Limit{Rate: 2_000_000}); err != nil {
+	sh := shaping.Shaper{H: w.h, NS: int(hostNS), Link: entry, Leaf: shaping.LeafFIFO}
+	if err := sh.Apply(shaping.Limit{Rate: 2_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	if err := (ShaperExit{H: w.h, Dev: exit, Eth0: w.eth0, Lo: w.lo, HostIP: w.s.HostIP, Slot: 1}).Install(); err != nil {
@@ -539,8 +296,8 @@ func TestShapingTraffic(t *testing.T) {
 	eg.stop()
 
 	// Ingress: client -> container port 20001, HTB on the veth.
-	vs := Shaper{H: w.h, NS: int(hostNS), Link: a.veth, Leaf: LeafFIFO}
-	if err := vs.Apply(Limit{Rate: 2_000_000}); err != nil {
+	vs := shaping.Shaper{H: w.h, NS: int(hostNS), Link: a.veth, Leaf: shaping.LeafFIFO}
+	if err := vs.Apply(shaping.Limit{Rate: 2_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	in := startStream(t, a.c.Do, w.s.Client.Do, "0.0.0.0:20001", "198.18.0.1:20001")
