@@ -10,8 +10,10 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/veth"
 )
 
 // Snapshot lists what exists in the kernel and the netns directory that
@@ -40,7 +42,7 @@ func (d *DataPlane) SnapshotFor(ctx context.Context, ids []string) (Snapshot, er
 		return s, err
 	}
 	s.Veths = veths
-	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
 		return s, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
 	}
@@ -129,11 +131,11 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	}
 
 	mp := d.pinOf(c).Path
-	ns, err := netns.Open(mp)
+	ns, err := nshandle.Open(mp)
 	if err != nil {
 		missing = append(missing, "bind mount "+mp)
 		if c.NetNS != "" {
-			ns, err = netns.Open(c.NetNS)
+			ns, err = nshandle.Open(c.NetNS)
 		}
 	}
 	if err != nil || ns == nil {
@@ -323,12 +325,12 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	}
 
 	// 2. bind mounts of stray veths' IDs, then the veths.
-	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for pin := range mounts {
-		name := VethName(strings.TrimSuffix(pin, netns.PinSuffix))
+		name := VethName(strings.TrimSuffix(pin, nspin.Suffix))
 		idx, ours := veths[name]
 		if !ours || keepVeth[name] {
 			continue
@@ -339,7 +341,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 			}
 			continue
 		}
-		if _, err := delIf(apply, func() (int, error) { _, _, err := netns.Unmount(d.cfg.NetNSDir, pin); return 0, err }); err != nil {
+		if _, err := delIf(apply, func() (int, error) { _, _, err := nspin.Unmount(d.cfg.NetNSDir, pin); return 0, err }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -349,7 +351,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		if keepVeth[name] {
 			continue
 		}
-		if _, err := delIf(apply, func() (bool, error) { return netns.DeleteLink(d.h, idx) }); err != nil {
+		if _, err := delIf(apply, func() (bool, error) { return veth.Delete(d.h, idx) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -365,7 +367,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		if keepVeth[VethPrefix+name[len(ShaperEntryPrefix):]] {
 			continue
 		}
-		if _, err := delIf(apply, func() (bool, error) { return netns.DeleteLink(d.h, idx) }); err != nil {
+		if _, err := delIf(apply, func() (bool, error) { return veth.Delete(d.h, idx) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
