@@ -29,7 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -836,7 +836,7 @@ func TestRefusedNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/proc/1/ns/net", "/proc/self/ns/net", e.sb.Host.Path} {
-		if o, err := netns.Open(path); err != nil {
+		if o, err := nshandle.Open(path); err != nil {
 			t.Logf("%s cannot be opened here (%v): not checked", path, err)
 			continue
 		} else {
@@ -850,7 +850,7 @@ func TestRefusedNamespaces(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %v", path, err)
-		if _, err := netns.Open(d.mountPath(c.ID)); err == nil {
+		if _, err := nshandle.Open(d.mountPath(c.ID)); err == nil {
 			t.Errorf("a refused Setup left a bind mount for %s", c.ID)
 		}
 	}

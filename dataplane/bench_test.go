@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
@@ -50,7 +50,7 @@ func BenchmarkDataPlane(b *testing.B) {
 // its static port, run by this process inside the namespace.
 func (e *env) serverContainer(i int) Container {
 	e.t.Helper()
-	ns, err := netns.New()
+	ns, err := nshandle.New()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func (e *env) benchSetupTeardown(b *testing.B) {
 	defer func() { e.d.trace = nil }()
 	// Namespaces are closed after the loop: destroying one is asynchronous
 	// kernel work (cleanup_net) that would otherwise overlap the next Setup.
-	var nss []*netns.NS
+	var nss []*nshandle.NS
 	defer func() {
 		for _, ns := range nss {
 			ns.Close()
@@ -90,7 +90,7 @@ func (e *env) benchSetupTeardown(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		ns, err := netns.New()
+		ns, err := nshandle.New()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -42,11 +42,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/isolatord/isolatord/containerns"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/hostlink"
 	"github.com/isolatord/isolatord/neighsync"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/veth"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -87,8 +92,8 @@ const ContainerEth0 = "eth0"
 type DataPlane struct {
 	cfg    Config
 	log    *slog.Logger
-	hostNS *netns.NS // the namespace we plumb
-	selfNS *netns.NS // the daemon's own namespace (never a container's)
+	hostNS *nshandle.NS // the namespace we plumb
+	selfNS *nshandle.NS // the daemon's own namespace (never a container's)
 	h      *netlink.Handle
 	// hr is a second handle for reads (Stats), so that they do not queue
 	// behind the requests of setups and teardowns on h's socket.
@@ -102,8 +107,8 @@ type DataPlane struct {
 	mu       sync.Mutex
 	prepared bool
 	info     HostInfo
-	links    netns.HostLinks
-	copy     []netns.Sysctl
+	links    hostlink.Links
+	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
 	sink     tcfilter.Sink     // the drop sink every veth's dropping nodes redirect to
@@ -134,9 +139,10 @@ type DataPlane struct {
 	// during recovery (knownOf); emptied with each fill of the cache.
 	recoveryKnown map[string]map[uint16][]tcfilter.Entry
 
-	// hostIPv6 is the host namespace's /proc/sys/net/ipv6/conf, held open
-	// for the host veths' disable_ipv6 (nil: no IPv6, or not openable).
-	hostIPv6 *netns.IPv6ConfDir
+	// hostSysctl holds the host namespace's sysctls open for the host
+	// veths' settings (nil: not openable; hostSysctls then opens them per
+	// call).
+	hostSysctl *sysctl.Dir
 
 	// retired deletes retired links in the background (retire.go); set by
 	// PrepareHost.
@@ -164,26 +170,26 @@ type record struct {
 	veth int
 	via  int // egress shaper entry ifindex (0: no egress limit)
 	ino  uint64
-	pin  netns.Pin // where the namespace is pinned, and whether by us
+	pin  nspin.Pin // where the namespace is pinned, and whether by us
 }
 
 // New opens the host namespace and a netlink handle in it. It changes
 // nothing; PrepareHost does.
 func New(cfg Config) (*DataPlane, error) {
 	if cfg.NetNSDir == "" {
-		cfg.NetNSDir = netns.DefaultDir
+		cfg.NetNSDir = nspin.DefaultDir
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	self, err := netns.Current()
+	self, err := nshandle.Current()
 	if err != nil {
 		return nil, err
 	}
 	host := self
 	if cfg.HostNS != "" {
-		host, err = netns.Open(cfg.HostNS)
+		host, err = nshandle.Open(cfg.HostNS)
 		if err != nil {
 			self.Close()
 			return nil, err
@@ -210,9 +216,8 @@ func New(cfg Config) (*DataPlane, error) {
 		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
 	}
-	// Without it, each host veth's setting is written by its full path.
-	if err := host.Do(func() (err error) { d.hostIPv6, err = netns.OpenIPv6ConfDirHere(); return err }); err != nil {
-		log.Warn("host IPv6 settings directory not held open", "err", err)
+	if err := host.Do(func() (err error) { d.hostSysctl, err = sysctl.Open(); return err }); err != nil {
+		log.Warn("host sysctls not held open", "err", err)
 	}
 	return d, nil
 }
@@ -257,8 +262,8 @@ func (d *DataPlane) closeLocked() error {
 	}
 	d.h.Close()
 	d.hr.Close()
-	if d.hostIPv6 != nil {
-		d.hostIPv6.Close()
+	if d.hostSysctl != nil {
+		d.hostSysctl.Close()
 	}
 	var err error
 	if d.hostNS != d.selfNS {
@@ -430,11 +435,11 @@ func (d *DataPlane) mountPath(id string) string {
 
 // pinOf is where c's namespace is pinned as c records it (the default
 // path when it records none).
-func (d *DataPlane) pinOf(c Container) netns.Pin {
+func (d *DataPlane) pinOf(c Container) nspin.Pin {
 	if c.Pin == "" {
-		return netns.Pin{Path: d.mountPath(c.ID), Owned: c.PinOwned}
+		return nspin.Pin{Path: d.mountPath(c.ID), Owned: c.PinOwned}
 	}
-	return netns.Pin{Path: c.Pin, Owned: c.PinOwned}
+	return nspin.Pin{Path: c.Pin, Owned: c.PinOwned}
 }
 
 // Setup plumbs container c (see the package design notes for the order). Any
@@ -473,7 +478,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		}
 	}()
 
-	ns, err := netns.Open(c.NetNS)
+	ns, err := nshandle.Open(c.NetNS)
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
@@ -488,15 +493,15 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 
 	// Pin the namespace so `ip netns exec <id>` works and it outlives its
 	// processes until Teardown; a runtime's pin already there is used and
-	// never removed (netns.PinNS).
-	pin, err := netns.PinNS(ns, d.cfg.NetNSDir, c.ID)
+	// never removed (nspin.Create).
+	pin, err := nspin.Create(ns, d.cfg.NetNSDir, c.ID)
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	p.Mount, p.PinOwned = pin.Path, pin.Owned
 	c.Meta.PinOwned = pin.Owned // the veth's alias says whose the pin is
 	undo.push("bind mount", func() error {
-		_, _, err := netns.Unpin(pin)
+		_, _, err := nspin.Remove(pin)
 		return err
 	})
 	if err := d.step("mount"); err != nil {
@@ -506,19 +511,19 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// The veth: host end named after the ID, peer born inside as eth0, both
 	// with the host MAC and MTU.
 	p.Veth = VethName(c.ID)
-	spec := netns.VethSpec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
-	p.VethIndex, err = netns.CreateVeth(d.h, ns, spec)
+	spec := veth.Spec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
+	p.VethIndex, err = veth.Create(d.h, ns, spec)
 	if errors.Is(err, unix.EEXIST) {
 		// A retired pair of this namespace still holds eth0 (retire.go).
 		d.retired.wait()
-		p.VethIndex, err = netns.CreateVeth(d.h, ns, spec)
+		p.VethIndex, err = veth.Create(d.h, ns, spec)
 	}
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
-	veth := p.VethIndex
-	undo.push("veth "+p.Veth, func() error { _, err := netns.DeleteLink(d.h, veth); return err })
-	if err := d.setAlias(veth, c); err != nil {
+	vethIdx := p.VethIndex
+	undo.push("veth "+p.Veth, func() error { _, err := veth.Delete(d.h, vethIdx); return err })
+	if err := d.setAlias(vethIdx, c); err != nil {
 		return p, err
 	}
 	if err := d.step("veth"); err != nil {
@@ -527,12 +532,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 
 	// Host end: no routing of stray packets (forwarding=0), no IPv6 (the
 	// shared MAC would give every veth the same link-local address).
-	err = d.hostNS.Do(func() error {
-		if err := netns.SetIPv4ConfHere(veth, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
-			return err
-		}
-		return d.disableIPv6Here(p.Veth)
-	})
+	err = d.hostSysctls(func(sd *sysctl.Dir) error { return hostLinkSettings(sd, vethIdx, p.Veth) })
 	if err != nil {
 		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)
 	}
@@ -551,10 +551,10 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		if err != nil {
 			return p, fmt.Errorf("container %s: egress limit: %w", c.ID, err)
 		}
-		undo.push("egress shaper", func() error { _, err := netns.DeleteLink(d.h, via); return err })
+		undo.push("egress shaper", func() error { _, err := veth.Delete(d.h, via); return err })
 	}
 	if !c.Ingress.IsZero() {
-		if err := d.shaper(veth).Apply(c.Ingress); err != nil {
+		if err := d.shaper(vethIdx).Apply(c.Ingress); err != nil {
 			return p, fmt.Errorf("container %s: ingress limit on %s: %w", c.ID, p.Veth, err)
 		}
 	}
@@ -562,13 +562,13 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
-	if err := d.vethFilters(c.Slot, veth, via).Install(all); err != nil {
+	if err := d.vethFilters(c.Slot, vethIdx, via).Install(all); err != nil {
 		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
 	}
 	if err := d.step("veth filters"); err != nil {
 		return p, err
 	}
-	if err := netns.LinkUp(d.h, veth); err != nil {
+	if err := veth.Up(d.h, vethIdx); err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	if err := d.step("host veth"); err != nil {
@@ -584,7 +584,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := d.step("container handle"); err != nil {
 		return p, err
 	}
-	cl, err := netns.ConfigureContainer(ns, ch, netns.ContainerConfig{
+	cl, err := containerns.Configure(ns, ch, containerns.Config{
 		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU,
 		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy,
 	})
@@ -613,7 +613,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 
 	// The shared host tables, under d.mu.
-	if err := d.plumbHost(c, veth, via, p); err != nil {
+	if err := d.plumbHost(c, vethIdx, via, p); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -665,7 +665,7 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 		return err
 	}
 
-	pin := netns.Pin{Path: p.Mount, Owned: p.PinOwned}
+	pin := nspin.Pin{Path: p.Mount, Owned: p.PinOwned}
 	c.Pin, c.PinOwned = pin.Path, pin.Owned
 	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
 	d.slots[c.Slot] = c.ID
@@ -725,13 +725,23 @@ func (d *DataPlane) unclaim(id string) {
 	d.mu.Unlock()
 }
 
-// disableIPv6Here turns IPv6 off for host link name; call it inside
-// d.hostNS.Do.
-func (d *DataPlane) disableIPv6Here(name string) error {
-	if d.hostIPv6 != nil {
-		return d.hostIPv6.DisableIPv6(name)
+// hostLinkSettings gives host link (idx, name) no forwarding of stray
+// packets and no IPv6 (the shared MAC would give every link the same
+// link-local address); call it inside hostSysctls.
+func hostLinkSettings(sd *sysctl.Dir, idx int, name string) error {
+	if err := sd.SetIPv4Conf(idx, map[int]uint32{sysctl.DevconfForwarding: 0}); err != nil {
+		return err
 	}
-	return netns.DisableIPv6Here(name)
+	return sd.DisableIPv6(name)
+}
+
+// hostSysctls runs fn inside the host namespace with its sysctls: the Dir
+// held open since New, else one opened for this call.
+func (d *DataPlane) hostSysctls(fn func(*sysctl.Dir) error) error {
+	if d.hostSysctl == nil {
+		return sysctl.In(d.hostNS, fn)
+	}
+	return d.hostNS.Do(func() error { return fn(d.hostSysctl) })
 }
 
 // delClsact removes the ingress (or clsact) qdisc, and with it every
@@ -743,7 +753,7 @@ func delClsact(h *netlink.Handle, idx int) error {
 	if errors.Is(err, unix.EINVAL) {
 		err = h.QdiscDel(&netlink.Clsact{QdiscAttrs: attrs})
 	}
-	if err != nil && !netns.IsNotFound(err) {
+	if err != nil && !veth.IsNotFound(err) {
 		return fmt.Errorf("delete ingress qdisc of link %d: %w", idx, err)
 	}
 	return nil

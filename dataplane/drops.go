@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"maps"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -32,7 +32,7 @@ func (e *RefusedNamespaceError) Unwrap() error { return ErrHostNamespace }
 
 // refusedNamespace reports whether ns is the data plane's host namespace,
 // the daemon's own (its thread's or its process's) or pid 1's.
-func (d *DataPlane) refusedNamespace(ns *netns.NS) error {
+func (d *DataPlane) refusedNamespace(ns *nshandle.NS) error {
 	if ns.SameAs(d.hostNS) {
 		return &RefusedNamespaceError{"the data plane's host network namespace"}
 	}
@@ -43,7 +43,7 @@ func (d *DataPlane) refusedNamespace(ns *netns.NS) error {
 		{"/proc/self/ns/net", "the daemon process's network namespace"},
 		{"/proc/1/ns/net", "the network namespace of pid 1 (the machine's)"},
 	} {
-		o, err := netns.Open(x.path)
+		o, err := nshandle.Open(x.path)
 		if err != nil {
 			continue // not visible here (another pid namespace without /proc of ours)
 		}

@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -142,7 +143,7 @@ func (e *env) setup(c Container) Plumbing {
 }
 
 func (e *env) cleanupMount(id string) {
-	e.t.Cleanup(func() { netns.Unmount(netns.DefaultDir, id) })
+	e.t.Cleanup(func() { nspin.Unmount(nspin.DefaultDir, id) })
 }
 
 // start spawns and plumbs a container serving every port in serve.
@@ -298,7 +299,8 @@ func rootState(t testing.TB) string {
 	}
 	for _, k := range []string{"net/ipv4/conf/lo/route_localnet", "net/ipv4/conf/lo/accept_local",
 		"net/ipv4/conf/all/rp_filter", "net/ipv4/conf/lo/rp_filter", "net/ipv4/ip_local_port_range"} {
-		v, _ := netns.ReadSysctlHere(k)
+		var v string
+		sysctl.Here(func(sd *sysctl.Dir) (err error) { v, err = sd.Read(k); return err })
 		fmt.Fprintf(&b, "%s=%s\n", k, v)
 	}
 	return b.String()

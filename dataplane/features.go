@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +84,7 @@ func readKernelConfig(path string) (map[string]string, error) {
 
 // probeFeatures tries each feature on the loopback of a fresh namespace.
 func probeFeatures() (map[string]bool, error) {
-	ns, err := netns.New()
+	ns, err := nshandle.New()
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,12 @@ import (
 	"net"
 	"strings"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/containerns"
+	"github.com/isolatord/isolatord/hostlink"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/shaping"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -20,7 +24,7 @@ import (
 //   - lo accept_local=1: packets redirected from a veth to the host's lo carry
 //     the shared host IP as source; without it they are dropped as
 //     IP_LOCAL_SOURCE (container -> host process via the host IP).
-var hostSysctls = []netns.Sysctl{
+var hostSysctls = []sysctl.Setting{
 	{Name: "net/ipv4/conf/lo/route_localnet", Value: "1"},
 	{Name: "net/ipv4/conf/lo/accept_local", Value: "1"},
 }
@@ -68,7 +72,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		f, src := detectFeatures()
 		probe <- probed{f, src}
 	}()
-	hl, err := netns.ReadHostLinks(d.h, d.cfg.Eth0, d.cfg.Lo)
+	hl, err := hostlink.Read(d.h, d.cfg.Eth0, d.cfg.Lo)
 	if err != nil {
 		return HostInfo{}, fmt.Errorf("host interfaces: %w", err)
 	}
@@ -95,7 +99,8 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		info.Originals[OriginalLoMAC] = orig
 	}
 	wanted := renameLo(hostSysctls, hl.Lo)
-	changed, err := d.hostNS.SetSysctlsSaving(wanted...)
+	var changed []sysctl.Setting
+	err = sysctl.In(d.hostNS, func(sd *sysctl.Dir) (err error) { changed, err = sd.SetSaving(wanted...); return err })
 	for _, kv := range changed {
 		info.Originals["sysctl/"+kv.Name] = kv.Value
 	}
@@ -106,7 +111,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	// The netns directory is a shared mount point (as iproute2 makes it), so
 	// the namespace pins created under it propagate to mount namespaces
 	// cloned from ours (`ip netns exec` makes one) and their removal does too.
-	if err := netns.EnsureSharedDir(d.cfg.NetNSDir); err != nil {
+	if err := nspin.EnsureSharedDir(d.cfg.NetNSDir); err != nil {
 		return info, err
 	}
 
@@ -184,31 +189,37 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 }
 
 // renameLo rewrites "/lo/" in sysctl names to the host's loopback name.
-func renameLo(kvs []netns.Sysctl, lo string) []netns.Sysctl {
-	out := make([]netns.Sysctl, len(kvs))
+func renameLo(kvs []sysctl.Setting, lo string) []sysctl.Setting {
+	out := make([]sysctl.Setting, len(kvs))
 	for i, kv := range kvs {
-		out[i] = netns.Sysctl{Name: strings.Replace(kv.Name, "/lo/", "/"+lo+"/", 1), Value: kv.Value}
+		out[i] = sysctl.Setting{Name: strings.Replace(kv.Name, "/lo/", "/"+lo+"/", 1), Value: kv.Value}
 	}
 	return out
 }
 
 func macEqual(a, b net.HardwareAddr) bool { return a.String() == b.String() }
 
-// sysctlsToCopy reads the host values of netns.HostSysctlsToCopy and keeps
-// those a new namespace does not already start with (checked on a scratch
+// readExisting reads those of the named sysctls that exist in ns.
+func readExisting(ns *nshandle.NS, names []string) (out []sysctl.Setting, err error) {
+	err = sysctl.In(ns, func(sd *sysctl.Dir) error { out, err = sd.ReadExisting(names...); return err })
+	return out, err
+}
+
+// sysctlsToCopy reads the host values of containerns.HostSysctlsToCopy and
+// keeps those a new namespace does not already start with (checked on a scratch
 // namespace): writing a value that is already there costs a /proc/sys
 // lookup per container for nothing.
-func (d *DataPlane) sysctlsToCopy() ([]netns.Sysctl, error) {
-	host, err := d.hostNS.ReadSysctls(netns.HostSysctlsToCopy...)
+func (d *DataPlane) sysctlsToCopy() ([]sysctl.Setting, error) {
+	host, err := readExisting(d.hostNS, containerns.HostSysctlsToCopy)
 	if err != nil {
 		return nil, fmt.Errorf("read host sysctls to copy: %w", err)
 	}
-	scratch, err := netns.New()
+	scratch, err := nshandle.New()
 	if err != nil {
 		return host, nil // cannot compare: copy them all
 	}
 	defer scratch.Close()
-	fresh, err := scratch.ReadSysctls(netns.HostSysctlsToCopy...)
+	fresh, err := readExisting(scratch, containerns.HostSysctlsToCopy)
 	if err != nil {
 		return host, nil
 	}
@@ -216,7 +227,7 @@ func (d *DataPlane) sysctlsToCopy() ([]netns.Sysctl, error) {
 	for _, kv := range fresh {
 		def[kv.Name] = strings.Join(strings.Fields(kv.Value), " ")
 	}
-	var out []netns.Sysctl
+	var out []sysctl.Setting
 	for _, kv := range host {
 		if v, ok := def[kv.Name]; !ok || v != strings.Join(strings.Fields(kv.Value), " ") {
 			out = append(out, kv)

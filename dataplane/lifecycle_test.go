@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
@@ -80,7 +81,7 @@ func TestRefusesHostNamespace(t *testing.T) {
 		if !errors.Is(err, ErrHostNamespace) {
 			t.Errorf("Setup in %s: %v, want ErrHostNamespace", path, err)
 		}
-		if _, err := os.Stat(filepath.Join(netns.DefaultDir, c.ID)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(nspin.DefaultDir, c.ID)); !os.IsNotExist(err) {
 			t.Errorf("a mount point was left for %s", c.ID)
 		}
 	}
@@ -154,7 +155,7 @@ func TestSetupRollback(t *testing.T) {
 		if after := e.hostState(); after != before {
 			t.Errorf("failure at %q left host changes:\n%s", step, lineDiff(before, after))
 		}
-		if _, err := os.Stat(filepath.Join(netns.DefaultDir, c.ID)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(nspin.DefaultDir, c.ID)); !os.IsNotExist(err) {
 			t.Errorf("failure at %q left the mount point of %s", step, c.ID)
 		}
 		if len(e.d.ctrs) != 1 || len(e.d.shared[9100]) != 1 {
@@ -355,7 +356,7 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 		t.Errorf("filters of slot 1 survived:\n%s", f)
 	}
 	miss, err = d2.Check(ctx, a.c)
-	if err != nil || !slices.Contains(miss, "veth "+VethName(a.c.ID)) || !slices.Contains(miss, "bind mount "+filepath.Join(netns.DefaultDir, a.c.ID)) {
+	if err != nil || !slices.Contains(miss, "veth "+VethName(a.c.ID)) || !slices.Contains(miss, "bind mount "+filepath.Join(nspin.DefaultDir, a.c.ID)) {
 		t.Errorf("Check after teardown: %v %v", miss, err)
 	}
 }
@@ -393,7 +394,7 @@ func TestSnapshotAndRemoveStrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"veth " + VethName(b.c.ID), "veth " + VethName(c.c.ID),
-		"bind mount " + filepath.Join(netns.DefaultDir, b.c.ID), "eth0 fan-out of slot 3",
+		"bind mount " + filepath.Join(nspin.DefaultDir, b.c.ID), "eth0 fan-out of slot 3",
 		"eth0 range 31012-31015 of slot 2", "lo range 31020 of slot 3", "eth0 stray holders of shared port 9000"} {
 		if !slices.Contains(removed, want) {
 			t.Errorf("RemoveStrays did not report %q; got %v", want, removed)
@@ -464,9 +465,9 @@ func TestHostPreparation(t *testing.T) {
 	serveIn(t, e.sb.Host, "0.0.0.0:8000", "host")
 	quick := traffic.WithTimeout(700 * time.Millisecond)
 
-	sysctl := func(k, v string) {
+	setHost := func(k, v string) {
 		t.Helper()
-		if err := e.sb.Host.Do(func() error { return netns.WriteSysctlHere(k, v) }); err != nil {
+		if err := e.sb.Host.Do(func() error { return sysctl.Here(func(sd *sysctl.Dir) error { return sd.Write(k, v) }) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -480,17 +481,17 @@ func TestHostPreparation(t *testing.T) {
 			func() { setMAC(t, h, lo, "02:00:00:00:00:99") }, func() { setMAC(t, h, lo, e.sb.HostMAC.String()) },
 			func() (string, error) { return echo(e.sb.Host, "tcp", hostAddr(31000), quick) }, "A"},
 		{"lo route_localnet=1 (container -> host via 127.0.0.1)",
-			func() { sysctl("net/ipv4/conf/lo/route_localnet", "0") }, func() { sysctl("net/ipv4/conf/lo/route_localnet", "1") },
+			func() { setHost("net/ipv4/conf/lo/route_localnet", "0") }, func() { setHost("net/ipv4/conf/lo/route_localnet", "1") },
 			func() (string, error) { return echo(a.proc, "tcp", loAddr(8000), quick) }, "host"},
 		{"lo accept_local=1 (container -> host via host IP)",
-			func() { sysctl("net/ipv4/conf/lo/accept_local", "0") }, func() { sysctl("net/ipv4/conf/lo/accept_local", "1") },
+			func() { setHost("net/ipv4/conf/lo/accept_local", "0") }, func() { setHost("net/ipv4/conf/lo/accept_local", "1") },
 			func() (string, error) { return echo(a.proc, "tcp", hostAddr(8000), quick) }, "host"},
 	}
 	// rp_filter is left alone: strict or loose reverse-path filtering on
 	// the host breaks none of the paths.
 	for _, v := range []string{"1", "2"} {
 		for _, dev := range []string{"all", "default", "lo", "eth0", VethName(a.c.ID)} {
-			sysctl("net/ipv4/conf/"+dev+"/rp_filter", v)
+			setHost("net/ipv4/conf/"+dev+"/rp_filter", v)
 		}
 		for _, nw := range []string{"tcp", "udp"} {
 			mustEcho(t, e.sb.Client, nw, hostAddr(31000), "A")
@@ -544,7 +545,7 @@ func TestCustomNetNSDir(t *testing.T) {
 	if _, err := d.PrepareHost(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := netns.ReadMountInfo()
+	ms, err := nspin.ReadMountInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +560,7 @@ func TestCustomNetNSDir(t *testing.T) {
 	}
 	p := e.spawn("D", []uint16{31000}, false)
 	c := e.spec("D", p, 4, "40960-41983", "31000", "")
-	t.Cleanup(func() { netns.Unmount(dir, c.ID) })
+	t.Cleanup(func() { nspin.Unmount(dir, c.ID) })
 	pl, err := d.Setup(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
@@ -567,14 +568,14 @@ func TestCustomNetNSDir(t *testing.T) {
 	if pl.Mount != filepath.Join(dir, c.ID) {
 		t.Errorf("mount %s, want it under %s", pl.Mount, dir)
 	}
-	if got, _ := netns.NsMounts(dir); len(got) != 1 || got[c.ID] != pl.NetNSIno {
+	if got, _ := nspin.NsMounts(dir); len(got) != 1 || got[c.ID] != pl.NetNSIno {
 		t.Errorf("NsMounts(%s) = %v, want %s -> %d", dir, got, c.ID, pl.NetNSIno)
 	}
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "D")
 	if _, err := d.Teardown(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := netns.NsMounts(dir); len(got) != 0 {
+	if got, _ := nspin.NsMounts(dir); len(got) != 0 {
 		t.Errorf("mounts left in %s: %v", dir, got)
 	}
 }
@@ -678,10 +679,12 @@ func TestCopiesHostSysctls(t *testing.T) {
 	checkRootUnchanged(t)
 	sb := sandbox.New(t)
 	if err := sb.Host.Do(func() error {
-		if err := netns.WriteSysctlHere("net/core/somaxconn", "777"); err != nil {
-			return err
-		}
-		return netns.WriteSysctlHere("net/ipv4/tcp_keepalive_time", "1234")
+		return sysctl.Here(func(sd *sysctl.Dir) error {
+			if err := sd.Write("net/core/somaxconn", "777"); err != nil {
+				return err
+			}
+			return sd.Write("net/ipv4/tcp_keepalive_time", "1234")
+		})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -701,7 +704,8 @@ func TestCopiesHostSysctls(t *testing.T) {
 	a := e.start("A", 1, "40960-41983", "31000", "", 31000)
 	for k, want := range map[string]string{"net/core/somaxconn": "777", "net/ipv4/tcp_keepalive_time": "1234"} {
 		var v string
-		if err := a.proc.Do(func() (err error) { v, err = netns.ReadSysctlHere(k); return err }); err != nil || v != want {
+		read := func(sd *sysctl.Dir) (err error) { v, err = sd.Read(k); return err }
+		if err := a.proc.Do(func() error { return sysctl.Here(read) }); err != nil || v != want {
 			t.Errorf("container %s = %q (%v), want %s", k, v, err, want)
 		}
 	}

@@ -3,7 +3,8 @@ package dataplane
 import (
 	"fmt"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 // MountPath is where Setup bind-mounts a container's namespace handle
@@ -12,16 +13,16 @@ import (
 func (d *DataPlane) MountPath(id string) string { return d.mountPath(id) }
 
 // PlanPin says where Setup would pin c's namespace and whether that pin
-// would be isolatord's own (netns.PlanPin), changing nothing.
+// would be isolatord's own (nspin.Plan), changing nothing.
 func (d *DataPlane) PlanPin(c Container) (path string, owned bool, err error) {
 	if err := checkID(c.ID); err != nil {
 		return "", false, err
 	}
-	ns, err := netns.Open(c.NetNS)
+	ns, err := nshandle.Open(c.NetNS)
 	if err != nil {
 		return "", false, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	defer ns.Close()
-	p := netns.PlanPin(ns, d.cfg.NetNSDir, c.ID)
+	p := nspin.Plan(ns, d.cfg.NetNSDir, c.ID)
 	return p.Path, p.Owned, nil
 }

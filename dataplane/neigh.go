@@ -5,7 +5,7 @@ import (
 	"net"
 
 	"github.com/isolatord/isolatord/neighsync"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 )
 
 // Neighbours: no ARP frame reaches a container (the eth0 demux keeps ARP
@@ -26,7 +26,7 @@ func (d *DataPlane) startNeigh(eth0 int, onLink net.IPNet, gateway net.IP) error
 }
 
 // addNeigh makes the syncer serve container id in namespace ns.
-func (d *DataPlane) addNeigh(id string, ns *netns.NS) error {
+func (d *DataPlane) addNeigh(id string, ns *nshandle.NS) error {
 	if d.neigh == nil {
 		return nil
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/hostlink"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -59,7 +61,7 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 	}()
 
 	// Container side, through the pinned namespace.
-	ns, err := netns.Open(rec.pin.Path)
+	ns, err := nshandle.Open(rec.pin.Path)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", c.ID, err)
 	}
@@ -208,7 +210,7 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
 	}
 	idx, via := l.Attrs().Index, 0
-	s, err := netns.PeerCounters(d.hr, idx)
+	s, err := hostlink.PeerCounters(d.hr, idx)
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
 	}
@@ -370,7 +372,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	// Only a pin isolatord made is removed: a runtime's pin stays theirs
 	// (pin was read with the record, under d.mu, above).
 	if pin.Owned {
-		mounted, present, err := netns.Unpin(pin)
+		mounted, present, err := nspin.Remove(pin)
 		if err != nil {
 			errs = append(errs, err)
 		} else if !mounted {
@@ -427,7 +429,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
 	}
 	pin := d.pinOf(c)
-	ns, err := netns.Open(pin.Path)
+	ns, err := nshandle.Open(pin.Path)
 	if err != nil {
 		return fmt.Errorf("adopt %s: bind mount: %w", c.ID, err)
 	}

@@ -8,7 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 // runtimePin pins the namespace at nsPath at dir/name the way a runtime
@@ -16,27 +17,27 @@ import (
 // pin is still there and still pins that namespace.
 func runtimePin(t *testing.T, nsPath, dir, name string) string {
 	t.Helper()
-	ns, err := netns.Open(nsPath)
+	ns, err := nshandle.Open(nsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	p, err := netns.BindMount(ns, dir, name)
+	p, err := nspin.BindMount(ns, dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { netns.Unmount(dir, name) })
+	t.Cleanup(func() { nspin.Unmount(dir, name) })
 	return p
 }
 
 func stillPins(t *testing.T, p, nsPath string) {
 	t.Helper()
-	pinned, err := netns.Open(p)
+	pinned, err := nshandle.Open(p)
 	if err != nil {
 		t.Fatalf("the runtime's pin %s is gone: %v", p, err)
 	}
 	defer pinned.Close()
-	want, err := netns.Open(nsPath)
+	want, err := nshandle.Open(nsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +136,8 @@ func TestRuntimePinNeverRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d2.Teardown(ctx, b); netns.Unmount(dir, b.ID+netns.PinSuffix) })
-	if want := filepath.Join(dir, b.ID+netns.PinSuffix); !pl.PinOwned || pl.Mount != want {
+	t.Cleanup(func() { d2.Teardown(ctx, b); nspin.Unmount(dir, b.ID+nspin.Suffix) })
+	if want := filepath.Join(dir, b.ID+nspin.Suffix); !pl.PinOwned || pl.Mount != want {
 		t.Errorf("Setup with another namespace pinned at its path: mount %s owned %v, want %s owned", pl.Mount, pl.PinOwned, want)
 	}
 	stillPins(t, other, pa.NetNS)
@@ -146,7 +147,7 @@ func TestRuntimePinNeverRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	stillPins(t, other, pa.NetNS)
-	if got, _ := netns.NsMounts(dir); len(got) != 2 {
+	if got, _ := nspin.NsMounts(dir); len(got) != 2 {
 		t.Errorf("mounts in %s after teardown: %v, want only the runtime's two", dir, got)
 	}
 }

@@ -23,7 +23,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -123,7 +125,7 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	if err != nil {
 		return out, err
 	}
-	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
 		return out, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
 	}
@@ -305,19 +307,20 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 	}
 	f.Mount = d.mountPath(f.ID)
 	if _, ok := mounts[f.ID]; !ok {
-		// Ours beside a runtime's pin of another namespace (netns.PinNS).
-		if _, alt := mounts[f.ID+netns.PinSuffix]; !alt || !meta.PinOwned {
+		// Ours beside a runtime's pin of another namespace (nspin.Create).
+		if _, alt := mounts[f.ID+nspin.Suffix]; !alt || !meta.PinOwned {
 			return f, fmt.Sprintf("container %s: its namespace pin %s is gone", f.ID, d.mountPath(f.ID))
 		}
-		f.Mount += netns.PinSuffix
+		f.Mount += nspin.Suffix
 	}
 	f.NetNS = f.Mount
-	ns, err := netns.Open(f.Mount)
+	ns, err := nshandle.Open(f.Mount)
 	if err != nil {
 		return f, fmt.Sprintf("container %s: %v", f.ID, err)
 	}
 	f.NetNSIno = ns.Ino()
-	v, err := ns.ReadSysctl("net.ipv4.ip_local_port_range")
+	var v string
+	err = sysctl.In(ns, func(sd *sysctl.Dir) (err error) { v, err = sd.Read("net/ipv4/ip_local_port_range"); return err })
 	ns.Close()
 	if err != nil {
 		return f, fmt.Sprintf("container %s: read its ip_local_port_range: %v", f.ID, err)

@@ -10,9 +10,11 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/veth"
 )
 
 // Snapshot lists what exists in the kernel and the netns directory that
@@ -41,7 +43,7 @@ func (d *DataPlane) SnapshotFor(ctx context.Context, ids []string) (Snapshot, er
 		return s, err
 	}
 	s.Veths = veths
-	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
 		return s, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
 	}
@@ -130,11 +132,11 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	}
 
 	mp := d.pinOf(c).Path
-	ns, err := netns.Open(mp)
+	ns, err := nshandle.Open(mp)
 	if err != nil {
 		missing = append(missing, "bind mount "+mp)
 		if c.NetNS != "" {
-			ns, err = netns.Open(c.NetNS)
+			ns, err = nshandle.Open(c.NetNS)
 		}
 	}
 	if err != nil || ns == nil {
@@ -324,12 +326,12 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	}
 
 	// 2. bind mounts of stray veths' IDs, then the veths.
-	mounts, err := netns.NsMounts(d.cfg.NetNSDir)
+	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for pin := range mounts {
-		name := VethName(strings.TrimSuffix(pin, netns.PinSuffix))
+		name := VethName(strings.TrimSuffix(pin, nspin.Suffix))
 		idx, ours := veths[name]
 		if !ours || keepVeth[name] {
 			continue
@@ -340,7 +342,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 			}
 			continue
 		}
-		if _, err := delIf(apply, func() (int, error) { _, _, err := netns.Unmount(d.cfg.NetNSDir, pin); return 0, err }); err != nil {
+		if _, err := delIf(apply, func() (int, error) { _, _, err := nspin.Unmount(d.cfg.NetNSDir, pin); return 0, err }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -350,7 +352,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		if keepVeth[name] {
 			continue
 		}
-		if _, err := delIf(apply, func() (bool, error) { return netns.DeleteLink(d.h, idx) }); err != nil {
+		if _, err := delIf(apply, func() (bool, error) { return veth.Delete(d.h, idx) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -366,7 +368,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		if keepVeth[VethPrefix+name[len(ShaperEntryPrefix):]] {
 			continue
 		}
-		if _, err := delIf(apply, func() (bool, error) { return netns.DeleteLink(d.h, idx) }); err != nil {
+		if _, err := delIf(apply, func() (bool, error) { return veth.Delete(d.h, idx) }); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -44,7 +44,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/veth"
 )
 
 const (
@@ -246,11 +246,11 @@ func (r *retirer) pass() {
 // (renamed, moved to RetiredGroup). It reports whether the link existed.
 func (d *DataPlane) retire(idx int) (bool, error) {
 	if d.retired.unsafe.Load() {
-		return netns.DeleteLink(d.h, idx)
+		return veth.Delete(d.h, idx)
 	}
 	l := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}
 	if err := d.h.LinkSetDown(l); err != nil {
-		if netns.IsNotFound(err) {
+		if veth.IsNotFound(err) {
 			return false, nil
 		}
 		return true, fmt.Errorf("set link %d down: %w", idx, err)
@@ -258,13 +258,13 @@ func (d *DataPlane) retire(idx int) (bool, error) {
 	// Not found from here on: deleted meanwhile with its peer (a shaper
 	// pair's other end already retired), which is the aim.
 	if err := d.h.LinkSetName(l, retiredName(idx)); err != nil {
-		if netns.IsNotFound(err) {
+		if veth.IsNotFound(err) {
 			return true, nil
 		}
 		return true, fmt.Errorf("rename link %d for deletion: %w", idx, err)
 	}
 	if err := d.h.LinkSetGroup(l, RetiredGroup); err != nil {
-		if netns.IsNotFound(err) {
+		if veth.IsNotFound(err) {
 			return true, nil
 		}
 		return true, fmt.Errorf("move link %d to the deletion group: %w", idx, err)
@@ -281,7 +281,7 @@ func (d *DataPlane) retire(idx int) (bool, error) {
 func (d *DataPlane) retireByName(name string) (bool, error) {
 	l, err := d.h.LinkByName(name)
 	if err != nil {
-		if netns.IsNotFound(err) {
+		if veth.IsNotFound(err) {
 			return false, nil
 		}
 		return false, fmt.Errorf("look up link %s: %w", name, err)
@@ -353,7 +353,7 @@ func (d *DataPlane) sweepRetired() error {
 		"group", RetiredGroup, "links", strings.Join(foreign, ","))
 	var errs []error
 	for _, idx := range ours {
-		if _, err := netns.DeleteLink(d.h, idx); err != nil {
+		if _, err := veth.Delete(d.h, idx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -9,18 +9,18 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
 )
 
 // nsPath names an anonymous namespace through our open descriptor.
-func nsPath(ns *netns.NS) string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), ns.Fd()) }
+func nsPath(ns *nshandle.NS) string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), ns.Fd()) }
 
 // fleetSpec is container i of a fleet: slot first+i, a 16-port ephemeral
 // block from 32768 and one static port from 20000 (room for 1,500).
-func fleetSpec(id string, ns *netns.NS, slot uint16, i int) Container {
+func fleetSpec(id string, ns *nshandle.NS, slot uint16, i int) Container {
 	b := uint16(32768 + 16*i)
 	return Container{
 		ID: id, Slot: slot, NetNS: nsPath(ns),
@@ -41,7 +41,7 @@ func (e *env) addFleet(first, n int) []Container {
 	e.t.Helper()
 	var cs []Container
 	for i := first; i < first+n; i++ {
-		ns, err := netns.New()
+		ns, err := nshandle.New()
 		if err != nil {
 			e.t.Fatal(err)
 		}

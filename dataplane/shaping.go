@@ -29,9 +29,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/isolatord/isolatord/netns"
 	"github.com/isolatord/isolatord/shaping"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/veth"
 )
 
 // Limit is a bandwidth limit in one direction (bytes per second; the zero
@@ -132,7 +133,7 @@ func (d *DataPlane) ourShapers() (map[string]int, error) {
 func (d *DataPlane) linkIndex(name string) (int, error) {
 	l, err := d.h.LinkByName(name)
 	if err != nil {
-		if netns.IsNotFound(err) {
+		if veth.IsNotFound(err) {
 			return 0, nil
 		}
 		return 0, fmt.Errorf("look up %s: %w", name, err)
@@ -154,7 +155,7 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 	if d.info.MTU > 0 {
 		v.PeerMTU = uint32(d.info.MTU)
 	}
-	if _, err := netns.DeleteLinkByName(d.h, entry); err != nil {
+	if _, err := veth.DeleteByName(d.h, entry); err != nil {
 		return 0, err
 	}
 	if err := d.h.LinkAdd(v); err != nil {
@@ -165,11 +166,11 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 		err = fmt.Errorf("shaper %s vanished", entry)
 	}
 	if err != nil {
-		netns.DeleteLinkByName(d.h, entry)
+		veth.DeleteByName(d.h, entry)
 		return 0, err
 	}
 	fail := func(err error) (int, error) {
-		if _, derr := netns.DeleteLink(d.h, ei); derr != nil {
+		if _, derr := veth.Delete(d.h, ei); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		return 0, err
@@ -179,19 +180,11 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 		return fail(fmt.Errorf("shaper exit %s: %v", exit, err))
 	}
 	// like the host veth: no forwarding of stray packets, no IPv6
-	err = d.hostNS.Do(func() error {
-		for _, l := range []struct {
-			name string
-			idx  int
-		}{{entry, ei}, {exit, xi}} {
-			if err := netns.SetIPv4ConfHere(l.idx, map[int]uint32{netns.DevconfForwarding: 0}); err != nil {
-				return err
-			}
-			if err := d.disableIPv6Here(l.name); err != nil {
-				return err
-			}
+	err = d.hostSysctls(func(sd *sysctl.Dir) error {
+		if err := hostLinkSettings(sd, ei, entry); err != nil {
+			return err
 		}
-		return nil
+		return hostLinkSettings(sd, xi, exit)
 	})
 	if err != nil {
 		return fail(fmt.Errorf("shaper settings: %w", err))
@@ -207,7 +200,7 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 		return fail(err)
 	}
 	for _, i := range []int{xi, ei} {
-		if err := netns.LinkUp(d.h, i); err != nil {
+		if err := veth.Up(d.h, i); err != nil {
 			return fail(err)
 		}
 	}
@@ -266,7 +259,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 			if err := d.shaper(ei).Drain(drainTimeout); err != nil {
 				d.log.Warn("egress queue not drained before removal", "container", c.ID, "err", err)
 			}
-			if _, err := netns.DeleteLink(d.h, ei); err != nil {
+			if _, err := veth.Delete(d.h, ei); err != nil {
 				return fmt.Errorf("egress: delete shaper %s: %w", entry, err)
 			}
 		}
@@ -299,7 +292,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 		if created {
 			back := d.vethFilters(c.Slot, rec.veth, 0)
 			err = errors.Join(err, back.Retarget(all))
-			if _, derr := netns.DeleteLink(d.h, ei); derr != nil {
+			if _, derr := veth.Delete(d.h, ei); derr != nil {
 				err = errors.Join(err, derr)
 			}
 		}

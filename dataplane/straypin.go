@@ -3,7 +3,7 @@ package dataplane
 import (
 	"strings"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 // strayPinOwned reports whether the namespace pin called name in the netns
@@ -14,11 +14,11 @@ import (
 // <id>@isolatord (then <id> is a runtime's pin of another namespace). A
 // veth without our alias (ownership lost) leaves <id> in place.
 func (d *DataPlane) strayPinOwned(name string, veth int, mounts map[string]uint64) bool {
-	id, alt := strings.CutSuffix(name, netns.PinSuffix)
+	id, alt := strings.CutSuffix(name, nspin.Suffix)
 	if alt {
 		return true
 	}
-	if _, beside := mounts[id+netns.PinSuffix]; beside {
+	if _, beside := mounts[id+nspin.Suffix]; beside {
 		return false
 	}
 	l, err := d.h.LinkByIndex(veth)

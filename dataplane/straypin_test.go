@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 // TestRemoveStraysLeavesRuntimePins: RemoveStrays (the operator's
@@ -54,12 +54,12 @@ func TestRemoveStraysLeavesRuntimePins(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { d.Teardown(ctx, x); netns.Unmount(dir, x.ID); netns.Unmount(dir, x.ID+netns.PinSuffix) })
+		t.Cleanup(func() { d.Teardown(ctx, x); nspin.Unmount(dir, x.ID); nspin.Unmount(dir, x.ID+nspin.Suffix) })
 		if pl.PinOwned != want[x.ID] {
 			t.Fatalf("Setup %s: pin %s owned %v, want owned %v", x.ID, pl.Mount, pl.PinOwned, want[x.ID])
 		}
 	}
-	ownB, ownC := filepath.Join(dir, b.ID), filepath.Join(dir, c.ID+netns.PinSuffix)
+	ownB, ownC := filepath.Join(dir, b.ID), filepath.Join(dir, c.ID+nspin.Suffix)
 	stillPins(t, ownB, pb.NetNS)
 	stillPins(t, ownC, pc.NetNS)
 
@@ -99,7 +99,7 @@ func TestRemoveStraysLeavesRuntimePins(t *testing.T) {
 	}
 	stillPins(t, theirsA, pa.NetNS)
 	stillPins(t, theirsC, pa.NetNS)
-	mounts, err := netns.NsMounts(dir)
+	mounts, err := nspin.NsMounts(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

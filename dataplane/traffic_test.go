@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -139,12 +139,12 @@ func TestTwoContainersTraffic(t *testing.T) {
 		if !strings.Contains(out, ":31000") || strings.Contains(out, ":31010") {
 			t.Errorf("ss in %s does not show A's listeners:\n%s", a.c.ID, out)
 		}
-		ms, err := netns.NsMounts(netns.DefaultDir)
+		ms, err := nspin.NsMounts(nspin.DefaultDir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := ms[a.c.ID]; !ok {
-			t.Errorf("no nsfs mount for %s in %s: %v", a.c.ID, netns.DefaultDir, ms)
+			t.Errorf("no nsfs mount for %s in %s: %v", a.c.ID, nspin.DefaultDir, ms)
 		}
 	})
 
@@ -188,7 +188,7 @@ func TestTwoContainersTraffic(t *testing.T) {
 				}
 			}
 		}
-		ms, _ := netns.NsMounts(netns.DefaultDir)
+		ms, _ := nspin.NsMounts(nspin.DefaultDir)
 		if _, ok := ms[a.c.ID]; ok {
 			t.Errorf("mount of %s survived teardown", a.c.ID)
 		}

@@ -1,6 +1,6 @@
-// Package dataplane is isolatord's kernel data plane: it composes netns/ (namespaces,
-// veths, bind mounts, in-namespace configuration) and tcfilter/ (tc qdiscs and u32
-// filters) into the operations the lifecycle drives: host preparation, container
+// Package dataplane is isolatord's kernel data plane: it composes the namespace
+// packages (nshandle, nspin, veth, sysctl, containerns, hostlink) and tcfilter/
+// (tc qdiscs and u32 filters) into the operations the lifecycle drives: host preparation, container
 // setup, port changes, statistics, teardown and a kernel snapshot for recovery.
 package dataplane
 

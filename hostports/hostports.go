@@ -37,7 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/nsstats"
 )
 
@@ -45,7 +45,7 @@ import (
 // concurrent use. It does not count holders: a port is reserved once,
 // however many containers share it (the lifecycle counts them).
 type Ports struct {
-	ns       *netns.NS
+	ns       *nshandle.NS
 	here     bool   // ns is the process's own namespace: no thread switch needed
 	procRoot string // "/proc"
 
@@ -58,7 +58,7 @@ type reservation struct{ tcp, udp int }
 
 // New opens the host namespace at path ("" = the process's own).
 func New(path string) (*Ports, error) {
-	self, err := netns.Current()
+	self, err := nshandle.Current()
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func New(path string) (*Ports, error) {
 		return &Ports{ns: self, here: true, procRoot: "/proc", socks: map[uint16]reservation{}}, nil
 	}
 	defer self.Close()
-	ns, err := netns.Open(path)
+	ns, err := nshandle.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/sysctl"
 )
 
 const reservedPortsSysctl = "net/ipv4/ip_local_reserved_ports"
@@ -66,22 +66,24 @@ func (p *Ports) ReservePool(pool ephemeral.Set, marker string) (PoolResult, erro
 		return res, err
 	}
 	err := p.do(func() error {
-		cur, err := netns.ReadSysctlHere(reservedPortsSysctl)
-		if err != nil {
-			return err
-		}
-		res.Original = strings.TrimSpace(cur)
-		current, err := ephemeral.ParseSet(res.Original)
-		if err != nil {
-			return fmt.Errorf("%s: %w", reservedPortsSysctl, err)
-		}
-		next, ours := MergeReserved(current, prev, pool)
-		res.Value, res.Added, res.Removed = next.String(), ours, current.Subtract(next)
-		if next.String() == res.Original || (next.Empty() && res.Original == "") {
-			res.Value = res.Original
-			return nil
-		}
-		return netns.WriteSysctlHere(reservedPortsSysctl, next.String())
+		return sysctl.Here(func(sd *sysctl.Dir) error {
+			cur, err := sd.Read(reservedPortsSysctl)
+			if err != nil {
+				return err
+			}
+			res.Original = strings.TrimSpace(cur)
+			current, err := ephemeral.ParseSet(res.Original)
+			if err != nil {
+				return fmt.Errorf("%s: %w", reservedPortsSysctl, err)
+			}
+			next, ours := MergeReserved(current, prev, pool)
+			res.Value, res.Added, res.Removed = next.String(), ours, current.Subtract(next)
+			if next.String() == res.Original || (next.Empty() && res.Original == "") {
+				res.Value = res.Original
+				return nil
+			}
+			return sd.Write(reservedPortsSysctl, next.String())
+		})
 	})
 	if err != nil {
 		return res, fmt.Errorf("host %s: %w", strings.ReplaceAll(reservedPortsSysctl, "/", "."), err)

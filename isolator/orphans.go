@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 // Orphan reclamation. A runtime that removes a container without a CNI DEL
@@ -131,7 +131,7 @@ func (s *Isolator) orphaned(threads bool) map[string]Record {
 	if len(cand) == 0 {
 		return nil
 	}
-	mounts, err := netns.NetNSMounts()
+	mounts, err := nspin.NetNSMounts()
 	if err != nil {
 		s.log.Warn("orphan check: cannot read the mount table; nothing reclaimed", "err", err.Error())
 		return nil

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 func TestOtherPin(t *testing.T) {
@@ -62,7 +62,7 @@ func BenchmarkOrphanScan(b *testing.B) {
 	}
 	b.Run("mountinfo", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := netns.NetNSMounts(); err != nil {
+			if _, err := nspin.NetNSMounts(); err != nil {
 				b.Fatal(err)
 			}
 		}

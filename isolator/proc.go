@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 )
 
 // procStart returns the start time (clock ticks since boot, field 22 of
@@ -37,7 +37,7 @@ var netnsInode = nsInode
 // nsInode returns the inode of a network namespace file, refusing anything
 // that is not one.
 func nsInode(path string) (uint64, error) {
-	ns, err := netns.Open(path)
+	ns, err := nshandle.Open(path)
 	if err != nil {
 		return 0, err
 	}

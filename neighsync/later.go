@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 )
 
 // Recovery: a restarted daemon adopts every container before it serves.
@@ -109,7 +109,7 @@ func (s *Syncer) laterWorker() {
 }
 
 func (s *Syncer) addLater(a laterAdd) {
-	ns, err := netns.Open(a.path)
+	ns, err := nshandle.Open(a.path)
 	var m *member
 	if err == nil {
 		if ns.Ino() != a.ino {

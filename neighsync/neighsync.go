@@ -53,16 +53,17 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	vns "github.com/vishvananda/netns"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/sysctl"
 )
 
 // ContainerSysctls are the neighbour settings of a container's eth0 named
 // eth0: ask user space (3 times), never the wire.
-func ContainerSysctls(eth0 string) []netns.Sysctl {
-	return []netns.Sysctl{
+func ContainerSysctls(eth0 string) []sysctl.Setting {
+	return []sysctl.Setting{
 		{Name: "net/ipv4/neigh/" + eth0 + "/app_solicit", Value: "3"},
 		{Name: "net/ipv4/neigh/" + eth0 + "/mcast_solicit", Value: "0"},
 	}
@@ -129,7 +130,7 @@ type member struct {
 // (resolved by the host first if needed): traffic with them keeps flowing
 // while the daemon is down; only neighbours a container meets later need
 // the daemon.
-func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gateway net.IP, log *slog.Logger) (*Syncer, error) {
+func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gateway net.IP, log *slog.Logger) (*Syncer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -150,7 +151,7 @@ func Start(hostNS *netns.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, gate
 		s.gateway = g
 	}
 	ch := make(chan netlink.NeighUpdate, 256)
-	nsh := vns.NsHandle(hostNS.Fd())
+	nsh := netns.NsHandle(hostNS.Fd())
 	if err := netlink.NeighSubscribeWithOptions(ch, s.stop, netlink.NeighSubscribeOptions{
 		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError("host", s.stop),
 	}); err != nil {
@@ -217,7 +218,7 @@ func (s *Syncer) Stats() Stats {
 // it sets the container's neighbour settings (ContainerSysctls) and listens
 // to its neighbour requests. Adding an id again replaces the old
 // subscription. The Syncer keeps a netlink socket in ns until Remove.
-func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
+func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
 	m, err := open(id, ns, eth0)
 	if err != nil {
 		return err
@@ -227,11 +228,11 @@ func (s *Syncer) Add(id string, ns *netns.NS, eth0 string) error {
 
 // open makes container id's settings, request handle and neighbour socket
 // (one thread switch for all three).
-func open(id string, ns *netns.NS, eth0 string) (*member, error) {
+func open(id string, ns *nshandle.NS, eth0 string) (*member, error) {
 	var h *netlink.Handle
 	fd := -1
 	err := ns.Do(func() error {
-		sd, err := netns.OpenSysctlDir()
+		sd, err := sysctl.Open()
 		if err != nil {
 			return err
 		}

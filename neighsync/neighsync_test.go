@@ -9,7 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -20,7 +20,7 @@ import (
 // container asking later gets it at once; after Remove nothing is written.
 func TestContainerGetsHostNeighbour(t *testing.T) {
 	sb := sandbox.New(t)
-	hns, err := netns.Open(sb.Host.Path)
+	hns, err := nshandle.Open(sb.Host.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 
 	ask := func(name string) *netlink.Handle {
 		c := sb.StartContainer(t, name)
-		n, err := netns.Open(c.NetNS)
+		n, err := nshandle.Open(c.NetNS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 // socket.
 func TestContainersShareOneReader(t *testing.T) {
 	sb := sandbox.New(t)
-	hns, err := netns.Open(sb.Host.Path)
+	hns, err := nshandle.Open(sb.Host.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +194,9 @@ func TestContainersShareOneReader(t *testing.T) {
 }
 
 // withEth0 returns a new namespace holding a veth pair eth0/x0.
-func withEth0(t *testing.T) *netns.NS {
+func withEth0(t *testing.T) *nshandle.NS {
 	t.Helper()
-	ns, err := netns.New()
+	ns, err := nshandle.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestAddLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	path := func(ns *netns.NS) string { return fmt.Sprintf("/proc/self/fd/%d", ns.Fd()) }
+	path := func(ns *nshandle.NS) string { return fmt.Sprintf("/proc/self/fd/%d", ns.Fd()) }
 	const n = 12
 	for i := range n {
 		ns := withEth0(t)
@@ -278,9 +278,9 @@ func TestAddLater(t *testing.T) {
 	}
 }
 
-func mustOpenNS(t *testing.T, path string) *netns.NS {
+func mustOpenNS(t *testing.T, path string) *nshandle.NS {
 	t.Helper()
-	ns, err := netns.Open(path)
+	ns, err := nshandle.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

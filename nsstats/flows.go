@@ -20,7 +20,7 @@ import (
 	"net/netip"
 	"slices"
 
-	isonetns "github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,7 +102,7 @@ func PeerPorts(netnsPath string, localPort uint16) ([]uint16, error) {
 // namespace at netnsPath. If switching back fails the thread stays locked,
 // so the runtime destroys it with the goroutine.
 func doIn(netnsPath string, fn func() error) error {
-	ns, err := isonetns.Open(netnsPath)
+	ns, err := nshandle.Open(netnsPath)
 	if err != nil {
 		return fmt.Errorf("nsstats: %w", err)
 	}

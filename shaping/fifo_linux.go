@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink/nl"
-	vnetns "github.com/vishvananda/netns"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,11 +21,11 @@ import (
 // qdisc handle under parent on ifindex with a byte limit. A change keeps the
 // queued packets (the kernel's fifo .change only sets the limit).
 func bfifoRequest(nsFd, ifindex int, parent, handle, limit uint32, create bool) error {
-	ns := vnetns.None()
+	ns := netns.None()
 	if nsFd > 0 {
-		ns = vnetns.NsHandle(nsFd)
+		ns = netns.NsHandle(nsFd)
 	}
-	s, err := nl.GetNetlinkSocketAt(ns, vnetns.None(), unix.NETLINK_ROUTE)
+	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink socket for the fifo leaf: %w", err)
 	}

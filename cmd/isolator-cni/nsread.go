@@ -6,7 +6,7 @@ import (
 	"net"
 
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +24,7 @@ type nsIface struct {
 // only reads: isolatord configured the namespace.
 func readNSIface(nsPath, ifname string) (nsIface, error) {
 	var out nsIface
-	nsh, err := vnetns.GetFromPath(nsPath)
+	nsh, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		return out, fmt.Errorf("open network namespace %s: %w", nsPath, err)
 	}

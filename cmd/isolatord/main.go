@@ -26,7 +26,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/metrics"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/rate"
 )
 
@@ -211,7 +211,7 @@ func readHostLocalRange(hostNS string) (ephemeral.Range, error) {
 	if hostNS == "" {
 		return read()
 	}
-	ns, err := netns.Open(hostNS)
+	ns, err := nshandle.Open(hostNS)
 	if err != nil {
 		return ephemeral.Range{}, fmt.Errorf("--host-netns: %w", err)
 	}

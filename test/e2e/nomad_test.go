@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -134,7 +134,7 @@ func TestNomad(t *testing.T) {
 	}
 	needTools(t)
 	sb := sandbox.New(t)
-	d := StartDaemon(t, sb, DaemonOptions{NetNSDir: netns.DefaultDir})
+	d := StartDaemon(t, sb, DaemonOptions{NetNSDir: nspin.DefaultDir})
 	base := readHostState(t, sb, filepath.Join(t.TempDir(), "none"))
 
 	dir := runtimeDir(t, "nomad")
@@ -248,7 +248,7 @@ job "static" {
 		return cniGet(t, d, alloc) == nil
 	})
 	eventually(t, 30*time.Second, "Nomad removes its pin", func() bool {
-		_, err := os.Stat(filepath.Join(netns.DefaultDir, alloc))
+		_, err := os.Stat(filepath.Join(nspin.DefaultDir, alloc))
 		return os.IsNotExist(err)
 	})
 	if strings.Contains(n.Log(), "postrun failed") {

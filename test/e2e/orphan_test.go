@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -42,16 +43,16 @@ func waitGone(t *testing.T, d *Daemon, id string, within time.Duration) time.Dur
 // /run/netns/cni-*).
 func pinAt(t *testing.T, nsPath, dir, name string) string {
 	t.Helper()
-	ns, err := netns.Open(nsPath)
+	ns, err := nshandle.Open(nsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	p, err := netns.BindMount(ns, dir, name)
+	p, err := nspin.BindMount(ns, dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { netns.Unmount(dir, name) })
+	t.Cleanup(func() { nspin.Unmount(dir, name) })
 	return p
 }
 

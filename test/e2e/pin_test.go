@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -50,7 +50,7 @@ func TestRuntimePinAtSamePath(t *testing.T) {
 	if c := cniGet(t, d, id); c != nil {
 		t.Fatalf("DEL left %s", id)
 	}
-	ns, err := netns.Open(theirs)
+	ns, err := nshandle.Open(theirs)
 	if err != nil {
 		t.Fatalf("DEL removed the runtime's pin %s: %v", theirs, err)
 	}

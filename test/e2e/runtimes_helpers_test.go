@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/netns"
+	"github.com/isolatord/isolatord/nspin"
 )
 
 // needTools skips the test, saying what is missing, unless every tool is
@@ -125,7 +125,7 @@ func runtimeDir(t *testing.T, name string) string {
 
 // unmountUnder detaches every mount at or below dir, deepest first.
 func unmountUnder(dir string) {
-	ms, err := netns.ReadMountInfo()
+	ms, err := nspin.ReadMountInfo()
 	if err != nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package netns
+package nspin
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nshandle"
 )
 
 // DefaultDir is where iproute2 looks for named network namespaces.
@@ -157,12 +159,12 @@ func EnsureSharedDir(dir string) error {
 // on even when no process is left in it. If dir/name already is a mount of
 // the same namespace, it succeeds without change; a mount of another
 // namespace, or an existing non-empty file, is an error.
-func BindMount(ns *NS, dir, name string) (string, error) {
+func BindMount(ns *nshandle.NS, dir, name string) (string, error) {
 	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
 		return "", fmt.Errorf("bind mount name %q is not a plain file name", name)
 	}
 	p := filepath.Join(dir, name)
-	if cur, err := Open(p); err == nil {
+	if cur, err := nshandle.Open(p); err == nil {
 		same := cur.SameAs(ns)
 		cur.Close()
 		if same {

@@ -1,4 +1,4 @@
-package netns
+package sysctl
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 )
 
 // Per-device IPv4 settings (enum IPV4_DEVCONF_* of linux/ip.h) that
-// SetIPv4ConfHere can set over netlink.
+// Dir.SetIPv4Conf can set over netlink.
 const (
 	DevconfForwarding    = 1
 	DevconfRPFilter      = 8
@@ -29,14 +29,15 @@ var devconfNames = map[int]string{
 	DevconfRouteLocalnet: "route_localnet",
 }
 
-// SetIPv4ConfHere sets per-device IPv4 settings (net/ipv4/conf/<dev>/...) of
-// link ifindex in the calling thread's namespace with one RTM_SETLINK
+// SetIPv4Conf sets per-device IPv4 settings (net/ipv4/conf/<dev>/...) of
+// link ifindex in the Dir's namespace with one RTM_SETLINK
 // request (IFLA_AF_SPEC / AF_INET / IFLA_INET_CONF), the way the kernel
 // lets netlink set devconf values. It avoids /proc/sys: a sysctl file of a
 // device named like one in every namespace (eth0, lo) is looked up against
 // every namespace's copy of that dentry, which profiles showed growing with
-// the number of containers. Use it inside NS.Do.
-func SetIPv4ConfHere(ifindex int, conf map[int]uint32) error {
+// the number of containers. Like every Dir method, it runs on a thread of
+// the Dir's namespace: the request goes out on a socket of that namespace.
+func (d *Dir) SetIPv4Conf(ifindex int, conf map[int]uint32) error {
 	if len(conf) == 0 {
 		return nil
 	}

@@ -1,4 +1,9 @@
-package netns
+// Package hostlink reads link facts over netlink: the host namespace's
+// public interface and loopback (name, index, address, MAC, MTU, gateway)
+// that containers copy, and a veth's counters seen from its peer. It
+// changes nothing. It is tested against scratch namespaces (root; the tests
+// skip otherwise).
+package hostlink
 
 import (
 	"errors"
@@ -9,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// HostLinks are the facts about a host namespace's public interface and
+// Links are the facts about a host namespace's public interface and
 // loopback that containers copy.
-type HostLinks struct {
+type Links struct {
 	Eth0      string
 	Eth0Index int
 	Lo        string
@@ -24,11 +29,11 @@ type HostLinks struct {
 	Gateway   net.IP // IPv4 default gateway via Eth0 (main table), nil if none
 }
 
-// ReadHostLinks inspects the namespace of h. eth0 "" means the device of the
+// Read inspects the namespace of h. eth0 "" means the device of the
 // IPv4 default route in the main table; lo "" means the first link with
 // IFF_LOOPBACK. It fails clearly if eth0 has no IPv4 address.
-func ReadHostLinks(h *netlink.Handle, eth0, lo string) (HostLinks, error) {
-	var hl HostLinks
+func Read(h *netlink.Handle, eth0, lo string) (Links, error) {
+	var hl Links
 	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_TABLE)
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -118,8 +123,8 @@ func prefixLen(n *net.IPNet) int {
 	return ones
 }
 
-// LinkCounters are a link's IFLA_STATS64 counters.
-type LinkCounters struct {
+// Counters are a link's IFLA_STATS64 counters.
+type Counters struct {
 	RxBytes, RxPackets, RxErrors, RxDropped uint64
 	TxBytes, TxPackets, TxErrors, TxDropped uint64
 }
@@ -127,16 +132,16 @@ type LinkCounters struct {
 // PeerCounters reads the counters of the host end (ifindex idx) of a veth in
 // h's namespace and returns them from the peer's point of view: what the
 // host end transmitted the container received, so rx and tx are swapped.
-func PeerCounters(h *netlink.Handle, idx int) (LinkCounters, error) {
+func PeerCounters(h *netlink.Handle, idx int) (Counters, error) {
 	l, err := h.LinkByIndex(idx)
 	if err != nil {
-		return LinkCounters{}, fmt.Errorf("link %d: %w", idx, err)
+		return Counters{}, fmt.Errorf("link %d: %w", idx, err)
 	}
 	s := l.Attrs().Statistics
 	if s == nil {
-		return LinkCounters{}, fmt.Errorf("link %d: kernel returned no statistics", idx)
+		return Counters{}, fmt.Errorf("link %d: kernel returned no statistics", idx)
 	}
-	return LinkCounters{
+	return Counters{
 		RxBytes: s.TxBytes, RxPackets: s.TxPackets, RxErrors: s.TxErrors, RxDropped: s.TxDropped,
 		TxBytes: s.RxBytes, TxPackets: s.RxPackets, TxErrors: s.RxErrors, TxDropped: s.RxDropped,
 	}, nil

@@ -1,10 +1,8 @@
-// Package netns is isolatord's network-namespace toolkit: it opens namespace
-// handles (by pid or path) and compares them by inode, runs code inside a
-// namespace on a locked OS thread, opens netlink handles bound to a
-// namespace, reads and writes per-namespace sysctls, creates the per-container
-// veth pair in one netlink call, configures a container's namespace (address,
-// lo, routes, sysctls), bind-mounts namespace handles so `ip netns exec`
-// works, and reads the host's interface facts and link counters.
+// Package nshandle holds network namespaces as open handles: it opens them
+// by pid or path (or creates an anonymous one), compares them by inode, runs
+// code inside one on a locked OS thread (NS.Do), and opens netlink handles
+// whose sockets live in one (NS.Netlink). It is tested against real
+// namespaces (root; the tests skip otherwise).
 //
 // Design notes:
 //
@@ -20,7 +18,7 @@
 //     target namespace and can then be used from any goroutine. An open handle
 //     (like an open NS) keeps its namespace alive, so callers must close both.
 //   - Nothing here ever execs ip or tc.
-package netns
+package nshandle
 
 import (
 	"errors"
@@ -30,7 +28,7 @@ import (
 	"strconv"
 
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -128,7 +126,7 @@ func (n *NS) Close() error {
 // handle can be used from any goroutine; close it when done (it keeps the
 // namespace alive).
 func (n *NS) Netlink() (*netlink.Handle, error) {
-	h, err := netlink.NewHandleAt(vnetns.NsHandle(n.Fd()))
+	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()))
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", n, err)
 	}
@@ -145,7 +143,7 @@ var errRestore = errors.New("cannot restore the thread's network namespace")
 // A panic in fn is turned into an error.
 func (n *NS) Do(fn func() error) error {
 	if n == nil || n.f == nil {
-		return errors.New("netns: Do on a closed namespace")
+		return errors.New("nshandle: Do on a closed namespace")
 	}
 	errc := make(chan error, 1)
 	go func() {

@@ -1,4 +1,12 @@
-package netns
+// Package nspin pins network namespaces to files by bind mounts, so
+// `ip netns exec NAME` works and a namespace outlives its processes: it
+// plans and makes a container's pin (its own, or a runtime's pin found
+// in place), removes only the pins it made, makes the pin directory a
+// shared mount point as iproute2 does, and lists the namespace mounts of
+// this mount namespace (from /proc/self/mountinfo). It is tested with real
+// mounts of scratch namespaces (root; the tests skip otherwise) and a
+// parser test of mountinfo lines.
+package nspin
 
 import (
 	"fmt"
@@ -6,13 +14,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/isolatord/isolatord/nshandle"
 )
 
-// PinSuffix is appended to a container's name when its usual pin path
+// Suffix is appended to a container's name when its usual pin path
 // (dir/name) is already someone else's mount of another namespace: ours
-// goes to dir/name+PinSuffix. '@' is not allowed in container IDs, so the
+// goes to dir/name+Suffix. '@' is not allowed in container IDs, so the
 // alternate name never clashes with another container's usual one.
-const PinSuffix = "@isolatord"
+const Suffix = "@isolatord"
 
 // Pin is where a namespace is pinned and whether isolatord made the pin.
 type Pin struct {
@@ -23,21 +33,21 @@ type Pin struct {
 	Owned bool
 }
 
-// PinNS pins ns under dir for the container called name:
+// Create pins ns under dir for the container called name:
 //   - dir/name already pins ns (a runtime pinned it there): that pin is
 //     used, not owned;
 //   - dir/name is free: ns is bind-mounted there, owned;
 //   - dir/name is taken by anything else (a pin of another namespace, a
-//     file): ns is bind-mounted at dir/name+PinSuffix, owned, and the
+//     file): ns is bind-mounted at dir/name+Suffix, owned, and the
 //     other mount is left alone.
-func PinNS(ns *NS, dir, name string) (Pin, error) {
+func Create(ns *nshandle.NS, dir, name string) (Pin, error) {
 	p := filepath.Join(dir, name)
-	plan := PlanPin(ns, dir, name)
+	plan := Plan(ns, dir, name)
 	if !plan.Owned {
 		return plan, nil
 	}
 	if plan.Path != p {
-		alt, err := BindMount(ns, dir, name+PinSuffix)
+		alt, err := BindMount(ns, dir, name+Suffix)
 		if err != nil {
 			return Pin{}, fmt.Errorf("%s is taken (another namespace's pin or a file), and the alternate pin failed: %w", p, err)
 		}
@@ -45,7 +55,7 @@ func PinNS(ns *NS, dir, name string) (Pin, error) {
 	}
 	got, err := BindMount(ns, dir, name)
 	if err != nil {
-		alt, aerr := BindMount(ns, dir, name+PinSuffix)
+		alt, aerr := BindMount(ns, dir, name+Suffix)
 		if aerr != nil {
 			return Pin{}, fmt.Errorf("%w (alternate pin: %v)", err, aerr)
 		}
@@ -54,29 +64,29 @@ func PinNS(ns *NS, dir, name string) (Pin, error) {
 	return Pin{Path: got, Owned: true}, nil
 }
 
-// PlanPin says where PinNS would pin ns for name and whether the pin
+// Plan says where Create would pin ns for name and whether the pin
 // would be isolatord's, changing nothing: the lifecycle records it in its
 // intent before Setup, so that recovery from a crash in between knows
 // whose pin it finds.
-func PlanPin(ns *NS, dir, name string) Pin {
+func Plan(ns *nshandle.NS, dir, name string) Pin {
 	p := filepath.Join(dir, name)
-	if cur, err := Open(p); err == nil {
+	if cur, err := nshandle.Open(p); err == nil {
 		same := cur.SameAs(ns)
 		cur.Close()
 		if same {
 			return Pin{Path: p}
 		}
-		return Pin{Path: p + PinSuffix, Owned: true}
+		return Pin{Path: p + Suffix, Owned: true}
 	}
 	if st, err := os.Lstat(p); err == nil && !(st.Mode().IsRegular() && st.Size() == 0) {
-		return Pin{Path: p + PinSuffix, Owned: true} // not a file BindMount can reuse
+		return Pin{Path: p + Suffix, Owned: true} // not a file BindMount can reuse
 	}
 	return Pin{Path: p, Owned: true}
 }
 
-// Unpin removes pin when isolatord owns it (see Unmount); a pin it does
+// Remove removes pin when isolatord owns it (see Unmount); a pin it does
 // not own is never touched (mounted and existed are then false).
-func Unpin(pin Pin) (mounted, existed bool, err error) {
+func Remove(pin Pin) (mounted, existed bool, err error) {
 	if !pin.Owned || pin.Path == "" {
 		return false, false, nil
 	}

@@ -1,4 +1,10 @@
-package netns
+// Package containerns configures a container's network namespace to share
+// the host's IPv4 address and MAC: the settings every traffic path needs
+// (sysctls, per-device IPv4 settings), lo with the host's MAC and MTU, eth0
+// with the host's address, and the default route. It also names the host
+// sysctls copied into every container. It is tested on a real veth between
+// scratch namespaces (root; the tests skip otherwise).
+package containerns
 
 import (
 	"errors"
@@ -8,13 +14,15 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// ContainerConfig is how a container namespace is set up to share the host's
+// Config is how a container namespace is set up to share the host's
 // IPv4 address and MAC.
-type ContainerConfig struct {
+type Config struct {
 	Eth0    string           // the container end of the veth, already inside the namespace
 	Lo      string           // loopback name, "" = "lo"
 	Addr    net.IPNet        // the host's primary IPv4 address and prefix
@@ -22,11 +30,11 @@ type ContainerConfig struct {
 	MTU     int              // the host's MTU (given to lo; eth0 got it at creation)
 	Gateway net.IP           // default gateway, nil for none
 	Ports   ephemeral.Range  // becomes ip_local_port_range
-	Copy    []Sysctl         // host sysctls to replicate (skipped if missing in the namespace)
+	Copy    []sysctl.Setting // host sysctls to replicate (skipped if missing in the namespace)
 }
 
-// ContainerLinks are the ifindexes of the configured container links.
-type ContainerLinks struct {
+// Links are the ifindexes of the configured container links.
+type Links struct {
 	Eth0 int
 	Lo   int
 }
@@ -47,33 +55,33 @@ type ContainerLinks struct {
 //   - eth0 arp_ignore=8: only the host answers ARP for the shared address;
 //     the containers see the requests mirrored to them and must stay silent.
 //
-// ContainerSysctls are the ones written through /proc/sys, in order;
-// ContainerDevconf the per-device IPv4 ones, set over netlink.
-func ContainerSysctls(ports ephemeral.Range) []Sysctl {
-	return []Sysctl{
+// Sysctls are the ones written through /proc/sys, in order;
+// Devconf the per-device IPv4 ones, set over netlink.
+func Sysctls(ports ephemeral.Range) []sysctl.Setting {
+	return []sysctl.Setting{
 		// Writing "all" also sets "default" and every existing device
 		// (addrconf_disable_ipv6), so eth0 and lo need no write of their own.
-		{"net/ipv6/conf/all/disable_ipv6", "1"},
-		{"net/ipv4/ip_local_port_range", fmt.Sprintf("%d %d", ports.Begin, ports.End)},
-		{"net/ipv4/conf/all/rp_filter", "0"},
+		{Name: "net/ipv6/conf/all/disable_ipv6", Value: "1"},
+		{Name: "net/ipv4/ip_local_port_range", Value: fmt.Sprintf("%d %d", ports.Begin, ports.End)},
+		{Name: "net/ipv4/conf/all/rp_filter", Value: "0"},
 	}
 }
 
-// ContainerDevconf are the per-device IPv4 settings of the container's eth0
-// and lo (see ContainerSysctls for why each is needed).
-func ContainerDevconf() (eth0, lo map[int]uint32) {
-	return map[int]uint32{DevconfAcceptLocal: 1, DevconfRPFilter: 0, DevconfArpIgnore: 8},
-		map[int]uint32{DevconfAcceptLocal: 1, DevconfRouteLocalnet: 1, DevconfRPFilter: 0}
+// Devconf are the per-device IPv4 settings of the container's eth0
+// and lo (see Sysctls for why each is needed).
+func Devconf() (eth0, lo map[int]uint32) {
+	return map[int]uint32{sysctl.DevconfAcceptLocal: 1, sysctl.DevconfRPFilter: 0, sysctl.DevconfArpIgnore: 8},
+		map[int]uint32{sysctl.DevconfAcceptLocal: 1, sysctl.DevconfRouteLocalnet: 1, sysctl.DevconfRPFilter: 0}
 }
 
-// ConfigureContainer configures the namespace ns through h (a netlink handle
-// opened inside ns): settings (ContainerDevconf, ContainerSysctls, then
+// Configure configures the namespace ns through h (a netlink handle
+// opened inside ns): settings (Devconf, Sysctls, then
 // cfg.Copy), lo gets the
 // host MAC and MTU and is set up, eth0 gets the host address and is set up,
 // and the default route goes via cfg.Gateway. Sysctls are written before any
 // link goes up, so no IPv6 address or ARP reply ever appears.
-func ConfigureContainer(ns *NS, h *netlink.Handle, cfg ContainerConfig) (ContainerLinks, error) {
-	var cl ContainerLinks
+func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
+	var cl Links
 	if cfg.Lo == "" {
 		cfg.Lo = "lo"
 	}
@@ -93,23 +101,18 @@ func ConfigureContainer(ns *NS, h *netlink.Handle, cfg ContainerConfig) (Contain
 	}
 	cl.Eth0, cl.Lo = eth.Attrs().Index, lo.Attrs().Index
 
-	sysctls := ContainerSysctls(cfg.Ports)
-	ethConf, loConf := ContainerDevconf()
-	err = ns.Do(func() error {
-		if err := SetIPv4ConfHere(cl.Eth0, ethConf); err != nil {
+	sysctls := Sysctls(cfg.Ports)
+	ethConf, loConf := Devconf()
+	err = sysctl.In(ns, func(sd *sysctl.Dir) error {
+		if err := sd.SetIPv4Conf(cl.Eth0, ethConf); err != nil {
 			return err
 		}
-		if err := SetIPv4ConfHere(cl.Lo, loConf); err != nil {
+		if err := sd.SetIPv4Conf(cl.Lo, loConf); err != nil {
 			return err
 		}
-		sd, err := OpenSysctlDir()
-		if err != nil {
-			return err
-		}
-		defer sd.Close()
 		for _, kv := range sysctls {
 			err := sd.Write(kv.Name, kv.Value)
-			if err != nil && errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(kv.Name, "net/ipv6/") && !sd.ipv6Present() {
+			if err != nil && errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(kv.Name, "net/ipv6/") && !sd.HasIPv6() {
 				continue // no IPv6 in this kernel: nothing to turn off
 			}
 			if err != nil {
@@ -155,4 +158,21 @@ func ConfigureContainer(ns *NS, h *netlink.Handle, cfg ContainerConfig) (Contain
 		}
 	}
 	return cl, nil
+}
+
+// HostSysctlsToCopy are the namespaced sysctls whose host values are copied
+// into every container (those a workload notices: listen backlog, ECN, TCP
+// keepalive, buffers and retries). Missing ones are skipped.
+var HostSysctlsToCopy = []string{
+	"net/core/somaxconn",
+	"net/ipv4/tcp_ecn",
+	"net/ipv4/tcp_ecn_fallback",
+	"net/ipv4/tcp_keepalive_time",
+	"net/ipv4/tcp_keepalive_intvl",
+	"net/ipv4/tcp_keepalive_probes",
+	"net/ipv4/tcp_max_syn_backlog",
+	"net/ipv4/tcp_rmem",
+	"net/ipv4/tcp_wmem",
+	"net/ipv4/tcp_retries2",
+	"net/ipv4/tcp_synack_retries",
 }

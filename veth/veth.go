@@ -1,4 +1,9 @@
-package netns
+// Package veth creates the per-container veth pair in one netlink request
+// (host end in one namespace, peer directly inside another, both with the
+// host's MAC and MTU) and brings up and deletes such links. It is tested
+// with real veths between scratch namespaces (root; the tests skip
+// otherwise).
+package veth
 
 import (
 	"errors"
@@ -8,28 +13,30 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nshandle"
 )
 
 // MaxIfNameLen is the longest interface name the kernel accepts (IFNAMSIZ-1).
 const MaxIfNameLen = 15
 
-// VethSpec describes a veth pair whose host end lives in the namespace of the
+// Spec describes a veth pair whose host end lives in the namespace of the
 // netlink handle used to create it and whose peer is created directly inside
 // another namespace.
-type VethSpec struct {
+type Spec struct {
 	Name     string           // host end name (at most 15 bytes)
 	PeerName string           // peer name inside the peer namespace (e.g. "eth0")
 	MAC      net.HardwareAddr // given to BOTH ends at creation time
 	MTU      int              // given to both ends
 }
 
-// CreateVeth creates the pair in one netlink request: the host end in h's
+// Create creates the pair in one netlink request: the host end in h's
 // namespace and the peer inside peer, both down, both with spec.MAC and
 // spec.MTU. Setting the MAC in the creation request (not afterwards) avoids
 // the race with udev/systemd's MACAddressPolicy rewriting a fresh veth's
 // address. It returns the host end's ifindex. If the peer could not be placed,
 // nothing is left behind (the kernel creates both ends atomically).
-func CreateVeth(h *netlink.Handle, peer *NS, spec VethSpec) (int, error) {
+func Create(h *netlink.Handle, peer *nshandle.NS, spec Spec) (int, error) {
 	if spec.Name == "" || len(spec.Name) > MaxIfNameLen {
 		return 0, fmt.Errorf("veth name %q: must be 1..%d bytes", spec.Name, MaxIfNameLen)
 	}
@@ -65,9 +72,9 @@ func CreateVeth(h *netlink.Handle, peer *NS, spec VethSpec) (int, error) {
 	return v.Index, nil
 }
 
-// DeleteLink deletes the link with ifindex idx in h's namespace. Deleting one
+// Delete deletes the link with ifindex idx in h's namespace. Deleting one
 // end of a veth deletes its peer too. It reports whether the link existed.
-func DeleteLink(h *netlink.Handle, idx int) (bool, error) {
+func Delete(h *netlink.Handle, idx int) (bool, error) {
 	l := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}
 	if err := h.LinkDel(l); err != nil {
 		if isNoDevice(err) {
@@ -78,8 +85,8 @@ func DeleteLink(h *netlink.Handle, idx int) (bool, error) {
 	return true, nil
 }
 
-// DeleteLinkByName deletes the named link and reports whether it existed.
-func DeleteLinkByName(h *netlink.Handle, name string) (bool, error) {
+// DeleteByName deletes the named link and reports whether it existed.
+func DeleteByName(h *netlink.Handle, name string) (bool, error) {
 	l, err := h.LinkByName(name)
 	if err != nil {
 		if isNoDevice(err) {
@@ -87,11 +94,11 @@ func DeleteLinkByName(h *netlink.Handle, name string) (bool, error) {
 		}
 		return false, fmt.Errorf("look up link %s: %w", name, err)
 	}
-	return DeleteLink(h, l.Attrs().Index)
+	return Delete(h, l.Attrs().Index)
 }
 
-// LinkUp sets the link with ifindex idx up.
-func LinkUp(h *netlink.Handle, idx int) error {
+// Up sets the link with ifindex idx up.
+func Up(h *netlink.Handle, idx int) error {
 	l := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}
 	if err := h.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set link %d up: %w", idx, err)
@@ -109,22 +116,4 @@ func isNoDevice(err error) bool {
 		return true
 	}
 	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT)
-}
-
-// DisableIPv6Here turns IPv6 off for interface ifname in the calling
-// thread's namespace (use inside NS.Do). A kernel without IPv6 is fine.
-func DisableIPv6Here(ifname string) error { return SysctlDir{}.DisableIPv6(ifname) }
-
-// DisableIPv6 is DisableIPv6Here through s.
-func (s SysctlDir) DisableIPv6(ifname string) error {
-	err := s.Write("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
-	if err != nil && errors.Is(err, fs.ErrNotExist) && !s.ipv6Present() {
-		return nil
-	}
-	return err
-}
-
-func (s SysctlDir) ipv6Present() bool {
-	_, err := s.Read("net/ipv6/conf/all/disable_ipv6")
-	return err == nil
 }

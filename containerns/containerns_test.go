@@ -1,0 +1,89 @@
+package containerns
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/veth"
+)
+
+var testMAC = net.HardwareAddr{0x02, 0x18, 0x00, 0x00, 0x00, 0x01}
+
+func TestConfigure(t *testing.T) {
+	host, ctr := nstest.Scratch(t), nstest.Scratch(t)
+	hh, ch := nstest.Netlink(t, host), nstest.Netlink(t, ctr)
+	if _, err := veth.Create(hh, ctr, veth.Spec{Name: "isotest0", PeerName: "eth0", MAC: testMAC, MTU: 1400}); err != nil {
+		t.Fatal(err)
+	}
+	pe, err := ch.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Eth0: "eth0", Addr: net.IPNet{IP: net.IPv4(198, 18, 0, 1), Mask: net.CIDRMask(24, 32)},
+		MAC: testMAC, MTU: 1400, Gateway: net.ParseIP("198.18.0.2"),
+		Ports: ephemeral.Range{Begin: 32768, End: 33791},
+		Copy:  []sysctl.Setting{{Name: "net/core/somaxconn", Value: "777"}, {Name: "net/ipv4/not_here", Value: "1"}},
+	}
+	cl, err := Configure(ctr, ch, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.Eth0 != pe.Attrs().Index || cl.Lo == 0 {
+		t.Fatalf("links %+v", cl)
+	}
+	want := map[string]string{
+		"net/ipv4/ip_local_port_range":       "32768 33791",
+		"net/ipv4/conf/eth0/accept_local":    "1",
+		"net/ipv4/conf/lo/accept_local":      "1",
+		"net/ipv4/conf/lo/route_localnet":    "1",
+		"net/ipv4/conf/eth0/arp_ignore":      "8",
+		"net/ipv4/conf/all/rp_filter":        "0",
+		"net/ipv6/conf/all/disable_ipv6":     "1",
+		"net/ipv6/conf/eth0/disable_ipv6":    "1",
+		"net/ipv6/conf/lo/disable_ipv6":      "1",
+		"net/ipv6/conf/default/disable_ipv6": "1",
+		"net/core/somaxconn":                 "777",
+	}
+	err = sysctl.In(ctr, func(d *sysctl.Dir) error {
+		for k, v := range want {
+			got, err := d.Read(k)
+			if err != nil || strings.Join(strings.Fields(got), " ") != v {
+				t.Errorf("container %s = %q (%v), want %q", k, got, err, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, _ := ch.LinkByName("lo")
+	eth, _ := ch.LinkByName("eth0")
+	if !bytes.Equal(lo.Attrs().HardwareAddr, testMAC) || lo.Attrs().MTU != 1400 || lo.Attrs().Flags&net.FlagUp == 0 {
+		t.Fatalf("container lo: %+v", lo.Attrs())
+	}
+	if eth.Attrs().Flags&net.FlagUp == 0 {
+		t.Fatal("container eth0 down")
+	}
+	addrs, _ := ch.AddrList(eth, netlink.FAMILY_ALL)
+	if len(addrs) != 1 || addrs[0].IPNet.String() != "198.18.0.1/24" {
+		t.Fatalf("container eth0 addresses %v (IPv6 must be off)", addrs)
+	}
+	routes, _ := ch.RouteList(eth, netlink.FAMILY_V4)
+	var gw bool
+	for _, r := range routes {
+		if (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(net.ParseIP("198.18.0.2")) {
+			gw = true
+		}
+	}
+	if !gw {
+		t.Fatalf("no default route via the gateway: %v", routes)
+	}
+}

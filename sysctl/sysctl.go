@@ -1,0 +1,226 @@
+// Package sysctl reads and writes the sysctls of a network namespace. Dir is
+// the one way in: In(ns, fn) runs fn on a thread inside ns with a Dir of that
+// namespace; code that already runs inside a namespace (in nshandle.NS.Do)
+// uses Here(fn), or Open to hold the Dir of the calling thread's namespace
+// across calls. A Dir reads and
+// writes by key, a path under /proc/sys ("net/ipv4/conf/lo/route_localnet";
+// '.' separators are accepted when the key names no interface), and sets
+// per-device IPv4 settings over netlink (SetIPv4Conf).
+//
+// Why a Dir, not full paths: /proc/sys/net's dentry is shared by all network
+// namespaces, and each namespace has its own child dentries "ipv4", "ipv6",
+// "core"... under it: all with the same parent and name, so a full-path
+// lookup compares against every namespace's copy (proc_sys_compare, under the
+// global sysctl lock, shows up in profiles with 1,000 containers). A Dir holds
+// the net directory of a private procfs instance (privateproc.go) where the
+// process may make one, else /proc/sys/net, and the namespace's own
+// net/<first> directories below it, so that walk is paid once per Dir
+// instead of once per file.
+//
+// The tests run in scratch namespaces as root (they skip otherwise) and check
+// that nothing leaks into the process's own namespace.
+package sysctl
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nshandle"
+)
+
+// Setting is one sysctl key and its value.
+type Setting struct {
+	Name  string
+	Value string
+}
+
+// Dir reads and writes the sysctls of the namespace whose thread opened it.
+// Use it only on threads of that namespace (inside its NS.Do): the kernel
+// resolves entries under /proc/sys/net against the calling thread's
+// namespace. A Dir may be kept open and used by several goroutines at once.
+type Dir struct {
+	net *os.File
+	mu  sync.Mutex
+	sub map[string]*os.File // first component under net/ -> its directory
+}
+
+// Open opens the sysctls of the calling thread's namespace (call it inside
+// NS.Do, or from an ordinary goroutine for the process's namespace). Close
+// the Dir when done.
+func Open() (*Dir, error) {
+	f, err := openPrivateSysNet()
+	if err != nil {
+		if f, err = os.Open("/proc/sys/net"); err != nil {
+			return nil, fmt.Errorf("open /proc/sys/net: %w", err)
+		}
+	}
+	return &Dir{net: f, sub: map[string]*os.File{}}, nil
+}
+
+// In runs fn on a thread inside ns with a Dir of ns, closed when fn returns.
+func In(ns *nshandle.NS, fn func(*Dir) error) error {
+	return ns.Do(func() error { return Here(fn) })
+}
+
+// Here runs fn with a Dir of the calling thread's namespace, closed when fn
+// returns (call it inside NS.Do, or from an ordinary goroutine for the
+// process's namespace).
+func Here(fn func(*Dir) error) error {
+	d, err := Open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fn(d)
+}
+
+// Close releases the directories.
+func (d *Dir) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, f := range d.sub {
+		f.Close()
+	}
+	d.sub = nil
+	return d.net.Close()
+}
+
+// path is the /proc/sys file of a key.
+func path(name string) string {
+	if !strings.Contains(name, "/") {
+		name = strings.ReplaceAll(name, ".", "/")
+	}
+	return "/proc/sys/" + strings.TrimPrefix(name, "/")
+}
+
+// subdir is the held directory net/first, opened on first use.
+func (d *Dir) subdir(first string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f, ok := d.sub[first]; ok {
+		return int(f.Fd()), nil
+	}
+	fd, err := unix.Openat(int(d.net.Fd()), first, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	d.sub[first] = os.NewFile(uintptr(fd), "/proc/sys/net/"+first)
+	return fd, nil
+}
+
+func (d *Dir) open(name string, flag int) (*os.File, error) {
+	p := path(name)
+	rel, ok := strings.CutPrefix(p, "/proc/sys/net/")
+	if !ok {
+		return os.OpenFile(p, flag, 0)
+	}
+	dirfd := int(d.net.Fd())
+	if first, rest, ok := strings.Cut(rel, "/"); ok {
+		fd, err := d.subdir(first)
+		if err != nil {
+			return nil, &fs.PathError{Op: "openat", Path: p, Err: err}
+		}
+		dirfd, rel = fd, rest
+	}
+	fd, err := unix.Openat(dirfd, rel, flag|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "openat", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// Read reads one sysctl.
+func (d *Dir) Read(name string) (string, error) {
+	f, err := d.open(name, os.O_RDONLY)
+	if err != nil {
+		return "", fmt.Errorf("read sysctl %s: %w", name, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return "", fmt.Errorf("read sysctl %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Write writes one sysctl.
+func (d *Dir) Write(name, value string) error {
+	f, err := d.open(name, os.O_WRONLY)
+	if err != nil {
+		return fmt.Errorf("write sysctl %s=%q: %w", name, value, err)
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write sysctl %s=%q: %w", name, value, err)
+	}
+	return nil
+}
+
+// ReadExisting reads the named sysctls and returns those that exist, in the
+// order asked; missing ones are skipped silently (a kernel may not have them).
+func (d *Dir) ReadExisting(names ...string) ([]Setting, error) {
+	var out []Setting
+	for _, name := range names {
+		v, err := d.Read(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, Setting{name, v})
+	}
+	return out, nil
+}
+
+// SetSaving writes the sysctls in order, first reading the current value of
+// each one, and stops at the first error. It returns the values it found
+// for each sysctl actually changed, so the caller can record or restore
+// them. Sysctls already at the wanted value (whitespace aside) are not
+// written and not returned: some (forwarding, disable_ipv6) take the RTNL
+// lock on write and spin while another task holds it.
+func (d *Dir) SetSaving(kvs ...Setting) (changed []Setting, err error) {
+	for _, kv := range kvs {
+		old, err := d.Read(kv.Name)
+		if err != nil {
+			return changed, err
+		}
+		if normalize(old) == normalize(kv.Value) {
+			continue
+		}
+		if err := d.Write(kv.Name, kv.Value); err != nil {
+			return changed, err
+		}
+		changed = append(changed, Setting{kv.Name, old})
+	}
+	return changed, nil
+}
+
+// DisableIPv6 turns IPv6 off for interface ifname ("all" for every one). A
+// kernel without IPv6 is fine.
+func (d *Dir) DisableIPv6(ifname string) error {
+	err := d.Write("net/ipv6/conf/"+ifname+"/disable_ipv6", "1")
+	if err != nil && errors.Is(err, fs.ErrNotExist) && !d.HasIPv6() {
+		return nil
+	}
+	return err
+}
+
+// HasIPv6 reports whether the kernel has IPv6 (net/ipv6/conf exists).
+func (d *Dir) HasIPv6() bool {
+	_, err := d.Read("net/ipv6/conf/all/disable_ipv6")
+	return err == nil
+}
+
+// normalize folds whitespace so "61000\t61999" equals "61000 61999".
+func normalize(s string) string { return strings.Join(strings.Fields(s), " ") }
