@@ -26,7 +26,7 @@ func flowsOf(known map[uint16][]uint16, asked map[uint16]int) FlowSource {
 	}
 }
 
-func TestSpreadBucket(t *testing.T) {
+func TestBucket(t *testing.T) {
 	// bit 0 is ignored, bits 1..8 pick the bucket, higher bits do not matter
 	for _, c := range []struct {
 		port uint16
