@@ -18,18 +18,10 @@ import (
 // shared holders, then lose the old ones, and finally the veth and container
 // filters shrink to the new set. Any failure puts back what was changed.
 func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared ephemeral.Set) (err error) {
-	if err := checkID(c.ID); err != nil {
+	if err := d.begin(ctx, c.ID, dropCache); err != nil {
 		return err
 	}
-	if err := checkCtx(ctx); err != nil {
-		return err
-	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
-	if err := d.ready(); err != nil {
-		return err
-	}
 	rec, ok := d.ctrs[c.ID]
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknown, c.ID)
@@ -245,27 +237,19 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 // and c otherwise (after a restart without Adopt). It is idempotent.
 func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, error) {
 	var rep TeardownReport
-	if err := checkID(c.ID); err != nil {
-		return rep, err
-	}
-	if err := checkCtx(ctx); err != nil {
-		return rep, err
-	}
 	// hmu before mu (see Close); the veth and the mount are removed with
 	// hmu alone.
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
-	d.mu.Lock()
+	if err := d.begin(ctx, c.ID, dropCache); err != nil {
+		return rep, err
+	}
 	locked := true
 	defer func() {
 		if locked {
 			d.mu.Unlock()
 		}
 	}()
-	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
-	if err := d.ready(); err != nil {
-		return rep, err
-	}
 	veth := 0
 	pin := d.pinOf(c)
 	if rec, ok := d.ctrs[c.ID]; ok {
@@ -410,14 +394,10 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if err := validateContainer(c); err != nil {
 		return err
 	}
-	if err := checkCtx(ctx); err != nil {
+	if err := d.begin(ctx, c.ID, keepCache); err != nil {
 		return err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.ready(); err != nil {
-		return err
-	}
 	if _, ok := d.ctrs[c.ID]; ok {
 		return fmt.Errorf("%w: %s", ErrExists, c.ID)
 	}

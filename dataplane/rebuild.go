@@ -113,14 +113,10 @@ type Discovery struct {
 // restart down). It changes nothing.
 func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, error) {
 	var out Discovery
-	if err := checkCtx(ctx); err != nil {
+	if err := d.beginHost(ctx, keepCache); err != nil {
 		return out, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.ready(); err != nil {
-		return out, err
-	}
 	ls, err := d.hostLinks()
 	if err != nil {
 		return out, err

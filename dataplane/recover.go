@@ -109,17 +109,10 @@ func (d *DataPlane) ourVeths() (map[string]int, error) {
 // (ranges on eth0 and lo, ARP and ICMP fan-out, shared-port holders). It
 // dumps the host demux filters, so it is a diagnostic, not a fast path.
 func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, err error) {
-	if err := checkID(c.ID); err != nil {
+	if err := d.begin(ctx, c.ID, keepCache); err != nil {
 		return nil, err
 	}
-	if err := checkCtx(ctx); err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.ready(); err != nil {
-		return nil, err
-	}
 	if rec, ok := d.ctrs[c.ID]; ok {
 		c = rec.c
 	}

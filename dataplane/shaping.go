@@ -309,18 +309,10 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 // veth's redirect actions; a removed limit drains its queue first. On error
 // the previous limits are put back.
 func (d *DataPlane) SetLimits(ctx context.Context, c Container, egress, ingress Limit) error {
-	if err := checkID(c.ID); err != nil {
+	if err := d.begin(ctx, c.ID, dropCache); err != nil {
 		return err
 	}
-	if err := checkCtx(ctx); err != nil {
-		return err
-	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
-	if err := d.ready(); err != nil {
-		return err
-	}
 	if err := d.checkLimits(egress, ingress); err != nil {
 		return err
 	}
