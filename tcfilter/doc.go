@@ -5,7 +5,36 @@
 // github.com/vishvananda/netlink on a *netlink.Handle opened in the target
 // namespace, builds every filter struct fresh for every request (netlink's
 // U32.RedirIndex prepends a mirred action each time a struct is reused, so
-// it is never used) and never execs tc.
+// it is never used) and never execs tc. How a shared port's flows are
+// spread over its holders is decided by package spread (pure); HTB shaping
+// is package shaping.
+//
+// # Files
+//
+// Common to every device: layout.go (priorities, table ids, handles,
+// classids, match keys), ops.go (one filter operation: build, add,
+// replace, delete, dump, observed per op; the clsact/ingress hook).
+//
+// The host demux (HostDemux, one per host eth0 and host lo), one file per
+// concern: hostdemux.go (the type and its in-memory index),
+// hostdemux_layout.go (its fixed tables and nodes, the nodes of a range),
+// hostdemux_init.go (Init: build, rebuild the index from one dump, repair),
+// hostdemux_ranges.go (AddRanges, DelRanges), hostdemux_tables.go (H2
+// tables made and dropped on demand, the stale list, Flush),
+// hostdemux_shared.go (shared ports: spread tables, SetSpread, Unshare),
+// hostdemux_icmp.go (ICMP tables: errors and echo by port),
+// hostdemux_fanout.go (the ICMP fan-out without cls_bpf),
+// hostdemux_entries.go (Entries from the kernel; Known, SharedHolders from
+// the index), echo.go (the cls_bpf echo programs on eth0).
+//
+// A container's devices: veth.go (VethFilters, the host-side veth: what a
+// container may send; ContainerFilters, inside the container), drops.go
+// (drop reasons and counters), rebuild.go (ReadVeth: a container's record
+// from its veth), shaperexit.go (the exit of an egress shaper pair).
+//
+// The drop sink and the programs: sink.go (EnsureSink), bpf.go (the
+// VLAN check and the drop program), bpfasm.go (a small eBPF assembler and
+// the bpf(2) calls).
 //
 // # Priorities, parents, handles, classids
 //
@@ -24,7 +53,7 @@
 //	                                           014 host source, 015 loopback,
 //	                                           016 ICMP, 017 fragments,
 //	                                           018 -> 019 (quoted dport)
-//	003  ICMP  divisor 1   (eth0, icmp.go)
+//	003  ICMP  divisor 1   (eth0, hostdemux_icmp.go)
 //	004  ICMP fan-out, divisor 1 (eth0; only without cls_bpf, and non-first fragments)
 //	005  (was the ARP fan-out; deleted by Init)
 //	006  TablePort divisor 256 on port>>8 (eth0): ICMP errors by quoted sport, echo by id
@@ -70,7 +99,7 @@
 //     at once and then the table; the kernel keeps an unlinked table EBUSY
 //     for ~10-25 ms (the link's reference is dropped by deferred RCU work),
 //     so a busy table goes on a stale list that later calls retry without
-//     waiting (Flush and Clear wait; Init also sweeps unlinked H2 ids).
+//     waiting (Flush waits; Init also sweeps unlinked H2 ids).
 //     Stale tables are empty and unreachable; an H2 table id needed again is
 //     simply re-linked.
 //   - ARP (eth0): no classifier, so every ARP frame stays with the host and
@@ -79,9 +108,9 @@
 //     neighsync: they ask the daemon instead of the wire, app_solicit; the
 //     daemon writes the host's entry, making the host resolve first if
 //     needed). Requests for the host IP are answered by the host alone.
-//   - ICMP (eth0, icmp.go): root node 3 (ICMP first fragment to the host
-//     IP, eat) links to table 003: an echo request stops there (only the
-//     host answers pings of the host IP); an error (destination unreachable
+//   - ICMP (eth0, hostdemux_icmp.go): root node 3 (ICMP first fragment to
+//     the host IP, eat) links to table 003: an echo request stops there
+//     (only the host answers pings of the host IP); an error (destination unreachable
 //     incl. frag-needed, time exceeded) quoting a TCP or UDP header without
 //     options is hashed on the quoted source port into TablePort, whose
 //     nodes (one per range and 256-port chunk, copies of the range nodes
@@ -332,10 +361,21 @@
 //     with ENOSPC, not EEXIST: root nodes are reconciled from a dump
 //     (syncFixed), never added blindly. Deleting needs the real 80x: id.
 //   - Deleting a priority frees its other tables only when it is the last
-//     u32 classifier of the hook; Clear therefore deletes root nodes, then
-//     our tables top-down, then the priorities.
+//     u32 classifier of the hook; removing a structure (dropARP, the
+//     tests' clearAll) therefore deletes root nodes, then our tables
+//     top-down, then the priorities.
 //   - netlink's FilterList does not return hash tables (they have no
 //     selector); tables are known from link nodes, node handles and ids.
 //   - netlink copies cap(Sel.Keys) keys, so selectors are built with exact
 //     capacity.
+//
+// # Tests
+//
+// Unit tests check the handle scheme and the node layout (layout_test.go,
+// spread_test.go). As root, kernel tests build every structure in a sandbox
+// namespace (test/sandbox) and compare it with what tc shows
+// (kernel_test.go, drops_test.go), and traffic tests send real TCP, UDP and
+// ICMP through it, hostile senders included (traffic_test.go,
+// icmp_traffic_test.go, spread_traffic_test.go, shaperexit_test.go).
+// BenchmarkAddDelRanges measures the host demux's cost per change.
 package tcfilter

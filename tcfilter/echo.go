@@ -469,7 +469,7 @@ func progID(fd int) int {
 	return int(binary.NativeEndian.Uint32(info[4:8])) // bpf_prog_info: type, id
 }
 
-// dropEcho detaches the echo programs and releases them (fallback, Clear).
+// dropEcho detaches the echo programs and releases them (fallback).
 func (x *HostDemux) dropEcho() {
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 		err := x.d.h.FilterDel(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{

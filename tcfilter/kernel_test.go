@@ -277,7 +277,7 @@ func TestHostDemuxLayout(t *testing.T) {
 		t.Errorf("observer saw %d ops, missing some results: %+v", len(log.ops), log.ops)
 	}
 
-	if err := d.Clear(); err != nil {
+	if err := d.clearAll(); err != nil {
 		t.Fatal(err)
 	}
 	if cleared := e.tcShow(t, "eth0"); strings.TrimSpace(cleared) != "" {
@@ -556,7 +556,7 @@ func TestEnsureClsactAcceptsIngress(t *testing.T) {
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("entries under ingress qdisc: %v %v", ents, err)
 	}
-	if err := d.Clear(); err != nil {
+	if err := d.clearAll(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -52,7 +52,7 @@ const (
 	// host demux (host eth0 / host lo ingress)
 	TableL      = 0x001 // IP prio, divisor 1: one node hashing the dport high byte into H1
 	TableH1     = 0x002 // IP prio, divisor 256: bucket = dport >> 8
-	TableICMP   = 0x003 // IP prio, divisor 1: ICMP to the host IP by type (see icmp.go)
+	TableICMP   = 0x003 // IP prio, divisor 1: ICMP to the host IP by type (see hostdemux_icmp.go)
 	TableICMPFn = 0x004 // IP prio, divisor 1: one mirror node per container (node id = slot), unattributed echo only
 	TableARPFan = 0x005 // ARP prio, divisor 1: no longer used (ARP stays with the host); Init deletes it
 	TablePort   = 0x006 // IP prio, divisor 256 on port>>8: ICMP errors by inner sport, echo by identifier
@@ -92,7 +92,7 @@ const (
 	nodeARPRoot      = 0x1 // ARP prio root: match-all -> stop (host) or redirect (veth)
 	nodeL            = 0x1 // the node in TableL
 	nodeEchoStop     = 0x1 // TableICMP: echo request -> stop
-	// TableICMP nodes 0x10..0x21 and 0x800: see icmp.go
+	// TableICMP nodes 0x10..0x21 and 0x800: see hostdemux_icmp.go
 	nodeH2Link     = 0x800
 	nodeSharedBase = 0x400 // shared-port link node in H2: 0x400 | (port & 0xff)
 	// Spread-table bucket b holds pin nodes 1..0x100 (one per pinned source

@@ -1,0 +1,71 @@
+package tcfilter
+
+// The ICMP fan-out: one mirror node per container for the ICMP no port
+// attributes (only without the echo programs).
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+func fanNode(slot uint16, target int) node {
+	return node{prio: PrioIP, handle: MakeU32Handle(TableICMPFn, 0, uint32(slot)), classid: ClassID(slot),
+		sel: sel(nl.TC_U32_TERMINAL), act: actMirror, target: target}
+}
+
+// AddFanout makes the ICMP that cannot be attributed to one container (echo
+// replies whose identifier is in no container's ports, errors about such
+// echo requests, non-first ICMP fragments) also reach target: one mirror
+// node per container in TableICMPFn (node id = slot), so adding a container
+// is O(1). ARP is never copied (see neighsync), ICMP errors about TCP/UDP
+// go to the one owner of the quoted source port. It is idempotent and
+// replaces an older target.
+func (x *HostDemux) AddFanout(slot uint16, target int) error {
+	if x.dst == nil {
+		return fmt.Errorf("%s: %w", x.d.label, ErrNoFanout)
+	}
+	if err := checkSlot(slot); err != nil {
+		return err
+	}
+	if target <= 0 {
+		return fmt.Errorf("target ifindex %d: must be positive", target)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err := x.ensureReady(); err != nil {
+		return err
+	}
+	if err := x.d.replace(KindICMP, fanNode(slot, target)); err != nil {
+		return err
+	}
+	x.fanout[slot] = target
+	return nil
+}
+
+// DelFanout removes slot's ICMP mirror node; missing counts the nodes that
+// were already gone (0 or 1).
+func (x *HostDemux) DelFanout(slot uint16) (missing int, err error) {
+	if x.dst == nil {
+		return 0, fmt.Errorf("%s: %w", x.d.label, ErrNoFanout)
+	}
+	if err := checkSlot(slot); err != nil {
+		return 0, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err := x.ensureReady(); err != nil {
+		return 0, err
+	}
+	err = x.d.del(KindICMP, PrioIP, fanNode(slot, 0).handle)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		missing++
+	case err != nil:
+		return 0, err
+	}
+	delete(x.fanout, slot)
+	return missing, nil
+}
