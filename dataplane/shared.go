@@ -94,8 +94,8 @@ func (d *DataPlane) newFlowCache(ports ...uint16) *flowCache {
 const maxParallelReads = 4
 
 // asked returns the holders a planning function will ask about: the set
-// does not depend on the answers (PlanSpread and PinLate ask about holders
-// losing buckets or having pins), so a dry run finds it.
+// does not depend on the answers (spread.Plan and spread.PinLate ask about
+// holders losing buckets or having pins), so a dry run finds it.
 func asked(plan func(spread.FlowSource)) []uint16 {
 	seen := map[uint16]bool{}
 	plan(func(slot uint16) ([]uint16, bool) { seen[slot] = true; return nil, false })

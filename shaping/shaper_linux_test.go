@@ -81,7 +81,7 @@ func TestShaperKernel(t *testing.T) {
 		return sb.Host.Run(t, "tc", "qdisc", "show", "dev", "tgt0") + sb.Host.Run(t, "tc", "class", "show", "dev", "tgt0")
 	}
 	if ok, err := s.inSync(Limit{}); err != nil || !ok {
-		t.Fatalf("fresh device: InSync(none) = %v, %v", ok, err)
+		t.Fatalf("fresh device: inSync(none) = %v, %v", ok, err)
 	}
 	l := Limit{Rate: 2_000_000}
 	if err := s.Apply(l); err != nil {
@@ -98,10 +98,10 @@ func TestShaperKernel(t *testing.T) {
 		}
 	}
 	if ok, err := s.inSync(l); err != nil || !ok {
-		t.Errorf("InSync(applied) = %v, %v", ok, err)
+		t.Errorf("inSync(applied) = %v, %v", ok, err)
 	}
 	if ok, _ := s.inSync(Limit{Rate: 4_000_000}); ok {
-		t.Error("InSync(other rate) = true")
+		t.Error("inSync(other rate) = true")
 	}
 	st, err := s.Read()
 	if err != nil || !st.Present || st.Leaf != "bfifo" || st.Limit().Rate != 2_000_000 {
@@ -151,7 +151,7 @@ func TestShaperKernel(t *testing.T) {
 		}
 	}
 	if ok, err := s.inSync(l2); err != nil || !ok {
-		t.Errorf("InSync after change = %v, %v", ok, err)
+		t.Errorf("inSync after change = %v, %v", ok, err)
 	}
 	if got := after.Limit(); got.Rate != l2.Rate || got.Ceil != l2.Ceil || got.Burst/1000 != l2.Burst/1000 {
 		t.Errorf("Limit read back %+v, want %+v", got, l2)
@@ -173,7 +173,7 @@ func TestShaperKernel(t *testing.T) {
 		t.Errorf("after Remove:\n%s", out)
 	}
 	if ok, err := s.inSync(Limit{}); err != nil || !ok {
-		t.Errorf("after Remove: InSync(none) = %v, %v", ok, err)
+		t.Errorf("after Remove: inSync(none) = %v, %v", ok, err)
 	}
 	if err := s.Remove(); err != nil {
 		t.Errorf("second Remove: %v", err)
@@ -213,7 +213,7 @@ func TestShaperRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ok, err := s.inSync(l); !ok || err != nil {
-		t.Errorf("repaired: InSync = %v, %v", ok, err)
+		t.Errorf("repaired: inSync = %v, %v", ok, err)
 	}
 	// another default class: recreated
 	if err := s.Remove(); err != nil {
@@ -228,7 +228,7 @@ func TestShaperRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ok, err := s.inSync(l); !ok || err != nil {
-		t.Errorf("default class fixed: InSync = %v, %v", ok, err)
+		t.Errorf("default class fixed: inSync = %v, %v", ok, err)
 	}
 	// a foreign root qdisc is replaced
 	if err := s.Remove(); err != nil {
@@ -242,6 +242,6 @@ func TestShaperRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ok, err := s.inSync(l); !ok || err != nil {
-		t.Errorf("foreign root replaced: InSync = %v, %v", ok, err)
+		t.Errorf("foreign root replaced: inSync = %v, %v", ok, err)
 	}
 }

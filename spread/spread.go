@@ -13,19 +13,20 @@ import (
 // keeps the holders' shares within a few percent of 1/n.
 const Buckets = 256
 
-// Holder is one container holding a shared port.
+// Holder is one container holding a shared port: its slot, and where its
+// flows go (the ifindex of its host-side veth; spread only carries it).
 type Holder struct {
 	Slot   uint16
-	Target int // ifindex of its host-side veth
+	Target int
 }
 
 // MaxHolders is the largest number of containers that can share a port:
 // each holder gets at least one of the Buckets virtual buckets.
 const MaxHolders = Buckets
 
-// MaxPinsPerBucket bounds the pinned source ports in one spread bucket, and
-// so the extra key checks a packet of that bucket can meet before the
-// bucket's own node.
+// MaxPinsPerBucket bounds the pinned source ports in one bucket, and so
+// the extra checks a packet of that bucket can meet before it reaches the
+// bucket's holder.
 const MaxPinsPerBucket = 16
 
 // Bucket is the virtual bucket of a shared port that the flows from client
@@ -98,7 +99,7 @@ func checkHolders(port uint16, holders []Holder) ([]Holder, error) {
 // to the new holder) and removing one moves only its own buckets. Holders
 // that would get no bucket then take, one by one in slot order, the bucket
 // they rank highest among those of holders with more than one bucket, so
-// every holder receives traffic and shows up in the kernel.
+// every holder receives traffic and shows up in what is installed.
 func Assign(port uint16, holders []Holder) ([Buckets]Holder, error) {
 	var out [Buckets]Holder
 	hs, err := checkHolders(port, holders)

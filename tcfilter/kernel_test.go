@@ -336,7 +336,7 @@ func TestHostDemuxRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	if again := e.tcShow(t, "lo"); again != show {
-		t.Fatalf("idempotent SetShared changed the device")
+		t.Fatalf("idempotent setShared changed the device")
 	}
 	// a crash left H1[b] linking to an empty H2: Init removes it
 	if _, err := d2.DelRanges(7, []ephemeral.Range{rg(10000, 10000)}); err != nil {

@@ -160,7 +160,7 @@ func TestTrafficSpreadPins(t *testing.T) {
 			t.Errorf("pin node %s left after settling", h)
 		}
 	}
-	// Control: the same join without looking at flows (SetShared) breaks
+	// Control: the same join without looking at flows (setShared) breaks
 	// the connections whose buckets move, so the pins above did the work.
 	if err := again.setShared(port, two); err != nil {
 		t.Fatal(err)
