@@ -81,16 +81,7 @@ func (x *HostDemux) Entries() ([]Entry, error) {
 			}
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
-		}
-		if a.Slot != b.Slot {
-			return a.Slot < b.Slot
-		}
-		return a.Range.Begin < b.Range.Begin
-	})
+	sortEntries(out)
 	return out, nil
 }
 
@@ -144,16 +135,7 @@ func (x *HostDemux) known(want func(slot uint16) bool) []Entry {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
-		}
-		if a.Slot != b.Slot {
-			return a.Slot < b.Slot
-		}
-		return a.Range.Begin < b.Range.Begin
-	})
+	sortEntries(out)
 	return out
 }
 
@@ -176,4 +158,18 @@ func (x *HostDemux) SharedHolders(port uint16) map[uint16]bool {
 		out[h.Slot] = true
 	}
 	return out
+}
+
+// sortEntries orders entries by kind, slot and first port.
+func sortEntries(es []Entry) {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i], es[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Slot != b.Slot {
+			return a.Slot < b.Slot
+		}
+		return a.Range.Begin < b.Range.Begin
+	})
 }
