@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 )
@@ -23,21 +24,16 @@ var DropReasons = tcfilter.DropReasons
 
 // RefusedNamespaceError is returned (wrapping ErrHostNamespace) by Setup
 // when a container's namespace is one that is never a container's.
-type RefusedNamespaceError struct {
-	Which string // e.g. "the network namespace of pid 1"
-}
-
-func (e *RefusedNamespaceError) Error() string { return e.Which }
-func (e *RefusedNamespaceError) Unwrap() error { return ErrHostNamespace }
+type RefusedNamespaceError = plane.RefusedNamespaceError
 
 // refusedNamespace reports whether ns is the data plane's host namespace,
 // the daemon's own (its thread's or its process's) or pid 1's.
 func (d *DataPlane) refusedNamespace(ns *nshandle.NS) error {
 	if ns.SameAs(d.hostNS) {
-		return &RefusedNamespaceError{"the data plane's host network namespace"}
+		return &RefusedNamespaceError{Which: "the data plane's host network namespace"}
 	}
 	if ns.SameAs(d.selfNS) {
-		return &RefusedNamespaceError{"the daemon's own network namespace"}
+		return &RefusedNamespaceError{Which: "the daemon's own network namespace"}
 	}
 	for _, x := range []struct{ path, which string }{
 		{"/proc/self/ns/net", "the daemon process's network namespace"},
@@ -50,7 +46,7 @@ func (d *DataPlane) refusedNamespace(ns *nshandle.NS) error {
 		same := ns.SameAs(o)
 		o.Close()
 		if same {
-			return &RefusedNamespaceError{x.which}
+			return &RefusedNamespaceError{Which: x.which}
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -18,7 +19,7 @@ const (
 	FeatureClsact  = "clsact"
 	FeatureU32     = "u32"
 	FeatureMirred  = "mirred"
-	FeatureHTB     = "htb"
+	FeatureHTB     = plane.FeatureHTB
 	FeatureTBF     = "tbf"
 	FeatureIFB     = "ifb"
 	FeatureFQCodel = "fq_codel"

@@ -29,30 +29,12 @@ import (
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
-// Meta is the container metadata kept in its host veth's alias (JSON, at
-// most 255 bytes: labels that do not fit are left out and LabelsDropped
-// says so), so that a daemon without its database still knows it.
-type Meta struct {
-	ID      string            `json:"id"`
-	Created int64             `json:"created,omitempty"` // unix seconds
-	Labels  map[string]string `json:"labels,omitempty"`
-	// PinOwned: the namespace pin <netns-dir>/<id> was created by
-	// isolatord (not there before), so its cleanup removes it.
-	PinOwned      bool `json:"pin_owned,omitempty"`
-	LabelsDropped bool `json:"labels_dropped,omitempty"`
-	// Layout and Sink say which veth filters were installed: the layout
-	// (tcfilter.VethLayout) and the drop sink's ifindex their drop nodes
-	// point at. Adopt re-installs the filters only when either differs.
-	Layout int `json:"layout,omitempty"`
-	Sink   int `json:"sink,omitempty"`
-}
-
 // maxAlias is the longest interface alias the kernel keeps (IFALIASZ - 1).
 const maxAlias = 255
 
-// alias encodes m for the veth's alias, leaving labels out when they do
-// not fit.
-func (m Meta) alias() string {
+// metaAlias encodes m for the veth's alias, leaving labels out when they
+// do not fit.
+func metaAlias(m Meta) string {
 	b, err := json.Marshal(m)
 	if err == nil && len(b) <= maxAlias {
 		return string(b)
@@ -76,7 +58,7 @@ func (d *DataPlane) setAlias(veth int, c Container) error {
 	m := c.Meta
 	m.ID = c.ID
 	m.Layout, m.Sink = tcfilter.VethLayout, d.sink.Index
-	if err := d.h.LinkSetAlias(linkRefIdx(veth), m.alias()); err != nil {
+	if err := d.h.LinkSetAlias(linkRefIdx(veth), metaAlias(m)); err != nil {
 		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
 	}
 	return nil
@@ -84,27 +66,6 @@ func (d *DataPlane) setAlias(veth int, c Container) error {
 
 func linkRefIdx(idx int) netlink.Link {
 	return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: idx}}
-}
-
-// Found is one container as the kernel shows it.
-type Found struct {
-	Container           // ID, slot, namespace (its pin), ports, ephemeral block, limits, meta
-	Veth      string    // host veth name
-	VethIndex int       // its ifindex
-	Mount     string    // the namespace pin
-	NetNSIno  uint64    // inode of its namespace
-	Created   time.Time // from the veth's alias (zero: not recovered)
-	// Lost names what could not be recovered (e.g. "labels", "creation
-	// time"); the container is served all the same.
-	Lost []string
-}
-
-// Discovery is what Discover found.
-type Discovery struct {
-	Found []Found
-	// Unattributed are kernel objects of isolatord's shape that belong to
-	// no container that could be rebuilt: left in place, reported.
-	Unattributed []string
 }
 
 // Discover rebuilds every container that has a host veth of ours from the

@@ -29,6 +29,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -47,10 +48,10 @@ const (
 
 // ErrShaping wraps errors of bandwidth shaping (Adopt returns it when the
 // container is registered but its limits could not be brought in line).
-var ErrShaping = errors.New("bandwidth shaping")
+var ErrShaping = plane.ErrShaping
 
 // ErrNoHTB: a limit was asked but the kernel has no HTB qdisc.
-var ErrNoHTB = errors.New("the kernel has no HTB qdisc (CONFIG_NET_SCH_HTB): bandwidth limits cannot be enforced")
+var ErrNoHTB = plane.ErrNoHTB
 
 // drainTimeout bounds the wait for a removed limit's queue to empty.
 const drainTimeout = 500 * time.Millisecond
@@ -73,17 +74,6 @@ func isHex(s string) bool {
 		}
 	}
 	return true
-}
-
-// ShapeCounters are one direction of a container's shaping as the kernel
-// reports it.
-type ShapeCounters struct {
-	Limit    Limit  // the limit the data plane applied (zero: none)
-	Enforced bool   // the kernel holds the HTB for it
-	Queue    string // leaf qdisc kind: bfifo or fq_codel
-	// Root qdisc counters: sent, dropped (queue full), throttle events,
-	// and what is queued now.
-	Bytes, Packets, Drops, Overlimits, Backlog, QueueLen uint64
 }
 
 // leaf is the best leaf qdisc the kernel has.

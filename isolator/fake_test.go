@@ -6,10 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/isolatortest"
@@ -27,17 +24,6 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	fakeNSDir = dir
-	real := netnsInode
-	netnsInode = func(p string) (uint64, error) {
-		if !strings.HasPrefix(p, fakeNSDir+"/") {
-			return real(p)
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(p, &st); err != nil {
-			return 0, err
-		}
-		return st.Ino, nil
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -54,7 +40,11 @@ func nsTarget(t testing.TB, name string) IsolateTarget {
 	return IsolateTarget{NetNSPath: p}
 }
 
-func newFakeDP() *fakeDP { return isolatortest.New() }
+func newFakeDP() *fakeDP {
+	dp := isolatortest.New()
+	dp.NSDir = fakeNSDir
+	return dp
+}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

@@ -27,28 +27,35 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/rate"
 )
 
-// DataPlane is the kernel side as the lifecycle sees it. dataplane.DataPlane
-// implements it; unit tests use a fake.
+// DataPlane is the kernel side as the lifecycle sees it, in the types of
+// package plane. dataplane.DataPlane implements it; unit tests use a fake.
 type DataPlane interface {
-	PrepareHost(ctx context.Context) (dataplane.HostInfo, error)
-	Setup(ctx context.Context, c dataplane.Container) (dataplane.Plumbing, error)
-	SetPorts(ctx context.Context, c dataplane.Container, ports, shared ephemeral.Set) error
-	SetLimits(ctx context.Context, c dataplane.Container, egress, ingress dataplane.Limit) error
-	Stats(ctx context.Context, c dataplane.Container) (dataplane.LinkStats, error)
-	Teardown(ctx context.Context, c dataplane.Container) (dataplane.TeardownReport, error)
-	Check(ctx context.Context, c dataplane.Container) ([]string, error)
-	Adopt(ctx context.Context, c dataplane.Container) error
-	RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error)
-	Strays(ctx context.Context, keep []dataplane.Container) ([]string, error)
-	Discover(ctx context.Context, known []string) (dataplane.Discovery, error)
+	PrepareHost(ctx context.Context) (plane.HostInfo, error)
+	Setup(ctx context.Context, c plane.Container) (plane.Plumbing, error)
+	SetPorts(ctx context.Context, c plane.Container, ports, shared ephemeral.Set) error
+	SetLimits(ctx context.Context, c plane.Container, egress, ingress rate.Limit) error
+	Stats(ctx context.Context, c plane.Container) (plane.LinkStats, error)
+	Teardown(ctx context.Context, c plane.Container) (plane.TeardownReport, error)
+	Check(ctx context.Context, c plane.Container) ([]string, error)
+	Adopt(ctx context.Context, c plane.Container) error
+	RemoveStrays(ctx context.Context, keep []plane.Container) ([]string, error)
+	Strays(ctx context.Context, keep []plane.Container) ([]string, error)
+	Discover(ctx context.Context, known []string) (plane.Discovery, error)
 	MountPath(id string) string
 	// PlanPin says where Setup would pin c's namespace and whether the pin
 	// would be isolatord's own, changing nothing.
-	PlanPin(c dataplane.Container) (path string, owned bool, err error)
+	PlanPin(c plane.Container) (path string, owned bool, err error)
+	// NetNSInode identifies a network namespace file by its inode,
+	// refusing anything that is not one.
+	NetNSInode(path string) (uint64, error)
+	// NetNSMounts lists the mount points of every mounted network
+	// namespace, by inode (the mount table).
+	NetNSMounts() (map[uint64][]string, error)
 }
 
 // State of a container record. The -ing states are intents written before a
@@ -89,8 +96,8 @@ type Record struct {
 	PinOwned bool `json:"pin_owned"`
 
 	// Bandwidth limits in force (zero: none), see limits.go.
-	Egress  dataplane.Limit `json:"egress_limit,omitzero"`
-	Ingress dataplane.Limit `json:"ingress_limit,omitzero"`
+	Egress  rate.Limit `json:"egress_limit,omitzero"`
+	Ingress rate.Limit `json:"ingress_limit,omitzero"`
 
 	// While State == updating: the ports being moved to.
 	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
@@ -115,7 +122,7 @@ type Config struct {
 	Observer Observer
 	// Egress and Ingress are the bandwidth limits of containers whose
 	// Prepare gives none (zero: no limit).
-	Egress, Ingress dataplane.Limit
+	Egress, Ingress rate.Limit
 	// HostPorts reserves containers' static ports in the host namespace
 	// (hostports.go); nil: no host reservations.
 	HostPorts HostPorts
@@ -147,7 +154,7 @@ type Isolator struct {
 	dp    DataPlane
 	log   *slog.Logger
 	store *store
-	host  dataplane.HostInfo
+	host  plane.HostInfo
 
 	locks keyedMutex
 
@@ -260,7 +267,7 @@ func validateID(id string) error {
 	if id == "" {
 		return errorf(codes.InvalidArgument, "container_id: must not be empty")
 	}
-	if err := dataplane.ValidateID(id); err != nil {
+	if err := plane.ValidateID(id); err != nil {
 		return errorf(codes.InvalidArgument, "container_id: %v", err)
 	}
 	return nil
@@ -368,7 +375,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	if !ok {
 		s.ledger.Release(id)
 		s.mu.Unlock()
-		return Record{}, errorf(codes.ResourceExhausted, "no container slot left (at most %d containers)", dataplane.MaxSlot)
+		return Record{}, errorf(codes.ResourceExhausted, "no container slot left (at most %d containers)", plane.MaxSlot)
 	}
 	block, err := s.alloc.Allocate()
 	if err != nil {
@@ -488,7 +495,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 		}
 		next.NetNSPath = t.NetNSPath
 	}
-	ino, err := netnsInode(next.NetNSPath)
+	ino, err := s.dp.NetNSInode(next.NetNSPath)
 	if err != nil {
 		return Record{}, errorf(codes.NotFound, "%s: %s is not a network namespace: %v", targetField(t), next.NetNSPath, err)
 	}
@@ -507,7 +514,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	s.netnsOwner[ino] = id
 	s.mu.Unlock()
 	next.State = StateIsolating
-	next.Veth = dataplane.VethName(id)
+	next.Veth = plane.VethName(id)
 	// Where the pin will be and whether it will be ours, in the intent:
 	// recovery from a crash before the outcome is written must know
 	// whether the pin it finds may be removed (a runtime's never may).
@@ -529,9 +536,9 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 		if perr := s.commit(&back); perr != nil {
 			s.log.Error("persist rollback", "container_id", id, "err", perr)
 		}
-		if errors.Is(err, dataplane.ErrHostNamespace) {
+		if errors.Is(err, plane.ErrHostNamespace) {
 			which := "the host's own network namespace"
-			var rn *dataplane.RefusedNamespaceError
+			var rn *plane.RefusedNamespaceError
 			if errors.As(err, &rn) {
 				which = rn.Which
 			}
@@ -567,14 +574,14 @@ func (s *Isolator) commit(r *Record) error {
 // container converts a record to the data plane's view. The namespace is
 // reached through the pin once there is one; while isolating, the pin is
 // only planned (Mount and PinOwned from PlanPin), so through the target.
-func (s *Isolator) container(r *Record) dataplane.Container {
+func (s *Isolator) container(r *Record) plane.Container {
 	ns := r.NetNSPath
 	if r.Mount != "" && r.State != StateIsolating {
 		ns = r.Mount
 	}
-	return dataplane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared,
+	return plane.Container{ID: r.ID, Slot: r.Slot, NetNS: ns, Ephemeral: r.Ephemeral, Ports: r.Ports, Shared: r.Shared,
 		Egress: r.Egress, Ingress: r.Ingress, Pin: r.Mount, PinOwned: r.PinOwned,
-		Meta: dataplane.Meta{Created: unixOrZero(r.Created), Labels: r.Labels, PinOwned: r.PinOwned}}
+		Meta: plane.Meta{Created: unixOrZero(r.Created), Labels: r.Labels, PinOwned: r.PinOwned}}
 }
 
 // Update changes the static ports of a container, all or nothing.
@@ -595,7 +602,7 @@ type UpdateOptions struct {
 
 // UpdateWith changes the static ports and/or the bandwidth limits of a
 // container, all or nothing: the limits first (in place, see
-// dataplane.SetLimits), then the ports; if the ports fail, the limits are
+// DataPlane.SetLimits), then the ports; if the ports fail, the limits are
 // put back.
 func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (_ Record, err error) {
 	defer s.observe("update", time.Now(), &err)
@@ -609,11 +616,11 @@ func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (
 	if err != nil {
 		return Record{}, err
 	}
-	var eg, in *dataplane.Limit
+	var eg, in *rate.Limit
 	for _, x := range []struct {
 		field string
 		spec  *LimitSpec
-		out   **dataplane.Limit
+		out   **rate.Limit
 	}{{"egress_limit", o.Egress, &eg}, {"ingress_limit", o.Ingress, &in}} {
 		if x.spec != nil {
 			l, err := ParseLimit(x.field, *x.spec, s.host)
@@ -673,7 +680,7 @@ func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (
 // The new limits are persisted before the kernel changes: a daemon killed
 // in between finds them in the record, and recovery (Adopt) brings the
 // kernel to them.
-func (s *Isolator) updateLimits(ctx context.Context, cur Record, eg, in dataplane.Limit) (Record, error) {
+func (s *Isolator) updateLimits(ctx context.Context, cur Record, eg, in rate.Limit) (Record, error) {
 	next := cur
 	next.Egress, next.Ingress = eg, in
 	if err := s.commit(&next); err != nil {
@@ -775,19 +782,19 @@ func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared eph
 }
 
 // Usage returns a container's traffic counters.
-func (s *Isolator) Usage(ctx context.Context, id string) (_ Record, _ dataplane.LinkStats, err error) {
+func (s *Isolator) Usage(ctx context.Context, id string) (_ Record, _ plane.LinkStats, err error) {
 	defer s.observe("usage", time.Now(), &err)
 	if err := validateID(id); err != nil {
-		return Record{}, dataplane.LinkStats{}, err
+		return Record{}, plane.LinkStats{}, err
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
 	r, ok := s.get(id)
 	if !ok {
-		return Record{}, dataplane.LinkStats{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+		return Record{}, plane.LinkStats{}, errorf(codes.NotFound, "container_id: %s is not known", id)
 	}
 	if r.State != StateIsolated {
-		return r, dataplane.LinkStats{}, nil
+		return r, plane.LinkStats{}, nil
 	}
 	st, err := s.dp.Stats(ctx, s.container(&r))
 	if err != nil {
@@ -884,9 +891,9 @@ type Status struct {
 	EphemeralPool, ManagedPorts ephemeral.Set
 	ExclusivePorts, SharedPorts ephemeral.Set // static ports held
 	Containers                  map[State]int
-	Host                        dataplane.HostInfo
+	Host                        plane.HostInfo
 	// Bandwidth limits of containers that ask for none.
-	DefaultEgress, DefaultIngress dataplane.Limit
+	DefaultEgress, DefaultIngress rate.Limit
 	HostPorts                     HostPortsStatus // host port reservations (hostports.go)
 	// What start-up recovery left for the operator (rebuild.go).
 	Unattributed, Rebuilt []string
@@ -986,12 +993,12 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 
 // slotSet hands out container slots 1..MaxSlot, lowest first.
 type slotSet struct {
-	used [dataplane.MaxSlot + 1]bool
+	used [plane.MaxSlot + 1]bool
 	n    int
 }
 
 func (s *slotSet) take() (uint16, bool) {
-	for i := 1; i <= dataplane.MaxSlot; i++ {
+	for i := 1; i <= plane.MaxSlot; i++ {
 		if !s.used[i] {
 			s.used[i] = true
 			s.n++
@@ -1002,7 +1009,7 @@ func (s *slotSet) take() (uint16, bool) {
 }
 
 func (s *slotSet) claim(i uint16) bool {
-	if i == 0 || int(i) > dataplane.MaxSlot || s.used[i] {
+	if i == 0 || int(i) > plane.MaxSlot || s.used[i] {
 		return false
 	}
 	s.used[i] = true
@@ -1011,7 +1018,7 @@ func (s *slotSet) claim(i uint16) bool {
 }
 
 func (s *slotSet) put(i uint16) {
-	if i != 0 && int(i) <= dataplane.MaxSlot && s.used[i] {
+	if i != 0 && int(i) <= plane.MaxSlot && s.used[i] {
 		s.used[i] = false
 		s.n--
 	}

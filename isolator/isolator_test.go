@@ -12,8 +12,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 var bg = context.Background()
@@ -183,7 +183,7 @@ func TestSetupFailureRollsBack(t *testing.T) {
 
 func TestHostNamespaceRefused(t *testing.T) {
 	dp := newFakeDP()
-	ino, err := nsInode("/proc/self/ns/net")
+	ino, err := dp.NetNSInode("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func TestRecoveryDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stray: plumbing nobody knows about.
-	dp.Plumbed["stray"] = dataplane.Container{ID: "stray"}
+	dp.Plumbed["stray"] = plane.Container{ID: "stray"}
 	// "broken": its veth was removed behind our back.
 	dp.Missing["broken"] = []string{"veth"}
 	s.Close()

@@ -7,8 +7,8 @@ package isolator
 // the limits in force are persisted in the Record, so a restarted daemon
 // keeps them (the data plane's Adopt leaves the kernel alone when it already
 // enforces them) even if the defaults changed since. Update changes them on
-// a running container in place (see dataplane.SetLimits). Limits are
-// refused, naming the field, when negative, below shaping.MinRate, above
+// a running container in place (see the data plane's SetLimits). Limits are
+// refused, naming the field, when negative, below rate.MinRate, above
 // the host interface's link speed (when the driver reports one), with a
 // ceil below the rate, a burst without a rate, or when the kernel has no
 // HTB.
@@ -18,9 +18,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/rate"
-	"github.com/isolatord/isolatord/shaping"
 )
 
 // LimitSpec is a requested bandwidth limit as it arrives from the API:
@@ -38,7 +37,7 @@ func bytesPerSec(v uint64) string {
 
 // LimitString prints a limit for people: "none", "2MB/s", "2MB/s burst
 // 64KiB ceil 4MB/s".
-func LimitString(l dataplane.Limit) string {
+func LimitString(l rate.Limit) string {
 	if l.IsZero() {
 		return "none"
 	}
@@ -54,7 +53,7 @@ func LimitString(l dataplane.Limit) string {
 
 // checkLimit validates l for field (e.g. "egress_limit") against the host:
 // its link speed (Mbit/s, 0 = unknown) and whether it has HTB.
-func checkLimit(field string, l dataplane.Limit, host dataplane.HostInfo) error {
+func checkLimit(field string, l rate.Limit, host plane.HostInfo) error {
 	if l.IsZero() {
 		return nil
 	}
@@ -66,46 +65,46 @@ func checkLimit(field string, l dataplane.Limit, host dataplane.HostInfo) error 
 	switch {
 	case l.Rate == 0:
 		return errorf(codes.InvalidArgument, "%s: burst and ceil need a rate (rate 0 means no limit)", field)
-	case l.Rate < shaping.MinRate:
-		return errorf(codes.InvalidArgument, "%s.rate: %s is below the minimum of %s", field, bytesPerSec(l.Rate), bytesPerSec(shaping.MinRate))
+	case l.Rate < rate.MinRate:
+		return errorf(codes.InvalidArgument, "%s.rate: %s is below the minimum of %s", field, bytesPerSec(l.Rate), bytesPerSec(rate.MinRate))
 	case speed > 0 && l.Rate > speed:
 		return errorf(codes.InvalidArgument, "%s.rate: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Rate), iface, host.LinkSpeed, rate.Format(speed))
 	case l.Ceil != 0 && l.Ceil < l.Rate:
 		return errorf(codes.InvalidArgument, "%s.ceil: %s is below the rate, %s", field, bytesPerSec(l.Ceil), bytesPerSec(l.Rate))
 	case speed > 0 && l.Ceil > speed:
 		return errorf(codes.InvalidArgument, "%s.ceil: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Ceil), iface, host.LinkSpeed, rate.Format(speed))
-	case l.Burst != 0 && l.Burst < shaping.MinBurst:
-		return errorf(codes.InvalidArgument, "%s.burst: %d bytes is below the minimum of %d bytes", field, l.Burst, shaping.MinBurst)
+	case l.Burst != 0 && l.Burst < rate.MinBurst:
+		return errorf(codes.InvalidArgument, "%s.burst: %d bytes is below the minimum of %d bytes", field, l.Burst, rate.MinBurst)
 	}
 	if err := l.Validate(); err != nil {
 		return errorf(codes.InvalidArgument, "%s: %v", field, err)
 	}
-	if host.Features != nil && !host.Features[dataplane.FeatureHTB] {
-		return errorf(codes.FailedPrecondition, "%s: %v", field, dataplane.ErrNoHTB)
+	if host.Features != nil && !host.Features[plane.FeatureHTB] {
+		return errorf(codes.FailedPrecondition, "%s: %v", field, plane.ErrNoHTB)
 	}
 	return nil
 }
 
 // ParseLimit validates a requested limit for field (e.g. "egress_limit")
 // against the host (link speed, HTB) and returns it.
-func ParseLimit(field string, s LimitSpec, host dataplane.HostInfo) (dataplane.Limit, error) {
+func ParseLimit(field string, s LimitSpec, host plane.HostInfo) (rate.Limit, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
 	}{{"rate", s.Rate}, {"burst", s.Burst}, {"ceil", s.Ceil}} {
 		if f.v < 0 {
-			return dataplane.Limit{}, errorf(codes.InvalidArgument, "%s.%s: %d is negative (0 means no limit)", field, f.name, f.v)
+			return rate.Limit{}, errorf(codes.InvalidArgument, "%s.%s: %d is negative (0 means no limit)", field, f.name, f.v)
 		}
 	}
-	l := dataplane.Limit{Rate: uint64(s.Rate), Burst: uint64(s.Burst), Ceil: uint64(s.Ceil)}
+	l := rate.Limit{Rate: uint64(s.Rate), Burst: uint64(s.Burst), Ceil: uint64(s.Ceil)}
 	if err := checkLimit(field, l, host); err != nil {
-		return dataplane.Limit{}, err
+		return rate.Limit{}, err
 	}
 	return l, nil
 }
 
 // resolveLimit is the limit a request asks for: spec when given, else def.
-func (s *Isolator) resolveLimit(field string, spec *LimitSpec, def dataplane.Limit) (dataplane.Limit, error) {
+func (s *Isolator) resolveLimit(field string, spec *LimitSpec, def rate.Limit) (rate.Limit, error) {
 	if spec == nil {
 		return def, nil
 	}
@@ -117,7 +116,7 @@ func (s *Isolator) resolveLimit(field string, spec *LimitSpec, def dataplane.Lim
 func (s *Isolator) checkDefaults() error {
 	for _, d := range []struct {
 		name string
-		l    dataplane.Limit
+		l    rate.Limit
 	}{{"default egress limit", s.cfg.Egress}, {"default ingress limit", s.cfg.Ingress}} {
 		if err := checkLimit(d.name, d.l, s.host); err != nil {
 			return err

@@ -9,19 +9,20 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/rate"
 )
 
-func lim(rate uint64) dataplane.Limit { return dataplane.Limit{Rate: rate} }
+func lim(r uint64) rate.Limit { return rate.Limit{Rate: r} }
 
 func spec(rate int64) *LimitSpec { return &LimitSpec{Rate: rate} }
 
 // newLimitIsolator is a started isolator with default limits and a host
 // whose link speed is 1000 Mbit/s (125 MB/s).
-func newLimitIsolator(t *testing.T, dir string, dp *fakeDP, egress, ingress dataplane.Limit) *Isolator {
+func newLimitIsolator(t *testing.T, dir string, dp *fakeDP, egress, ingress rate.Limit) *Isolator {
 	t.Helper()
 	dp.Host.LinkSpeed = 1000
-	dp.Host.Features = map[string]bool{dataplane.FeatureHTB: true}
+	dp.Host.Features = map[string]bool{plane.FeatureHTB: true}
 	cfg := testConfig(t, dir)
 	cfg.Egress, cfg.Ingress = egress, ingress
 	s, err := New(cfg, dp)
@@ -36,14 +37,14 @@ func newLimitIsolator(t *testing.T, dir string, dp *fakeDP, egress, ingress data
 }
 
 func TestParseLimit(t *testing.T) {
-	host := dataplane.HostInfo{Eth0: "eth0", LinkSpeed: 1000, Features: map[string]bool{dataplane.FeatureHTB: true}}
+	host := plane.HostInfo{Eth0: "eth0", LinkSpeed: 1000, Features: map[string]bool{plane.FeatureHTB: true}}
 	good := []struct {
 		s    LimitSpec
-		want dataplane.Limit
+		want rate.Limit
 	}{
-		{LimitSpec{}, dataplane.Limit{}},
+		{LimitSpec{}, rate.Limit{}},
 		{LimitSpec{Rate: 2_000_000}, lim(2_000_000)},
-		{LimitSpec{Rate: 2_000_000, Burst: 100_000, Ceil: 4_000_000}, dataplane.Limit{Rate: 2_000_000, Burst: 100_000, Ceil: 4_000_000}},
+		{LimitSpec{Rate: 2_000_000, Burst: 100_000, Ceil: 4_000_000}, rate.Limit{Rate: 2_000_000, Burst: 100_000, Ceil: 4_000_000}},
 		{LimitSpec{Rate: 125_000_000}, lim(125_000_000)}, // exactly the link speed
 	}
 	for _, c := range good {
@@ -84,17 +85,17 @@ func TestParseLimit(t *testing.T) {
 		}
 	}
 	// unknown link speed: not checked; no HTB: refused
-	if _, err := ParseLimit("ingress_limit", LimitSpec{Rate: 10_000_000_000}, dataplane.HostInfo{}); err != nil {
+	if _, err := ParseLimit("ingress_limit", LimitSpec{Rate: 10_000_000_000}, plane.HostInfo{}); err != nil {
 		t.Errorf("unknown link speed: %v", err)
 	}
-	_, err := ParseLimit("ingress_limit", LimitSpec{Rate: 2_000_000}, dataplane.HostInfo{Features: map[string]bool{}})
+	_, err := ParseLimit("ingress_limit", LimitSpec{Rate: 2_000_000}, plane.HostInfo{Features: map[string]bool{}})
 	wantCode(t, err, codes.FailedPrecondition, "ingress_limit", "HTB")
 }
 
 func TestLimitsLifecycle(t *testing.T) {
 	dir := t.TempDir()
 	dp := newFakeDP()
-	s := newLimitIsolator(t, dir, dp, lim(2_000_000), dataplane.Limit{})
+	s := newLimitIsolator(t, dir, dp, lim(2_000_000), rate.Limit{})
 
 	// defaults, overrides, explicit none
 	r, err := s.Prepare(bg, "dflt", ports("31000"))
@@ -102,7 +103,7 @@ func TestLimitsLifecycle(t *testing.T) {
 		t.Fatalf("default limits: %+v %v", r, err)
 	}
 	r, err = s.PrepareWith(bg, "own", PrepareOptions{Ports: ports("31001"), Egress: spec(0), Ingress: &LimitSpec{Rate: 3_000_000, Ceil: 6_000_000}})
-	if err != nil || !r.Egress.IsZero() || r.Ingress != (dataplane.Limit{Rate: 3_000_000, Ceil: 6_000_000}) {
+	if err != nil || !r.Egress.IsZero() || r.Ingress != (rate.Limit{Rate: 3_000_000, Ceil: 6_000_000}) {
 		t.Fatalf("own limits: %+v %v", r, err)
 	}
 	// repeated Prepare: same limits fine, other limits refused, none given fine
@@ -122,7 +123,7 @@ func TestLimitsLifecycle(t *testing.T) {
 	if _, err := s.Isolate(bg, "dflt", nsTarget(t, "dflt")); err != nil {
 		t.Fatal(err)
 	}
-	if got := dp.Limits["dflt"]; got != [2]dataplane.Limit{lim(2_000_000), {}} {
+	if got := dp.Limits["dflt"]; got != [2]rate.Limit{lim(2_000_000), {}} {
 		t.Errorf("Setup got limits %v", got)
 	}
 
@@ -131,7 +132,7 @@ func TestLimitsLifecycle(t *testing.T) {
 	if err != nil || r.Ports.String() != "31000" || r.Egress != lim(4_000_000) || r.Ingress != lim(1_000_000) {
 		t.Fatalf("limits update: %+v %v", r, err)
 	}
-	if got := dp.Limits["dflt"]; got != [2]dataplane.Limit{lim(4_000_000), lim(1_000_000)} {
+	if got := dp.Limits["dflt"]; got != [2]rate.Limit{lim(4_000_000), lim(1_000_000)} {
 		t.Errorf("SetLimits got %v", got)
 	}
 	// unchanged: no data plane call
@@ -185,7 +186,7 @@ func TestLimitsLifecycle(t *testing.T) {
 	if r, _ := s2.Get(bg, "dflt"); r.Egress != lim(6_000_000) || r.Ingress != lim(1_000_000) {
 		t.Errorf("after restart: %+v %+v", r.Egress, r.Ingress)
 	}
-	if got := dp.Limits["dflt"]; got != [2]dataplane.Limit{lim(6_000_000), lim(1_000_000)} {
+	if got := dp.Limits["dflt"]; got != [2]rate.Limit{lim(6_000_000), lim(1_000_000)} {
 		t.Errorf("Adopt got %v", got)
 	}
 	if r, _ := s2.Get(bg, "own"); r.Egress != lim(7_000_000) {
@@ -199,7 +200,7 @@ func TestLimitsLifecycle(t *testing.T) {
 func TestLimitsRecovery(t *testing.T) {
 	dir := t.TempDir()
 	dp := newFakeDP()
-	s := newLimitIsolator(t, dir, dp, dataplane.Limit{}, dataplane.Limit{})
+	s := newLimitIsolator(t, dir, dp, rate.Limit{}, rate.Limit{})
 	if _, err := s.PrepareWith(bg, "c1", PrepareOptions{Egress: spec(2_000_000)}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,14 +220,14 @@ func TestLimitsRecovery(t *testing.T) {
 	if got := dp.Limits["c1"]; got[0] != lim(2_000_000) {
 		t.Fatalf("the kernel changed before the crash: %v", got)
 	}
-	s2 := newLimitIsolator(t, dir, dp, dataplane.Limit{}, dataplane.Limit{})
+	s2 := newLimitIsolator(t, dir, dp, rate.Limit{}, rate.Limit{})
 	if got := dp.Limits["c1"]; got[0] != lim(3_000_000) {
 		t.Errorf("recovery did not roll the limit forward: %v", got)
 	}
 	s2.Close()
 
-	dp.FailNext["adopt"] = fmt.Errorf("%w: injected", dataplane.ErrShaping)
-	s3 := newLimitIsolator(t, dir, dp, dataplane.Limit{}, dataplane.Limit{})
+	dp.FailNext["adopt"] = fmt.Errorf("%w: injected", plane.ErrShaping)
+	s3 := newLimitIsolator(t, dir, dp, rate.Limit{}, rate.Limit{})
 	if r, err := s3.Get(bg, "c1"); err != nil || r.State != StateIsolated {
 		t.Errorf("a shaping failure at recovery dropped the container: %+v %v", r, err)
 	}

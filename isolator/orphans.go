@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/isolatord/isolatord/nspin"
 )
 
 // Orphan reclamation. A runtime that removes a container without a CNI DEL
@@ -131,7 +129,7 @@ func (s *Isolator) orphaned(threads bool) map[string]Record {
 	if len(cand) == 0 {
 		return nil
 	}
-	mounts, err := nspin.NetNSMounts()
+	mounts, err := s.dp.NetNSMounts()
 	if err != nil {
 		s.log.Warn("orphan check: cannot read the mount table; nothing reclaimed", "err", err.Error())
 		return nil

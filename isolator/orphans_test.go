@@ -3,8 +3,6 @@ package isolator
 import (
 	"testing"
 	"time"
-
-	"github.com/isolatord/isolatord/nspin"
 )
 
 func TestOtherPin(t *testing.T) {
@@ -41,8 +39,8 @@ func TestOrphanPeriod(t *testing.T) {
 }
 
 // BenchmarkOrphanScan is the cost of one look for orphans on this machine:
-// the /proc scan (processes, or every thread for the check before acting)
-// and the mount table read, whatever the number of containers.
+// the /proc scan (processes, or every thread for the check before acting),
+// whatever the number of containers.
 func BenchmarkOrphanScan(b *testing.B) {
 	for _, threads := range []bool{false, true} {
 		name := "processes"
@@ -60,11 +58,4 @@ func BenchmarkOrphanScan(b *testing.B) {
 			b.ReportMetric(float64(n), "entries")
 		})
 	}
-	b.Run("mountinfo", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			if _, err := nspin.NetNSMounts(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // The kernel is the truth, the database a journal. Before recovery
 // resolves the records, rebuild gives a record to every container the
-// kernel shows (dataplane.Discover) that the database does not know, or
+// kernel shows (DataPlane.Discover) that the database does not know, or
 // knows only as prepared: its state is missing, emptied, corrupt (moved
 // aside), another --state-dir, or out of date. What the kernel does not
 // say (labels, creation time when the veth alias is gone) is named in the
@@ -84,7 +84,7 @@ func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryRep
 }
 
 // recordFromKernel is the record of a container found in the kernel.
-func recordFromKernel(f dataplane.Found) *Record {
+func recordFromKernel(f plane.Found) *Record {
 	return &Record{
 		ID: f.ID, State: StateIsolated, Slot: f.Slot,
 		Ephemeral: f.Ephemeral, Ports: f.Ports, Shared: f.Shared,
@@ -100,7 +100,7 @@ func recordFromKernel(f dataplane.Found) *Record {
 // operator's explicit decision. It returns what it removed.
 func (s *Isolator) RemoveUnattributed(ctx context.Context) ([]string, error) {
 	s.mu.Lock()
-	var keep []dataplane.Container
+	var keep []plane.Container
 	for _, r := range s.records {
 		if r.State != StatePrepared {
 			keep = append(keep, s.container(r))

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // found is a container the fake kernel shows, in a fake namespace.
-func found(t *testing.T, id string, slot uint16, eph string, ports string) dataplane.Found {
+func found(t *testing.T, id string, slot uint16, eph string, ports string) plane.Found {
 	p := nsTarget(t, "rb-"+id).NetNSPath
-	ino, err := netnsInode(p)
+	ino, err := newFakeDP().NetNSInode(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,10 +22,10 @@ func found(t *testing.T, id string, slot uint16, eph string, ports string) datap
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dataplane.Found{
-		Container: dataplane.Container{ID: id, Slot: slot, NetNS: p, Ephemeral: r.Ranges()[0],
-			Ports: ephemeral.MustParseSet(ports), Meta: dataplane.Meta{ID: id, Labels: map[string]string{"a": id}}},
-		Veth: dataplane.VethName(id), Mount: p, NetNSIno: ino, Created: time.Unix(1700000000, 0).UTC(),
+	return plane.Found{
+		Container: plane.Container{ID: id, Slot: slot, NetNS: p, Ephemeral: r.Ranges()[0],
+			Ports: ephemeral.MustParseSet(ports), Meta: plane.Meta{ID: id, Labels: map[string]string{"a": id}}},
+		Veth: plane.VethName(id), Mount: p, NetNSIno: ino, Created: time.Unix(1700000000, 0).UTC(),
 	}
 }
 
@@ -47,10 +47,10 @@ func TestRebuildFromKernel(t *testing.T) {
 	b := found(t, "b", 3, "33280-33535", "31002-31003")
 	b.Lost = []string{"labels", "creation time"}
 	clash := found(t, "clash", 1, "33536-33791", "31004")
-	for _, f := range []dataplane.Found{a, b, clash} {
+	for _, f := range []plane.Found{a, b, clash} {
 		dp.Plumbed[f.ID] = f.Container
 	}
-	dp.Discovered = dataplane.Discovery{Found: []dataplane.Found{a, b, clash}, Unattributed: []string{"veth iso000000000000: no container ID"}}
+	dp.Discovered = plane.Discovery{Found: []plane.Found{a, b, clash}, Unattributed: []string{"veth iso000000000000: no container ID"}}
 
 	s2 := newTestIsolator(t, dir, dp)
 	ra, err := s2.Get(bg, "a")

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // RecoveryReport counts the decisions Start made.
@@ -102,7 +102,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 
 	tResolve := time.Since(start)
 	// 3. Report kernel objects that belong to nobody; they stay.
-	cs := make([]dataplane.Container, 0, len(keep))
+	cs := make([]plane.Container, 0, len(keep))
 	for _, r := range keep {
 		cs = append(cs, s.container(r))
 	}
@@ -168,7 +168,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 	}
 
 	// isolating, isolated, updating: the namespace must still have its owner.
-	if !alive(s.cfg.ProcRoot, r) {
+	if !s.alive(r) {
 		if err := s.finishCleanup(ctx, r); err != nil {
 			return false, err
 		}
@@ -277,9 +277,9 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 // adopt registers a kept container with the data plane. Its bandwidth
 // limits are put back in force there when they are not; if that fails the
 // container is still kept (its traffic flows) and the failure is logged.
-func (s *Isolator) adopt(ctx context.Context, c dataplane.Container, log *slog.Logger) error {
+func (s *Isolator) adopt(ctx context.Context, c plane.Container, log *slog.Logger) error {
 	err := s.dp.Adopt(ctx, c)
-	if errors.Is(err, dataplane.ErrShaping) {
+	if errors.Is(err, plane.ErrShaping) {
 		log.Error("recover: bandwidth limits not in force", "egress_limit", LimitString(c.Egress), "ingress_limit", LimitString(c.Ingress), "err", err)
 		return nil
 	}

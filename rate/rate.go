@@ -1,5 +1,7 @@
 // Package rate parses and prints bandwidth limits: rates in bytes per
-// second and byte counts (bursts), written the way people write them.
+// second and byte counts (bursts), written the way people write them; and
+// holds the bandwidth limit itself (Limit: rate, burst, ceil, and its
+// bounds), shared by the lifecycle and the kernel's shaping. Table tests.
 //
 // A rate is a non-negative decimal number followed by an optional unit:
 //

@@ -6,7 +6,7 @@
 // how a container's egress reaches one, is the data plane's and tcfilter's
 // business (see tcfilter's "Bandwidth limits").
 //
-// Files: limit.go holds Limit and its validation (portable, no kernel
+// Files: limit.go holds the fifo leaf sizing of a Limit (rate.Limit, with its validation; portable, no kernel
 // call); shaper_linux.go the Shaper (Read, Apply, Drain, Remove);
 // fifo_linux.go the bfifo request.
 //

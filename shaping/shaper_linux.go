@@ -35,7 +35,7 @@ func ticks(rate, bytes uint64) uint32 {
 }
 
 // class is the HTB class 1:1 that enforces l on link.
-func (l Limit) class(link int) *netlink.HtbClass {
+func class(l Limit, link int) *netlink.HtbClass {
 	burst := l.EffectiveBurst()
 	ceil, cburst := l.Rate, burst
 	if l.Ceil != 0 {
@@ -185,7 +185,7 @@ func (s Shaper) Apply(l Limit) error {
 	if err != nil {
 		return err
 	}
-	want := l.class(s.Link)
+	want := class(l, s.Link)
 	if !st.Root {
 		if st.RootKind == "htb" && !st.RootHandleMismatch {
 			// HTB 1: with another default class: HTB cannot change it in place
@@ -219,7 +219,7 @@ func (s Shaper) Apply(l Limit) error {
 	case st.Leaf != s.Leaf.String():
 		return s.addLeaf(l)
 	case s.Leaf == LeafFIFO:
-		if err := bfifoRequest(s.NS, s.Link, classHandle, leafHandle, l.QueueBytes(), false); err != nil {
+		if err := bfifoRequest(s.NS, s.Link, classHandle, leafHandle, QueueBytes(l), false); err != nil {
 			return fmt.Errorf("resize bfifo leaf on ifindex %d: %w", s.Link, err)
 		}
 	}
@@ -231,7 +231,7 @@ func (s Shaper) addLeaf(l Limit) error {
 	if s.Leaf == LeafFQCodel {
 		err = s.H.QdiscReplace(netlink.NewFqCodel(netlink.QdiscAttrs{LinkIndex: s.Link, Parent: classHandle, Handle: leafHandle}))
 	} else {
-		err = bfifoRequest(s.NS, s.Link, classHandle, leafHandle, l.QueueBytes(), true)
+		err = bfifoRequest(s.NS, s.Link, classHandle, leafHandle, QueueBytes(l), true)
 	}
 	if err != nil {
 		return fmt.Errorf("add %s leaf on ifindex %d: %w", s.Leaf, s.Link, err)
@@ -259,7 +259,7 @@ func (s Shaper) Drain(timeout time.Duration) error {
 	if err != nil || !st.Present {
 		return err
 	}
-	if err := s.H.ClassChange(Limit{Rate: drainRate}.class(s.Link)); err != nil {
+	if err := s.H.ClassChange(class(Limit{Rate: drainRate}, s.Link)); err != nil {
 		return fmt.Errorf("lift htb class 1:1 on ifindex %d: %w", s.Link, err)
 	}
 	deadline := time.Now().Add(timeout)

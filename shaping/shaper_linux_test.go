@@ -23,21 +23,21 @@ func (s Shaper) inSync(l Limit) (bool, error) {
 	if l.IsZero() {
 		return !st.Root, nil
 	}
-	return st.Present && sameClass(st.Class, l.class(s.Link)) && st.Leaf == s.Leaf.String(), nil
+	return st.Present && sameClass(st.Class, class(l, s.Link)) && st.Leaf == s.Leaf.String(), nil
 }
 
 func TestLimitClass(t *testing.T) {
 	l := Limit{Rate: 2_000_000}
-	c := l.class(7)
+	c := class(l, 7)
 	if c.Rate != 2_000_000 || c.Ceil != 2_000_000 || c.Buffer != c.Cbuffer || c.Buffer == 0 {
 		t.Errorf("no ceil: class %+v, want ceil = rate and cburst = burst", c)
 	}
-	p := Limit{Rate: 2_000_000, Ceil: 8_000_000}.class(7)
+	p := class(Limit{Rate: 2_000_000, Ceil: 8_000_000}, 7)
 	if p.Ceil != 8_000_000 || p.Cbuffer >= p.Buffer {
 		t.Errorf("ceil: class %+v, want ceil 8MB/s with a small cburst", p)
 	}
 	// the burst read back from the kernel's buffer time is the burst set
-	st := State{Class: Limit{Rate: 2_000_000, Burst: 300_000}.class(1)}
+	st := State{Class: class(Limit{Rate: 2_000_000, Burst: 300_000}, 1)}
 	if got := st.Limit(); got.Rate != 2_000_000 || got.Ceil != 0 || got.Burst < 299_000 || got.Burst > 301_000 {
 		t.Errorf("read back %+v, want rate 2MB/s burst ~300000", got)
 	}

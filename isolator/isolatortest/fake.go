@@ -6,13 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/rate"
 )
 
 func inode(path string) (uint64, error) {
@@ -29,32 +32,38 @@ func inode(path string) (uint64, error) {
 // demand.
 type DataPlane struct {
 	mu       sync.Mutex
-	Plumbed  map[string]dataplane.Container // id -> container as plumbed
-	portOwn  map[uint16][]string            // port -> ids with filters for it
+	Plumbed  map[string]plane.Container // id -> container as plumbed
+	portOwn  map[uint16][]string        // port -> ids with filters for it
 	HostIno  uint64
 	FailNext map[string]error // op -> error returned once
 	Missing  map[string][]string
 	calls    []string
 	// Limits are the bandwidth limits last given for each container by
 	// Setup, SetLimits or Adopt: [egress, ingress].
-	Limits map[string][2]dataplane.Limit
+	Limits map[string][2]rate.Limit
 	// Host is what PrepareHost reports besides the names and HostIno
 	// (LinkSpeed, Features).
-	Host dataplane.HostInfo
+	Host plane.HostInfo
 	// Discovered is what Discover returns.
-	Discovered dataplane.Discovery
+	Discovered plane.Discovery
 	// ForeignPins are the container IDs whose namespace a runtime has
 	// already pinned at MountPath: PlanPin and Setup report those pins as
 	// not isolatord's.
 	ForeignPins map[string]bool
 	// TornDown is every container Teardown was given, in order.
-	TornDown []dataplane.Container
+	TornDown []plane.Container
+	// NSDir holds files that stand for network namespaces (unit tests
+	// cannot create real ones without root); NetNSInode accepts those and
+	// /proc/<pid>/ns/net, and refuses anything else.
+	NSDir string
+	// Mounts is what NetNSMounts reports (namespace inode -> mount points).
+	Mounts map[uint64][]string
 }
 
 // New returns an empty fake data plane.
 func New() *DataPlane {
-	return &DataPlane{Plumbed: map[string]dataplane.Container{}, portOwn: map[uint16][]string{}, FailNext: map[string]error{}, Missing: map[string][]string{},
-		Limits: map[string][2]dataplane.Limit{}}
+	return &DataPlane{Plumbed: map[string]plane.Container{}, portOwn: map[uint16][]string{}, FailNext: map[string]error{}, Missing: map[string][]string{},
+		Limits: map[string][2]rate.Limit{}}
 }
 
 func (f *DataPlane) record(op, id string) error {
@@ -66,7 +75,7 @@ func (f *DataPlane) record(op, id string) error {
 	return nil
 }
 
-func (f *DataPlane) PrepareHost(ctx context.Context) (dataplane.HostInfo, error) {
+func (f *DataPlane) PrepareHost(ctx context.Context) (plane.HostInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h := f.Host
@@ -74,7 +83,7 @@ func (f *DataPlane) PrepareHost(ctx context.Context) (dataplane.HostInfo, error)
 	return h, f.record("prepare-host", "")
 }
 
-func (f *DataPlane) setPortsLocked(c dataplane.Container, ports, shared ephemeral.Set) {
+func (f *DataPlane) setPortsLocked(c plane.Container, ports, shared ephemeral.Set) {
 	f.clearOwner(c.ID)
 	all := ports.Union(shared).Union(ephemeral.NewSet(c.Ephemeral))
 	for _, p := range all.Ports() {
@@ -82,22 +91,22 @@ func (f *DataPlane) setPortsLocked(c dataplane.Container, ports, shared ephemera
 	}
 }
 
-func (f *DataPlane) Setup(ctx context.Context, c dataplane.Container) (dataplane.Plumbing, error) {
+func (f *DataPlane) Setup(ctx context.Context, c plane.Container) (plane.Plumbing, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("setup", c.ID); err != nil {
-		return dataplane.Plumbing{}, err
+		return plane.Plumbing{}, err
 	}
 	if ino, err := inode(c.NetNS); err == nil && ino == f.HostIno {
-		return dataplane.Plumbing{}, fmt.Errorf("%s: %w", c.NetNS, dataplane.ErrHostNamespace)
+		return plane.Plumbing{}, fmt.Errorf("%s: %w", c.NetNS, plane.ErrHostNamespace)
 	}
 	f.Plumbed[c.ID] = c
 	f.setPortsLocked(c, c.Ports, c.Shared)
-	f.Limits[c.ID] = [2]dataplane.Limit{c.Egress, c.Ingress}
-	return dataplane.Plumbing{Veth: "iso-" + c.ID, Mount: f.MountPath(c.ID), PinOwned: !f.ForeignPins[c.ID]}, nil
+	f.Limits[c.ID] = [2]rate.Limit{c.Egress, c.Ingress}
+	return plane.Plumbing{Veth: "iso-" + c.ID, Mount: f.MountPath(c.ID), PinOwned: !f.ForeignPins[c.ID]}, nil
 }
 
-func (f *DataPlane) SetPorts(ctx context.Context, c dataplane.Container, ports, shared ephemeral.Set) error {
+func (f *DataPlane) SetPorts(ctx context.Context, c plane.Container, ports, shared ephemeral.Set) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("setports", c.ID); err != nil {
@@ -112,7 +121,7 @@ func (f *DataPlane) SetPorts(ctx context.Context, c dataplane.Container, ports, 
 	return nil
 }
 
-func (f *DataPlane) SetLimits(ctx context.Context, c dataplane.Container, egress, ingress dataplane.Limit) error {
+func (f *DataPlane) SetLimits(ctx context.Context, c plane.Container, egress, ingress rate.Limit) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("setlimits", c.ID); err != nil {
@@ -124,35 +133,35 @@ func (f *DataPlane) SetLimits(ctx context.Context, c dataplane.Container, egress
 	}
 	p.Egress, p.Ingress = egress, ingress
 	f.Plumbed[c.ID] = p
-	f.Limits[c.ID] = [2]dataplane.Limit{egress, ingress}
+	f.Limits[c.ID] = [2]rate.Limit{egress, ingress}
 	return nil
 }
 
-func (f *DataPlane) Stats(ctx context.Context, c dataplane.Container) (dataplane.LinkStats, error) {
+func (f *DataPlane) Stats(ctx context.Context, c plane.Container) (plane.LinkStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := dataplane.LinkStats{RxBytes: 100, TxBytes: 200}
+	st := plane.LinkStats{RxBytes: 100, TxBytes: 200}
 	if p, ok := f.Plumbed[c.ID]; ok {
 		for _, x := range []struct {
-			l   dataplane.Limit
-			out *dataplane.ShapeCounters
+			l   rate.Limit
+			out *plane.ShapeCounters
 		}{{p.Egress, &st.Egress}, {p.Ingress, &st.Ingress}} {
 			if !x.l.IsZero() {
-				*x.out = dataplane.ShapeCounters{Limit: x.l, Enforced: true, Queue: "bfifo", Bytes: 1000, Packets: 10, Drops: 1, Overlimits: 5}
+				*x.out = plane.ShapeCounters{Limit: x.l, Enforced: true, Queue: "bfifo", Bytes: 1000, Packets: 10, Drops: 1, Overlimits: 5}
 			}
 		}
 	}
 	return st, f.record("stats", c.ID)
 }
 
-func (f *DataPlane) Teardown(ctx context.Context, c dataplane.Container) (dataplane.TeardownReport, error) {
+func (f *DataPlane) Teardown(ctx context.Context, c plane.Container) (plane.TeardownReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("teardown", c.ID); err != nil {
-		return dataplane.TeardownReport{}, err
+		return plane.TeardownReport{}, err
 	}
 	f.TornDown = append(f.TornDown, c)
-	var rep dataplane.TeardownReport
+	var rep plane.TeardownReport
 	if _, ok := f.Plumbed[c.ID]; !ok {
 		rep.Missing = append(rep.Missing, "veth")
 	}
@@ -177,7 +186,7 @@ func (f *DataPlane) clearOwner(id string) {
 	}
 }
 
-func (f *DataPlane) Check(ctx context.Context, c dataplane.Container) ([]string, error) {
+func (f *DataPlane) Check(ctx context.Context, c plane.Container) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("check", c.ID); err != nil {
@@ -192,33 +201,33 @@ func (f *DataPlane) Check(ctx context.Context, c dataplane.Container) ([]string,
 	return nil, nil
 }
 
-func (f *DataPlane) Adopt(ctx context.Context, c dataplane.Container) error {
+func (f *DataPlane) Adopt(ctx context.Context, c plane.Container) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("adopt", c.ID); err != nil {
 		return err
 	}
-	f.Limits[c.ID] = [2]dataplane.Limit{c.Egress, c.Ingress}
+	f.Limits[c.ID] = [2]rate.Limit{c.Egress, c.Ingress}
 	return nil
 }
 
 // Discover returns Discovered (tests set it: what the kernel would show).
-func (f *DataPlane) Discover(ctx context.Context, known []string) (dataplane.Discovery, error) {
+func (f *DataPlane) Discover(ctx context.Context, known []string) (plane.Discovery, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.Discovered, f.record("discover", "")
 }
 
 // Strays lists the plumbed containers not in keep, removing nothing.
-func (f *DataPlane) Strays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+func (f *DataPlane) Strays(ctx context.Context, keep []plane.Container) ([]string, error) {
 	return f.strays(keep, false)
 }
 
-func (f *DataPlane) RemoveStrays(ctx context.Context, keep []dataplane.Container) ([]string, error) {
+func (f *DataPlane) RemoveStrays(ctx context.Context, keep []plane.Container) ([]string, error) {
 	return f.strays(keep, true)
 }
 
-func (f *DataPlane) strays(keep []dataplane.Container, remove bool) ([]string, error) {
+func (f *DataPlane) strays(keep []plane.Container, remove bool) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	known := map[string]bool{}
@@ -243,10 +252,27 @@ func (f *DataPlane) strays(keep []dataplane.Container, remove bool) ([]string, e
 	return out, f.record(op, "")
 }
 
+// NetNSInode is the inode of a file in NSDir or of /proc/<pid>/ns/net;
+// anything else is not a network namespace.
+func (f *DataPlane) NetNSInode(path string) (uint64, error) {
+	inDir := f.NSDir != "" && strings.HasPrefix(path, f.NSDir+"/")
+	if !inDir && !(strings.HasPrefix(path, "/proc/") && strings.HasSuffix(path, "/ns/net")) {
+		return 0, fmt.Errorf("%s: not a network namespace file", path)
+	}
+	return inode(path)
+}
+
+// NetNSMounts returns Mounts.
+func (f *DataPlane) NetNSMounts() (map[uint64][]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.Mounts), nil
+}
+
 func (f *DataPlane) MountPath(id string) string { return "/fake/netns/" + id }
 
 // PlanPin: pins are at MountPath, isolatord's own unless in ForeignPins.
-func (f *DataPlane) PlanPin(c dataplane.Container) (string, bool, error) {
+func (f *DataPlane) PlanPin(c plane.Container) (string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.MountPath(c.ID), !f.ForeignPins[c.ID], nil
