@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -252,9 +250,9 @@ func IsHostPortHeld(err error) bool {
 // hostError maps a reservation failure to an API error.
 func hostError(err error) error {
 	if IsHostPortHeld(err) {
-		return &Error{Code: codes.FailedPrecondition, Msg: fmt.Sprintf("ports: %v", err), Err: err}
+		return &Error{Kind: ErrFailedPrecondition, Msg: fmt.Sprintf("ports: %v", err), Err: err}
 	}
-	return wrapf(codes.Internal, err, "reserve host ports")
+	return wrapf(ErrInternal, err, "reserve host ports")
 }
 
 // hostReserve makes container id hold ports on the host as well (Prepare,

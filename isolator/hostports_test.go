@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -111,11 +109,11 @@ func TestHostPortHeldRefusesPrepareAndUpdate(t *testing.T) {
 	s, _ := newHostPortsIsolator(t, t.TempDir(), dp, hp)
 
 	_, err := s.Prepare(bg, "c1", ports("31000-31009"))
-	wantCode(t, err, codes.FailedPrecondition, "ports:", "31005", "nginx (pid 42)")
+	wantCode(t, err, ErrFailedPrecondition, "ports:", "31005", "nginx (pid 42)")
 	if !IsHostPortHeld(err) {
 		t.Fatalf("IsHostPortHeld(%v) = false", err)
 	}
-	if _, err := s.Get(bg, "c1"); CodeOf(err) != codes.NotFound {
+	if _, err := s.Get(bg, "c1"); KindOf(err) != ErrNotFound {
 		t.Fatalf("refused prepare left c1: %v", err)
 	}
 	if st := s.Status(bg); st.BlocksUsed != 0 || !st.ExclusivePorts.Empty() {
@@ -124,7 +122,7 @@ func TestHostPortHeldRefusesPrepareAndUpdate(t *testing.T) {
 	wantReserved(t, s, hp, "")
 	// Shared too.
 	_, err = s.Prepare(bg, "c1", sharedPorts("31005"))
-	wantCode(t, err, codes.FailedPrecondition, "31005", "nginx (pid 42)")
+	wantCode(t, err, ErrFailedPrecondition, "31005", "nginx (pid 42)")
 
 	// The other ports are free; the slot, block and ports are reusable.
 	if _, err := s.Prepare(bg, "c1", ports("31000-31004")); err != nil {
@@ -139,14 +137,14 @@ func TestHostPortHeldRefusesPrepareAndUpdate(t *testing.T) {
 			}
 		}
 		_, err = s.Update(bg, "c1", ports("31000-31005"))
-		wantCode(t, err, codes.FailedPrecondition, "31005", "nginx (pid 42)")
+		wantCode(t, err, ErrFailedPrecondition, "31005", "nginx (pid 42)")
 		if r, _ := s.Get(bg, "c1"); r.Ports.String() != "31000-31004" || r.State != map[bool]State{false: StatePrepared, true: StateIsolated}[isolated] {
 			t.Fatalf("refused update changed the record: %+v", r)
 		}
 		wantReserved(t, s, hp, "31000-31004")
 		// c1 still holds its ports.
 		_, err = s.Prepare(bg, "c2", ports("31004"))
-		wantCode(t, err, codes.FailedPrecondition, "31004", "c1")
+		wantCode(t, err, ErrFailedPrecondition, "31004", "c1")
 	}
 	if own := dp.Owners(); len(own[31004]) != 1 || len(own[31005]) != 0 {
 		t.Fatalf("data plane ports after a refused update: 31004 %v, 31005 %v", own[31004], own[31005])

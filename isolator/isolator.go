@@ -25,8 +25,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/rate"
@@ -135,7 +133,7 @@ type Config struct {
 // cheap and safe for concurrent use.
 type Observer interface {
 	// Operation reports one lifecycle call: op is prepare, isolate, update,
-	// usage or cleanup; err is nil on success (its code via CodeOf).
+	// usage or cleanup; err is nil on success (its kind via KindOf).
 	Operation(op string, d time.Duration, err error)
 	// Recovered reports the outcome of start-up recovery.
 	Recovered(rep RecoveryReport, d time.Duration)
@@ -240,15 +238,15 @@ func ParsePorts(field string, specs []PortSpec) (excl, shared ephemeral.Set, err
 		name := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case p.Begin == 0:
-			return excl, shared, errorf(codes.InvalidArgument, "%s.begin: port 0 is not a valid port (1-65535)", name)
+			return excl, shared, errorf(ErrInvalidArgument, "%s.begin: port 0 is not a valid port (1-65535)", name)
 		case p.Begin > 65535:
-			return excl, shared, errorf(codes.InvalidArgument, "%s.begin: port %d is out of range 1-65535", name, p.Begin)
+			return excl, shared, errorf(ErrInvalidArgument, "%s.begin: port %d is out of range 1-65535", name, p.Begin)
 		case p.End == 0:
-			return excl, shared, errorf(codes.InvalidArgument, "%s.end: missing (use end = begin for a single port)", name)
+			return excl, shared, errorf(ErrInvalidArgument, "%s.end: missing (use end = begin for a single port)", name)
 		case p.End > 65535:
-			return excl, shared, errorf(codes.InvalidArgument, "%s.end: port %d is out of range 1-65535", name, p.End)
+			return excl, shared, errorf(ErrInvalidArgument, "%s.end: port %d is out of range 1-65535", name, p.End)
 		case p.End < p.Begin:
-			return excl, shared, errorf(codes.InvalidArgument, "%s: reversed range %d-%d (begin must be <= end)", name, p.Begin, p.End)
+			return excl, shared, errorf(ErrInvalidArgument, "%s: reversed range %d-%d (begin must be <= end)", name, p.Begin, p.End)
 		}
 		r := ephemeral.NewSet(ephemeral.Range{Begin: uint16(p.Begin), End: uint16(p.End)})
 		if p.Shared {
@@ -258,17 +256,17 @@ func ParsePorts(field string, specs []PortSpec) (excl, shared ephemeral.Set, err
 		}
 	}
 	if both := excl.Intersect(shared); !both.Empty() {
-		return excl, shared, errorf(codes.InvalidArgument, "%s: ports %s are requested both shared and exclusive", field, both)
+		return excl, shared, errorf(ErrInvalidArgument, "%s: ports %s are requested both shared and exclusive", field, both)
 	}
 	return excl, shared, nil
 }
 
 func validateID(id string) error {
 	if id == "" {
-		return errorf(codes.InvalidArgument, "container_id: must not be empty")
+		return errorf(ErrInvalidArgument, "container_id: must not be empty")
 	}
 	if err := plane.ValidateID(id); err != nil {
-		return errorf(codes.InvalidArgument, "container_id: %v", err)
+		return errorf(ErrInvalidArgument, "container_id: %v", err)
 	}
 	return nil
 }
@@ -276,14 +274,14 @@ func validateID(id string) error {
 // validateLabels bounds the labels a caller may store.
 func validateLabels(labels map[string]string) error {
 	if len(labels) > 32 {
-		return errorf(codes.InvalidArgument, "labels: %d labels, at most 32 allowed", len(labels))
+		return errorf(ErrInvalidArgument, "labels: %d labels, at most 32 allowed", len(labels))
 	}
 	for k, v := range labels {
 		if k == "" || len(k) > 253 {
-			return errorf(codes.InvalidArgument, "labels: key %q must be 1-253 characters", k)
+			return errorf(ErrInvalidArgument, "labels: key %q must be 1-253 characters", k)
 		}
 		if len(v) > 253 {
-			return errorf(codes.InvalidArgument, "labels[%s]: value longer than 253 characters", k)
+			return errorf(ErrInvalidArgument, "labels[%s]: value longer than 253 characters", k)
 		}
 	}
 	return nil
@@ -294,11 +292,11 @@ func ledgerError(id string, err error) error {
 	var ce *ephemeral.ConflictError
 	switch {
 	case errors.As(err, &ce):
-		return &Error{Code: codes.FailedPrecondition, Msg: fmt.Sprintf("ports: %v", err), Err: err}
+		return &Error{Kind: ErrFailedPrecondition, Msg: fmt.Sprintf("ports: %v", err), Err: err}
 	case errors.Is(err, ephemeral.ErrNotManaged), errors.Is(err, ephemeral.ErrInEphemeralPool):
-		return &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("ports: %v", err), Err: err}
+		return &Error{Kind: ErrInvalidArgument, Msg: fmt.Sprintf("ports: %v", err), Err: err}
 	default:
-		return &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("ports: container %s: %v", id, err), Err: err}
+		return &Error{Kind: ErrInvalidArgument, Msg: fmt.Sprintf("ports: container %s: %v", id, err), Err: err}
 	}
 }
 
@@ -361,9 +359,9 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		case samePorts && sameLimits:
 			return *r, nil
 		case !samePorts:
-			return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", id, portsString(r.Ports, r.Shared), portsString(excl, shared))
+			return Record{}, errorf(ErrAlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", id, portsString(r.Ports, r.Shared), portsString(excl, shared))
 		}
-		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already prepared with egress limit %s and ingress limit %s (asked for %s and %s; Update changes limits)",
+		return Record{}, errorf(ErrAlreadyExists, "container_id: %s is already prepared with egress limit %s and ingress limit %s (asked for %s and %s; Update changes limits)",
 			id, LimitString(r.Egress), LimitString(r.Ingress), LimitString(eg), LimitString(in))
 	}
 	// The ports first: a conflict says more than an exhausted pool.
@@ -375,7 +373,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	if !ok {
 		s.ledger.Release(id)
 		s.mu.Unlock()
-		return Record{}, errorf(codes.ResourceExhausted, "no container slot left (at most %d containers)", plane.MaxSlot)
+		return Record{}, errorf(ErrResourceExhausted, "no container slot left (at most %d containers)", plane.MaxSlot)
 	}
 	block, err := s.alloc.Allocate()
 	if err != nil {
@@ -383,9 +381,9 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		s.slots.put(slot)
 		s.mu.Unlock()
 		if errors.Is(err, ephemeral.ErrExhausted) {
-			return Record{}, errorf(codes.ResourceExhausted, "no ephemeral port block left: all %d blocks of %d ports in %s are in use", s.alloc.Total(), s.alloc.BlockSize(), s.cfg.EphemeralPool)
+			return Record{}, errorf(ErrResourceExhausted, "no ephemeral port block left: all %d blocks of %d ports in %s are in use", s.alloc.Total(), s.alloc.BlockSize(), s.cfg.EphemeralPool)
 		}
-		return Record{}, wrapf(codes.Internal, err, "allocate ephemeral block")
+		return Record{}, wrapf(ErrInternal, err, "allocate ephemeral block")
 	}
 	s.mu.Unlock()
 	// Host reservations (hostports.go): a host process holding a port refuses the Prepare.
@@ -408,7 +406,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		s.mu.Lock()
 		s.forget(r)
 		s.mu.Unlock()
-		return Record{}, wrapf(codes.Internal, err, "persist container %s", id)
+		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}
 	s.log.Info("prepared", "container_id", id, "ephemeral_ports", block.String(), "ports", portsString(excl, shared), "slot", slot,
 		"egress_limit", LimitString(eg), "ingress_limit", LimitString(in))
@@ -452,10 +450,10 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 		return Record{}, err
 	}
 	if t.Pid != 0 && t.NetNSPath != "" {
-		return Record{}, errorf(codes.InvalidArgument, "target: give either pid or netns_path, not both")
+		return Record{}, errorf(ErrInvalidArgument, "target: give either pid or netns_path, not both")
 	}
 	if t.Pid < 0 || (t.Pid == 0 && t.NetNSPath == "") {
-		return Record{}, errorf(codes.InvalidArgument, "pid: must be > 0 (or give netns_path), got %d", t.Pid)
+		return Record{}, errorf(ErrInvalidArgument, "pid: must be > 0 (or give netns_path), got %d", t.Pid)
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
@@ -468,16 +466,16 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	}
 	s.mu.Unlock()
 	if !ok {
-		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is not prepared (call Prepare first)", id)
+		return Record{}, errorf(ErrFailedPrecondition, "container_id: %s is not prepared (call Prepare first)", id)
 	}
 	if cur.State == StateIsolated {
 		if (t.Pid != 0 && t.Pid == cur.Pid) || (t.NetNSPath != "" && t.NetNSPath == cur.NetNSPath) {
 			return cur, nil
 		}
-		return Record{}, errorf(codes.AlreadyExists, "container_id: %s is already isolated (%s)", id, targetString(cur.Pid, cur.NetNSPath))
+		return Record{}, errorf(ErrAlreadyExists, "container_id: %s is already isolated (%s)", id, targetString(cur.Pid, cur.NetNSPath))
 	}
 	if cur.State != StatePrepared {
-		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is %s", id, cur.State)
+		return Record{}, errorf(ErrFailedPrecondition, "container_id: %s is %s", id, cur.State)
 	}
 
 	// Resolve the target before writing anything.
@@ -485,23 +483,23 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	if t.Pid > 0 {
 		start, err := procStart(s.cfg.ProcRoot, t.Pid)
 		if err != nil {
-			return Record{}, errorf(codes.NotFound, "pid: process %d not found", t.Pid)
+			return Record{}, errorf(ErrNotFound, "pid: process %d not found", t.Pid)
 		}
 		next.Pid, next.PidStart = t.Pid, start
 		next.NetNSPath = fmt.Sprintf("%s/%d/ns/net", s.cfg.ProcRoot, t.Pid)
 	} else {
 		if _, err := os.Stat(t.NetNSPath); err != nil {
-			return Record{}, errorf(codes.NotFound, "netns_path: %s: %v", t.NetNSPath, errors.Unwrap(err))
+			return Record{}, errorf(ErrNotFound, "netns_path: %s: %v", t.NetNSPath, errors.Unwrap(err))
 		}
 		next.NetNSPath = t.NetNSPath
 	}
 	ino, err := s.dp.NetNSInode(next.NetNSPath)
 	if err != nil {
-		return Record{}, errorf(codes.NotFound, "%s: %s is not a network namespace: %v", targetField(t), next.NetNSPath, err)
+		return Record{}, errorf(ErrNotFound, "%s: %s is not a network namespace: %v", targetField(t), next.NetNSPath, err)
 	}
 	next.NetNSIno = ino
 	if s.host.NetNSIno != 0 && ino == s.host.NetNSIno {
-		return Record{}, errorf(codes.FailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
+		return Record{}, errorf(ErrFailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
 	}
 	// One namespace holds one container (its eth0 is ours): claim it
 	// atomically, so two concurrent Isolates into one namespace cannot both
@@ -509,7 +507,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	s.mu.Lock()
 	if owner, ok := s.netnsOwner[ino]; ok && owner != id {
 		s.mu.Unlock()
-		return Record{}, errorf(codes.FailedPrecondition, "%s: network namespace %s already holds container %s", targetField(t), next.NetNSPath, owner)
+		return Record{}, errorf(ErrFailedPrecondition, "%s: network namespace %s already holds container %s", targetField(t), next.NetNSPath, owner)
 	}
 	s.netnsOwner[ino] = id
 	s.mu.Unlock()
@@ -520,7 +518,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	// whether the pin it finds may be removed (a runtime's never may).
 	if next.Mount, next.PinOwned, err = s.dp.PlanPin(s.container(&next)); err != nil {
 		s.releaseNetNS(ino, id)
-		return Record{}, errorf(codes.NotFound, "%s: %s: %v", targetField(t), next.NetNSPath, err)
+		return Record{}, errorf(ErrNotFound, "%s: %s: %v", targetField(t), next.NetNSPath, err)
 	}
 	if err := s.commit(&next); err != nil {
 		s.releaseNetNS(ino, id)
@@ -542,9 +540,9 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 			if errors.As(err, &rn) {
 				which = rn.Which
 			}
-			return Record{}, errorf(codes.FailedPrecondition, "%s: %s is %s, not a container's", targetField(t), next.NetNSPath, which)
+			return Record{}, errorf(ErrFailedPrecondition, "%s: %s is %s, not a container's", targetField(t), next.NetNSPath, which)
 		}
-		return Record{}, wrapf(codes.Internal, err, "isolate %s", id)
+		return Record{}, wrapf(ErrInternal, err, "isolate %s", id)
 	}
 	s.at("isolate:plumbed")
 	next.State = StateIsolated
@@ -561,7 +559,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 // commit persists r and then publishes it in memory.
 func (s *Isolator) commit(r *Record) error {
 	if err := s.store.put(r); err != nil {
-		return wrapf(codes.Internal, err, "persist container %s", r.ID)
+		return wrapf(ErrInternal, err, "persist container %s", r.ID)
 	}
 	s.mu.Lock()
 	if cur, ok := s.records[r.ID]; ok {
@@ -610,7 +608,7 @@ func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (
 		return Record{}, err
 	}
 	if o.KeepPorts && len(o.Ports) > 0 {
-		return Record{}, errorf(codes.InvalidArgument, "ports: must be empty when keep_ports is set")
+		return Record{}, errorf(ErrInvalidArgument, "ports: must be empty when keep_ports is set")
 	}
 	excl, shared, err := ParsePorts("ports", o.Ports)
 	if err != nil {
@@ -637,7 +635,7 @@ func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (
 	r, ok := s.records[id]
 	if !ok {
 		s.mu.Unlock()
-		return Record{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+		return Record{}, errorf(ErrNotFound, "container_id: %s is not known", id)
 	}
 	cur := *r
 	s.mu.Unlock()
@@ -657,7 +655,7 @@ func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (
 		return cur, nil
 	}
 	if cur.State != StatePrepared && cur.State != StateIsolated {
-		return Record{}, errorf(codes.FailedPrecondition, "container_id: %s is %s", id, cur.State)
+		return Record{}, errorf(ErrFailedPrecondition, "container_id: %s is %s", id, cur.State)
 	}
 	if sameLimits {
 		return s.updatePorts(ctx, cur, excl, shared)
@@ -693,7 +691,7 @@ func (s *Isolator) updateLimits(ctx context.Context, cur Record, eg, in rate.Lim
 			if perr := s.commit(&back); perr != nil {
 				s.log.Error("persist rollback", "container_id", cur.ID, "err", perr)
 			}
-			return Record{}, wrapf(codes.Internal, err, "update bandwidth limits of %s", cur.ID)
+			return Record{}, wrapf(ErrInternal, err, "update bandwidth limits of %s", cur.ID)
 		}
 	}
 	s.log.Info("updated", "container_id", cur.ID, "egress_limit", LimitString(eg), "ingress_limit", LimitString(in))
@@ -767,7 +765,7 @@ func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared eph
 		if perr := s.commit(&back); perr != nil {
 			s.log.Error("persist rollback", "container_id", id, "err", perr)
 		}
-		return Record{}, wrapf(codes.Internal, err, "update ports of %s", id)
+		return Record{}, wrapf(ErrInternal, err, "update ports of %s", id)
 	}
 	done := cur
 	done.Ports, done.Shared = excl, shared
@@ -791,14 +789,14 @@ func (s *Isolator) Usage(ctx context.Context, id string) (_ Record, _ plane.Link
 	defer unlock()
 	r, ok := s.get(id)
 	if !ok {
-		return Record{}, plane.LinkStats{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+		return Record{}, plane.LinkStats{}, errorf(ErrNotFound, "container_id: %s is not known", id)
 	}
 	if r.State != StateIsolated {
 		return r, plane.LinkStats{}, nil
 	}
 	st, err := s.dp.Stats(ctx, s.container(&r))
 	if err != nil {
-		return r, st, wrapf(codes.Internal, err, "usage of %s", id)
+		return r, st, wrapf(ErrInternal, err, "usage of %s", id)
 	}
 	return r, st, nil
 }
@@ -830,7 +828,7 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 		s.at("cleanup:intent")
 		rep, err := s.dp.Teardown(ctx, s.container(r))
 		if err != nil {
-			return wrapf(codes.Internal, err, "cleanup of %s", r.ID)
+			return wrapf(ErrInternal, err, "cleanup of %s", r.ID)
 		}
 		if len(rep.Missing) > 0 {
 			s.log.Info("cleanup found objects already gone", "container_id", r.ID, "missing", strings.Join(rep.Missing, ", "))
@@ -838,7 +836,7 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 		s.at("cleanup:torndown")
 	}
 	if err := s.store.del(r.ID); err != nil {
-		return wrapf(codes.Internal, err, "persist cleanup of %s", r.ID)
+		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}
 	s.mu.Lock()
 	if cur, ok := s.records[r.ID]; ok {
@@ -866,7 +864,7 @@ func (s *Isolator) Get(ctx context.Context, id string) (Record, error) {
 	}
 	r, ok := s.get(id)
 	if !ok {
-		return Record{}, errorf(codes.NotFound, "container_id: %s is not known", id)
+		return Record{}, errorf(ErrNotFound, "container_id: %s is not known", id)
 	}
 	return r, nil
 }

@@ -2,6 +2,7 @@ package isolator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -9,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
@@ -34,10 +33,10 @@ func sharedPorts(spec string) []PortSpec {
 	return out
 }
 
-func wantCode(t *testing.T, err error, code codes.Code, contains ...string) {
+func wantCode(t *testing.T, err error, code *Kind, contains ...string) {
 	t.Helper()
-	if CodeOf(err) != code {
-		t.Fatalf("got %v (code %v), want code %v", err, CodeOf(err), code)
+	if !errors.Is(err, code) || KindOf(err) != code {
+		t.Fatalf("got %v (kind %v), want kind %v", err, KindOf(err), code)
 	}
 	for _, c := range contains {
 		if !strings.Contains(err.Error(), c) {
@@ -66,18 +65,18 @@ func TestLifecycle(t *testing.T) {
 	}
 	// Different ports: AlreadyExists.
 	_, err = s.Prepare(bg, "c1", ports("31000-31010"))
-	wantCode(t, err, codes.AlreadyExists, "c1")
+	wantCode(t, err, ErrAlreadyExists, "c1")
 
 	// Conflict names the holder.
 	_, err = s.Prepare(bg, "c2", ports("31005"))
-	wantCode(t, err, codes.FailedPrecondition, "31005", "c1")
-	if _, err := s.Get(bg, "c2"); CodeOf(err) != codes.NotFound {
+	wantCode(t, err, ErrFailedPrecondition, "31005", "c1")
+	if _, err := s.Get(bg, "c2"); KindOf(err) != ErrNotFound {
 		t.Fatalf("rejected prepare left c2 behind: %v", err)
 	}
 
 	// Isolate before prepare.
 	_, err = s.Isolate(bg, "c9", self())
-	wantCode(t, err, codes.FailedPrecondition, "not prepared")
+	wantCode(t, err, ErrFailedPrecondition, "not prepared")
 
 	r, err = s.Isolate(bg, "c1", self())
 	if err != nil {
@@ -90,13 +89,13 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("repeat isolate: %v", err)
 	}
 	_, err = s.Isolate(bg, "c1", IsolateTarget{Pid: os.Getppid()})
-	wantCode(t, err, codes.AlreadyExists, "already isolated")
+	wantCode(t, err, ErrAlreadyExists, "already isolated")
 	// One namespace holds one container.
 	if _, err := s.Prepare(bg, "c3", nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Isolate(bg, "c3", self())
-	wantCode(t, err, codes.FailedPrecondition, "already holds container c1")
+	wantCode(t, err, ErrFailedPrecondition, "already holds container c1")
 	if err := s.Cleanup(bg, "c3"); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +148,7 @@ func TestExhaustionAndRelease(t *testing.T) {
 		}
 	}
 	_, err := s.Prepare(bg, "c4", nil)
-	wantCode(t, err, codes.ResourceExhausted, "no ephemeral port block left")
+	wantCode(t, err, ErrResourceExhausted, "no ephemeral port block left")
 	if err := s.Cleanup(bg, "c2"); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +169,7 @@ func TestSetupFailureRollsBack(t *testing.T) {
 	}
 	dp.FailNext["setup"] = fmt.Errorf("boom")
 	_, err := s.Isolate(bg, "c1", self())
-	wantCode(t, err, codes.Internal, "boom")
+	wantCode(t, err, ErrInternal, "boom")
 	r, _ := s.Get(bg, "c1")
 	if r.State != StatePrepared || r.Pid != 0 {
 		t.Fatalf("failed isolate left %+v", r)
@@ -193,7 +192,7 @@ func TestHostNamespaceRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Isolate(bg, "c1", self())
-	wantCode(t, err, codes.FailedPrecondition, "host's own network namespace")
+	wantCode(t, err, ErrFailedPrecondition, "host's own network namespace")
 	if r, _ := s.Get(bg, "c1"); r.State != StatePrepared {
 		t.Fatalf("state changed: %+v", r)
 	}
@@ -208,34 +207,34 @@ func TestBadInput(t *testing.T) {
 	cases := []struct {
 		name string
 		call func() error
-		code codes.Code
+		code *Kind
 		msg  string
 	}{
-		{"empty id", func() error { _, err := s.Prepare(bg, "", nil); return err }, codes.InvalidArgument, "container_id"},
-		{"slash id", func() error { _, err := s.Prepare(bg, "a/b", nil); return err }, codes.InvalidArgument, "container_id"},
-		{"port 0", func() error { _, err := s.Prepare(bg, "x", []PortSpec{{0, 5, false}}); return err }, codes.InvalidArgument, "ports[0].begin"},
-		{"port too big", func() error { _, err := s.Prepare(bg, "x", []PortSpec{{31000, 70000, false}}); return err }, codes.InvalidArgument, "ports[0].end"},
-		{"reversed", func() error { _, err := s.Prepare(bg, "x", []PortSpec{{31010, 31000, false}}); return err }, codes.InvalidArgument, "reversed"},
-		{"unmanaged", func() error { _, err := s.Prepare(bg, "x", ports("40000")); return err }, codes.InvalidArgument, "40000"},
-		{"ephemeral pool", func() error { _, err := s.Prepare(bg, "x", ports("32768")); return err }, codes.InvalidArgument, "32768"},
-		{"held", func() error { _, err := s.Prepare(bg, "x", ports("31500")); return err }, codes.FailedPrecondition, "held"},
-		{"shared on exclusive", func() error { _, err := s.Prepare(bg, "x", sharedPorts("31500")); return err }, codes.FailedPrecondition, "held"},
+		{"empty id", func() error { _, err := s.Prepare(bg, "", nil); return err }, ErrInvalidArgument, "container_id"},
+		{"slash id", func() error { _, err := s.Prepare(bg, "a/b", nil); return err }, ErrInvalidArgument, "container_id"},
+		{"port 0", func() error { _, err := s.Prepare(bg, "x", []PortSpec{{0, 5, false}}); return err }, ErrInvalidArgument, "ports[0].begin"},
+		{"port too big", func() error { _, err := s.Prepare(bg, "x", []PortSpec{{31000, 70000, false}}); return err }, ErrInvalidArgument, "ports[0].end"},
+		{"reversed", func() error { _, err := s.Prepare(bg, "x", []PortSpec{{31010, 31000, false}}); return err }, ErrInvalidArgument, "reversed"},
+		{"unmanaged", func() error { _, err := s.Prepare(bg, "x", ports("40000")); return err }, ErrInvalidArgument, "40000"},
+		{"ephemeral pool", func() error { _, err := s.Prepare(bg, "x", ports("32768")); return err }, ErrInvalidArgument, "32768"},
+		{"held", func() error { _, err := s.Prepare(bg, "x", ports("31500")); return err }, ErrFailedPrecondition, "held"},
+		{"shared on exclusive", func() error { _, err := s.Prepare(bg, "x", sharedPorts("31500")); return err }, ErrFailedPrecondition, "held"},
 		{"both shared and exclusive", func() error {
 			_, err := s.Prepare(bg, "x", append(ports("31600"), sharedPorts("31600")...))
 			return err
-		}, codes.InvalidArgument, "both shared and exclusive"},
-		{"isolate pid 0", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{}); return err }, codes.InvalidArgument, "pid"},
-		{"isolate pid negative", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{Pid: -3}); return err }, codes.InvalidArgument, "pid"},
-		{"isolate missing pid", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{Pid: 1 << 30}); return err }, codes.NotFound, "pid"},
-		{"isolate missing netns", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/nonexistent/ns"}); return err }, codes.NotFound, "netns_path"},
-		{"isolate not a netns", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/etc/hostname"}); return err }, codes.NotFound, "not a network namespace"},
+		}, ErrInvalidArgument, "both shared and exclusive"},
+		{"isolate pid 0", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{}); return err }, ErrInvalidArgument, "pid"},
+		{"isolate pid negative", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{Pid: -3}); return err }, ErrInvalidArgument, "pid"},
+		{"isolate missing pid", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{Pid: 1 << 30}); return err }, ErrNotFound, "pid"},
+		{"isolate missing netns", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/nonexistent/ns"}); return err }, ErrNotFound, "netns_path"},
+		{"isolate not a netns", func() error { _, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/etc/hostname"}); return err }, ErrNotFound, "not a network namespace"},
 		{"isolate non-network namespace", func() error {
 			_, err := s.Isolate(bg, "held", IsolateTarget{NetNSPath: "/proc/self/ns/uts"})
 			return err
-		}, codes.NotFound, "not a network namespace"},
-		{"update unknown", func() error { _, err := s.Update(bg, "nope", nil); return err }, codes.NotFound, "nope"},
-		{"get unknown", func() error { _, err := s.Get(bg, "nope"); return err }, codes.NotFound, "nope"},
-		{"usage unknown", func() error { _, _, err := s.Usage(bg, "nope"); return err }, codes.NotFound, "nope"},
+		}, ErrNotFound, "not a network namespace"},
+		{"update unknown", func() error { _, err := s.Update(bg, "nope", nil); return err }, ErrNotFound, "nope"},
+		{"get unknown", func() error { _, err := s.Get(bg, "nope"); return err }, ErrNotFound, "nope"},
+		{"usage unknown", func() error { _, _, err := s.Usage(bg, "nope"); return err }, ErrNotFound, "nope"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -456,7 +455,7 @@ func TestRecoveryDecisions(t *testing.T) {
 	s.Close()
 
 	s2 := newTestIsolator(t, dir, dp)
-	if _, err := s2.Get(bg, "gone"); CodeOf(err) != codes.NotFound {
+	if _, err := s2.Get(bg, "gone"); KindOf(err) != ErrNotFound {
 		t.Fatalf("container with a gone namespace was not cleaned up: %v", err)
 	}
 	if r, _ := s2.Get(bg, "alive"); r.State != StateIsolated {

@@ -16,8 +16,6 @@ package isolator
 import (
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/rate"
 )
@@ -64,23 +62,23 @@ func checkLimit(field string, l rate.Limit, host plane.HostInfo) error {
 	}
 	switch {
 	case l.Rate == 0:
-		return errorf(codes.InvalidArgument, "%s: burst and ceil need a rate (rate 0 means no limit)", field)
+		return errorf(ErrInvalidArgument, "%s: burst and ceil need a rate (rate 0 means no limit)", field)
 	case l.Rate < rate.MinRate:
-		return errorf(codes.InvalidArgument, "%s.rate: %s is below the minimum of %s", field, bytesPerSec(l.Rate), bytesPerSec(rate.MinRate))
+		return errorf(ErrInvalidArgument, "%s.rate: %s is below the minimum of %s", field, bytesPerSec(l.Rate), bytesPerSec(rate.MinRate))
 	case speed > 0 && l.Rate > speed:
-		return errorf(codes.InvalidArgument, "%s.rate: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Rate), iface, host.LinkSpeed, rate.Format(speed))
+		return errorf(ErrInvalidArgument, "%s.rate: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Rate), iface, host.LinkSpeed, rate.Format(speed))
 	case l.Ceil != 0 && l.Ceil < l.Rate:
-		return errorf(codes.InvalidArgument, "%s.ceil: %s is below the rate, %s", field, bytesPerSec(l.Ceil), bytesPerSec(l.Rate))
+		return errorf(ErrInvalidArgument, "%s.ceil: %s is below the rate, %s", field, bytesPerSec(l.Ceil), bytesPerSec(l.Rate))
 	case speed > 0 && l.Ceil > speed:
-		return errorf(codes.InvalidArgument, "%s.ceil: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Ceil), iface, host.LinkSpeed, rate.Format(speed))
+		return errorf(ErrInvalidArgument, "%s.ceil: %s is above %s's link speed of %d Mbit/s (%s)", field, bytesPerSec(l.Ceil), iface, host.LinkSpeed, rate.Format(speed))
 	case l.Burst != 0 && l.Burst < rate.MinBurst:
-		return errorf(codes.InvalidArgument, "%s.burst: %d bytes is below the minimum of %d bytes", field, l.Burst, rate.MinBurst)
+		return errorf(ErrInvalidArgument, "%s.burst: %d bytes is below the minimum of %d bytes", field, l.Burst, rate.MinBurst)
 	}
 	if err := l.Validate(); err != nil {
-		return errorf(codes.InvalidArgument, "%s: %v", field, err)
+		return errorf(ErrInvalidArgument, "%s: %v", field, err)
 	}
 	if host.Features != nil && !host.Features[plane.FeatureHTB] {
-		return errorf(codes.FailedPrecondition, "%s: %v", field, plane.ErrNoHTB)
+		return errorf(ErrFailedPrecondition, "%s: %v", field, plane.ErrNoHTB)
 	}
 	return nil
 }
@@ -93,7 +91,7 @@ func ParseLimit(field string, s LimitSpec, host plane.HostInfo) (rate.Limit, err
 		v    int64
 	}{{"rate", s.Rate}, {"burst", s.Burst}, {"ceil", s.Ceil}} {
 		if f.v < 0 {
-			return rate.Limit{}, errorf(codes.InvalidArgument, "%s.%s: %d is negative (0 means no limit)", field, f.name, f.v)
+			return rate.Limit{}, errorf(ErrInvalidArgument, "%s.%s: %d is negative (0 means no limit)", field, f.name, f.v)
 		}
 	}
 	l := rate.Limit{Rate: uint64(s.Rate), Burst: uint64(s.Burst), Ceil: uint64(s.Ceil)}

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/rate"
 )
@@ -55,19 +53,19 @@ func TestParseLimit(t *testing.T) {
 	}
 	bad := []struct {
 		s    LimitSpec
-		code codes.Code
+		code *Kind
 		msg  []string
 	}{
-		{LimitSpec{Rate: -1}, codes.InvalidArgument, []string{"egress_limit.rate", "-1", "negative"}},
-		{LimitSpec{Rate: 2_000_000, Burst: -5}, codes.InvalidArgument, []string{"egress_limit.burst", "negative"}},
-		{LimitSpec{Rate: 2_000_000, Ceil: -5}, codes.InvalidArgument, []string{"egress_limit.ceil", "negative"}},
-		{LimitSpec{Rate: 10}, codes.InvalidArgument, []string{"egress_limit.rate", "below the minimum"}},
-		{LimitSpec{Burst: 100_000}, codes.InvalidArgument, []string{"egress_limit", "need a rate"}},
-		{LimitSpec{Rate: 2_000_000, Ceil: 1_000_000}, codes.InvalidArgument, []string{"egress_limit.ceil", "below the rate"}},
-		{LimitSpec{Rate: 2_000_000, Burst: 100}, codes.InvalidArgument, []string{"egress_limit.burst", "below the minimum"}},
-		{LimitSpec{Rate: 125_000_001}, codes.InvalidArgument, []string{"egress_limit.rate", "above eth0's link speed of 1000 Mbit/s", "125MB/s"}},
-		{LimitSpec{Rate: 2_000_000, Ceil: 200_000_000}, codes.InvalidArgument, []string{"egress_limit.ceil", "link speed"}},
-		{LimitSpec{Rate: 1000, Burst: 100_000_000}, codes.InvalidArgument, []string{"egress_limit", "more than 60 s"}},
+		{LimitSpec{Rate: -1}, ErrInvalidArgument, []string{"egress_limit.rate", "-1", "negative"}},
+		{LimitSpec{Rate: 2_000_000, Burst: -5}, ErrInvalidArgument, []string{"egress_limit.burst", "negative"}},
+		{LimitSpec{Rate: 2_000_000, Ceil: -5}, ErrInvalidArgument, []string{"egress_limit.ceil", "negative"}},
+		{LimitSpec{Rate: 10}, ErrInvalidArgument, []string{"egress_limit.rate", "below the minimum"}},
+		{LimitSpec{Burst: 100_000}, ErrInvalidArgument, []string{"egress_limit", "need a rate"}},
+		{LimitSpec{Rate: 2_000_000, Ceil: 1_000_000}, ErrInvalidArgument, []string{"egress_limit.ceil", "below the rate"}},
+		{LimitSpec{Rate: 2_000_000, Burst: 100}, ErrInvalidArgument, []string{"egress_limit.burst", "below the minimum"}},
+		{LimitSpec{Rate: 125_000_001}, ErrInvalidArgument, []string{"egress_limit.rate", "above eth0's link speed of 1000 Mbit/s", "125MB/s"}},
+		{LimitSpec{Rate: 2_000_000, Ceil: 200_000_000}, ErrInvalidArgument, []string{"egress_limit.ceil", "link speed"}},
+		{LimitSpec{Rate: 1000, Burst: 100_000_000}, ErrInvalidArgument, []string{"egress_limit", "more than 60 s"}},
 	}
 	for _, c := range bad {
 		_, err := ParseLimit("egress_limit", c.s, host)
@@ -75,8 +73,8 @@ func TestParseLimit(t *testing.T) {
 			t.Errorf("ParseLimit(%+v) succeeded", c.s)
 			continue
 		}
-		if CodeOf(err) != c.code {
-			t.Errorf("ParseLimit(%+v): %v (code %v), want %v", c.s, err, CodeOf(err), c.code)
+		if KindOf(err) != c.code {
+			t.Errorf("ParseLimit(%+v): %v (kind %v), want %v", c.s, err, KindOf(err), c.code)
 		}
 		for _, m := range c.msg {
 			if !strings.Contains(err.Error(), m) {
@@ -89,7 +87,7 @@ func TestParseLimit(t *testing.T) {
 		t.Errorf("unknown link speed: %v", err)
 	}
 	_, err := ParseLimit("ingress_limit", LimitSpec{Rate: 2_000_000}, plane.HostInfo{Features: map[string]bool{}})
-	wantCode(t, err, codes.FailedPrecondition, "ingress_limit", "HTB")
+	wantCode(t, err, ErrFailedPrecondition, "ingress_limit", "HTB")
 }
 
 func TestLimitsLifecycle(t *testing.T) {
@@ -111,11 +109,11 @@ func TestLimitsLifecycle(t *testing.T) {
 		t.Errorf("repeat with the same limit: %v", err)
 	}
 	_, err = s.PrepareWith(bg, "own", PrepareOptions{Ports: ports("31001"), Egress: spec(5_000_000)})
-	wantCode(t, err, codes.AlreadyExists, "egress limit none", "asked for 5MB/s")
+	wantCode(t, err, ErrAlreadyExists, "egress limit none", "asked for 5MB/s")
 	// refused limits leave nothing behind
 	_, err = s.PrepareWith(bg, "bad", PrepareOptions{Egress: spec(-3)})
-	wantCode(t, err, codes.InvalidArgument, "egress_limit.rate")
-	if _, err := s.Get(bg, "bad"); CodeOf(err) != codes.NotFound {
+	wantCode(t, err, ErrInvalidArgument, "egress_limit.rate")
+	if _, err := s.Get(bg, "bad"); KindOf(err) != ErrNotFound {
 		t.Errorf("refused prepare left a record: %v", err)
 	}
 
@@ -141,21 +139,21 @@ func TestLimitsLifecycle(t *testing.T) {
 		t.Errorf("no-op update: %v, %d new calls", err, len(dp.Calls())-calls)
 	}
 	_, err = s.UpdateWith(bg, "dflt", UpdateOptions{KeepPorts: true, Ports: ports("31005")})
-	wantCode(t, err, codes.InvalidArgument, "keep_ports")
+	wantCode(t, err, ErrInvalidArgument, "keep_ports")
 	_, err = s.UpdateWith(bg, "dflt", UpdateOptions{KeepPorts: true, Ingress: spec(200_000_000)})
-	wantCode(t, err, codes.InvalidArgument, "ingress_limit.rate", "link speed")
+	wantCode(t, err, ErrInvalidArgument, "ingress_limit.rate", "link speed")
 
 	// a data plane failure leaves the old limits (record and kernel)
 	dp.FailNext["setlimits"] = errors.New("injected")
 	_, err = s.UpdateWith(bg, "dflt", UpdateOptions{KeepPorts: true, Egress: spec(8_000_000)})
-	wantCode(t, err, codes.Internal, "injected")
+	wantCode(t, err, ErrInternal, "injected")
 	if r, _ := s.Get(bg, "dflt"); r.Egress != lim(4_000_000) {
 		t.Errorf("failed update changed the record: %+v", r.Egress)
 	}
 	// ports and limits together: a port failure puts the limits back
 	dp.FailNext["setports"] = errors.New("injected ports")
 	_, err = s.UpdateWith(bg, "dflt", UpdateOptions{Ports: ports("31002"), Egress: spec(8_000_000)})
-	wantCode(t, err, codes.Internal, "injected ports")
+	wantCode(t, err, ErrInternal, "injected ports")
 	if r, _ := s.Get(bg, "dflt"); r.Egress != lim(4_000_000) || r.Ports.String() != "31000" {
 		t.Errorf("failed port update: record %+v %s", r.Egress, r.Ports)
 	}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
@@ -153,7 +151,7 @@ func TestFilterOpConcurrent(t *testing.T) {
 func TestOperationCountsByCode(t *testing.T) {
 	m := New("test")
 	var obs isolator.Observer = m
-	notFound := &isolator.Error{Code: codes.NotFound, Msg: "container_id: c1 is not known"}
+	notFound := &isolator.Error{Kind: isolator.ErrNotFound, Msg: "container_id: c1 is not known"}
 	obs.Operation("update", 3*time.Millisecond, notFound)
 	obs.Operation("update", 40*time.Millisecond, fmt.Errorf("wrapped: %w", notFound))
 	obs.Operation("update", 200*time.Microsecond, nil)
@@ -243,7 +241,7 @@ func (s *fakeSource) Usage(ctx context.Context, id string) (isolator.Record, dat
 		s.mu.Unlock()
 		<-ctx.Done()
 		s.mu.Lock()
-		return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Code: codes.Internal, Msg: ctx.Err().Error()}
+		return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Kind: isolator.ErrInternal, Msg: ctx.Err().Error()}
 	}
 	if err := s.errs[id]; err != nil {
 		return isolator.Record{}, dataplane.LinkStats{}, err
@@ -253,7 +251,7 @@ func (s *fakeSource) Usage(ctx context.Context, id string) (isolator.Record, dat
 			return r, s.stats[id], nil
 		}
 	}
-	return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Code: codes.NotFound, Msg: "not known"}
+	return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Kind: isolator.ErrNotFound, Msg: "not known"}
 }
 
 func (s *fakeSource) set(fn func(s *fakeSource)) {
@@ -343,8 +341,8 @@ func TestPerContainerTraffic(t *testing.T) {
 			"db":  {RxBytes: 5},
 		},
 		errs: map[string]error{
-			"gone":   &isolator.Error{Code: codes.NotFound, Msg: "container_id: gone is not known"},
-			"broken": &isolator.Error{Code: codes.Internal, Msg: "usage of broken: link not found"},
+			"gone":   &isolator.Error{Kind: isolator.ErrNotFound, Msg: "container_id: gone is not known"},
+			"broken": &isolator.Error{Kind: isolator.ErrInternal, Msg: "usage of broken: link not found"},
 		},
 	}
 	m.WatchState(src, true)

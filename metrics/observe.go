@@ -20,11 +20,15 @@ func (m *Metrics) FilterOp(op tcfilter.Op) {
 
 // Operation records one lifecycle call (isolator.Observer): its duration in
 // isolatord_operation_duration_seconds{op} and its outcome in
-// isolatord_operations_total{op,code}, code being isolator.CodeOf(err)
-// ("OK" on success).
+// isolatord_operations_total{op,code}, code being the name of
+// isolator.KindOf(err) ("OK" on success).
 func (m *Metrics) Operation(op string, d time.Duration, err error) {
 	m.opDuration.WithLabelValues(op).Observe(d.Seconds())
-	m.opTotal.WithLabelValues(op, isolator.CodeOf(err).String()).Inc()
+	code := "OK"
+	if err != nil {
+		code = isolator.KindOf(err).String()
+	}
+	m.opTotal.WithLabelValues(op, code).Inc()
 	m.hostPorts.operation(op, err)
 }
 

@@ -2,13 +2,13 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
 
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/isolator"
@@ -201,7 +201,7 @@ func (c *stateCollector) collectContainers(ctx context.Context, src StateSource,
 		rec, ls, err := src.Usage(ctx, r.ID)
 		if err != nil {
 			// Cleaned up between List and Usage: not an error.
-			if isolator.CodeOf(err) != codes.NotFound {
+			if !errors.Is(err, isolator.ErrNotFound) {
 				c.statsErrors.Inc()
 			}
 			continue

@@ -26,17 +26,6 @@ type server struct {
 	log *slog.Logger
 }
 
-// toStatus turns a lifecycle error into a gRPC status with its code.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(isolator.CodeOf(err), err.Error())
-}
-
 func portSpecs(ps []*pb.PortRange) []isolator.PortSpec {
 	out := make([]isolator.PortSpec, 0, len(ps))
 	for _, p := range ps {
