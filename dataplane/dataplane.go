@@ -29,7 +29,8 @@ package dataplane
 //     serialises most netlink changes itself). The per-container order is
 //     the caller's (the lifecycle's per-container lock). SetPorts, SetLimits,
 //     Adopt and the recovery calls hold mu throughout. Stats takes no lock
-//     but hmu (read), which only keeps the handles open against Close.
+//     but hmu (read), which only keeps the handles open against Close;
+//     SocketStats takes none (it reads inside the container's namespace).
 
 import (
 	"context"

@@ -4,13 +4,21 @@
 // Cleanup removes everything. State is persisted (store.go) before and after
 // every kernel mutation, and Start recovers from it (recover.go).
 //
-// Calls for one container are serialized by a per-container lock; calls for
-// different containers run concurrently. Bookkeeping (allocator, ledger,
-// slots, records) sits behind one short-held mutex; kernel work and disk
-// writes happen outside it. Writes of concurrent calls share bbolt
-// transactions (group commit, storebatch.go). Reads (Get, List, Status)
-// take only the short mutex; Usage takes the container's lock and reads the
-// kernel without waiting for other containers' calls.
+// Calls for one container are serialized by a per-container lock; the
+// lifecycle lets calls for different containers run concurrently.
+// Bookkeeping (allocator, ledger, slots, records) sits behind one
+// short-held mutex; kernel work and disk writes happen outside it. Writes of
+// concurrent calls share bbolt transactions (group commit, storebatch.go).
+// How far the kernel work of different containers overlaps is the data
+// plane's: the kernel one (package dataplane) builds and removes a
+// container's own objects concurrently with others' but serialises the
+// steps that touch tables shared by all containers (the host's demux
+// entries in Isolate and Cleanup, the whole of SetPorts and SetLimits in
+// Update, and recovery) behind one mutex. Reads (Get, List, Status) take
+// only the short mutex; Usage (traffic counters and, with
+// UsageWithSockets, the namespace's socket figures) takes the container's
+// lock, so the figures are of the container its record describes, and
+// reads the kernel without waiting for other containers' calls.
 package isolator
 
 import (
@@ -38,6 +46,8 @@ type DataPlane interface {
 	SetPorts(ctx context.Context, c plane.Container, ports, shared ephemeral.Set) error
 	SetLimits(ctx context.Context, c plane.Container, egress, ingress rate.Limit) error
 	Stats(ctx context.Context, c plane.Container) (plane.LinkStats, error)
+	// SocketStats reads socket and SNMP figures inside c's namespace.
+	SocketStats(ctx context.Context, c plane.Container) (plane.SocketStats, error)
 	Teardown(ctx context.Context, c plane.Container) (plane.TeardownReport, error)
 	Check(ctx context.Context, c plane.Container) ([]string, error)
 	Adopt(ctx context.Context, c plane.Container) error
@@ -779,26 +789,50 @@ func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared eph
 	return done, nil
 }
 
-// Usage returns a container's traffic counters.
-func (s *Isolator) Usage(ctx context.Context, id string) (_ Record, _ plane.LinkStats, err error) {
+// Usage returns a container's traffic counters (zero unless it is
+// isolated).
+func (s *Isolator) Usage(ctx context.Context, id string) (Record, plane.LinkStats, error) {
+	r, st, _, err := s.usage(ctx, id, false)
+	return r, st, err
+}
+
+// UsageWithSockets is Usage with the socket and SNMP figures of the
+// container's namespace, nil when it is not isolated or they cannot be
+// read (the traffic counters are reported all the same).
+func (s *Isolator) UsageWithSockets(ctx context.Context, id string) (Record, plane.LinkStats, *plane.SocketStats, error) {
+	return s.usage(ctx, id, true)
+}
+
+// usage reads the data plane's figures of a container under its lock, so
+// that they are of the container the record describes.
+func (s *Isolator) usage(ctx context.Context, id string, sockets bool) (_ Record, _ plane.LinkStats, _ *plane.SocketStats, err error) {
 	defer s.observe("usage", time.Now(), &err)
 	if err := validateID(id); err != nil {
-		return Record{}, plane.LinkStats{}, err
+		return Record{}, plane.LinkStats{}, nil, err
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
 	r, ok := s.get(id)
 	if !ok {
-		return Record{}, plane.LinkStats{}, errorf(ErrNotFound, "container_id: %s is not known", id)
+		return Record{}, plane.LinkStats{}, nil, errorf(ErrNotFound, "container_id: %s is not known", id)
 	}
 	if r.State != StateIsolated {
-		return r, plane.LinkStats{}, nil
+		return r, plane.LinkStats{}, nil, nil
 	}
-	st, err := s.dp.Stats(ctx, s.container(&r))
+	c := s.container(&r)
+	st, err := s.dp.Stats(ctx, c)
 	if err != nil {
-		return r, st, wrapf(ErrInternal, err, "usage of %s", id)
+		return r, st, nil, wrapf(ErrInternal, err, "usage of %s", id)
 	}
-	return r, st, nil
+	if !sockets {
+		return r, st, nil, nil
+	}
+	ss, err := s.dp.SocketStats(ctx, c)
+	if err != nil {
+		s.log.Debug("usage: namespace statistics", "container_id", id, "err", err.Error())
+		return r, st, nil, nil
+	}
+	return r, st, &ss, nil
 }
 
 // Cleanup removes everything of a container, then releases its ports.

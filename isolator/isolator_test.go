@@ -121,6 +121,16 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || st.RxBytes != 100 {
 		t.Fatalf("usage: %+v %v", st, err)
 	}
+	// The namespace's figures come with the counters when they can be
+	// read, and their absence fails nothing.
+	_, st, ns, err := s.UsageWithSockets(bg, "c1")
+	if err != nil || st.RxBytes != 100 || ns != nil {
+		t.Fatalf("usage without namespace figures: %+v %+v %v", st, ns, err)
+	}
+	dp.Sockets = &plane.SocketStats{TCPConnections: 3, SNMP: map[string]map[string]uint64{"Tcp": {"ActiveOpens": 7}}}
+	if _, st, ns, err = s.UsageWithSockets(bg, "c1"); err != nil || st.RxBytes != 100 || ns == nil || ns.TCPConnections != 3 {
+		t.Fatalf("usage with namespace figures: %+v %+v %v", st, ns, err)
+	}
 
 	if err := s.Cleanup(bg, "c1"); err != nil {
 		t.Fatal(err)

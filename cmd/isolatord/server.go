@@ -14,7 +14,6 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/isolator"
-	"github.com/isolatord/isolatord/nsstats"
 )
 
 // server maps the gRPC API onto the lifecycle. Validation lives in the
@@ -154,7 +153,7 @@ func (s *server) Update(ctx context.Context, req *pb.UpdateRequest) (*pb.UpdateR
 }
 
 func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResponse, error) {
-	r, st, err := s.iso.Usage(ctx, req.GetContainerId())
+	r, st, ns, err := s.iso.UsageWithSockets(ctx, req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -172,18 +171,10 @@ func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResp
 	}
 	resp.EgressShaping, resp.IngressShaping = shapingToProto(st.Egress), shapingToProto(st.Ingress)
 	resp.DroppedPackets = st.Dropped
-	// Socket and SNMP figures are read inside the container's namespace
-	// (through its bind mount, safe against pid reuse), without forking.
-	path := r.Mount
-	if path == "" {
-		path = r.NetNSPath
-	}
-	ns, err := nsstats.Collect(path)
-	if err != nil {
-		s.log.Debug("usage: namespace statistics", "container_id", r.ID, "err", err.Error())
+	if ns == nil {
 		return resp, nil
 	}
-	resp.Tcp = &pb.TcpStats{ActiveConnections: ns.Connections(), TimeWaitConnections: ns.TCPTimeWait}
+	resp.Tcp = &pb.TcpStats{ActiveConnections: ns.TCPConnections, TimeWaitConnections: ns.TCPTimeWait}
 	if x := ns.RTT; x != nil {
 		resp.Tcp.Rtt = &pb.RttPercentiles{
 			P50Us: uint64(x.P50.Microseconds()), P90Us: uint64(x.P90.Microseconds()),

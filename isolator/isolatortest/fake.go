@@ -58,6 +58,9 @@ type DataPlane struct {
 	NSDir string
 	// Mounts is what NetNSMounts reports (namespace inode -> mount points).
 	Mounts map[uint64][]string
+	// Sockets is what SocketStats reports of a plumbed container; nil:
+	// an error, as for a namespace that cannot be read.
+	Sockets *plane.SocketStats
 }
 
 // New returns an empty fake data plane.
@@ -152,6 +155,18 @@ func (f *DataPlane) Stats(ctx context.Context, c plane.Container) (plane.LinkSta
 		}
 	}
 	return st, f.record("stats", c.ID)
+}
+
+func (f *DataPlane) SocketStats(ctx context.Context, c plane.Container) (plane.SocketStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("sockets", c.ID); err != nil {
+		return plane.SocketStats{}, err
+	}
+	if _, ok := f.Plumbed[c.ID]; !ok || f.Sockets == nil {
+		return plane.SocketStats{}, fmt.Errorf("%s: no namespace statistics", c.NetNS)
+	}
+	return *f.Sockets, nil
 }
 
 func (f *DataPlane) Teardown(ctx context.Context, c plane.Container) (plane.TeardownReport, error) {

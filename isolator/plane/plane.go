@@ -143,3 +143,23 @@ type Discovery struct {
 	// no container that could be rebuilt: left in place, reported.
 	Unattributed []string
 }
+
+// SocketStats are statistics read inside a container's network namespace.
+type SocketStats struct {
+	// TCPConnections are the TCP connections in any state but LISTEN and
+	// TIME_WAIT; TCPTimeWait those in TIME_WAIT.
+	TCPConnections, TCPTimeWait uint64
+	// RTT summarizes the smoothed RTT of established TCP sockets; nil when
+	// none has a sample.
+	RTT *RTTPercentiles
+	// SNMP holds /proc/net/snmp: group ("Ip", "Icmp", "Tcp", "Udp", ...) ->
+	// counter name as the kernel spells it -> value.
+	SNMP map[string]map[string]uint64
+}
+
+// RTTPercentiles are nearest-rank percentiles of smoothed TCP round-trip
+// times over Samples sockets.
+type RTTPercentiles struct {
+	P50, P90, P95, P99 time.Duration
+	Samples            int
+}
