@@ -225,9 +225,6 @@ func (s *Isolator) Close() error {
 	return s.store.close()
 }
 
-// SetHook installs a fault-injection hook called at named points (tests only).
-func (s *Isolator) SetHook(h func(point string)) { s.hook = h }
-
 func (s *Isolator) at(point string) {
 	if s.hook != nil {
 		s.hook(point)
@@ -312,21 +309,16 @@ func ledgerError(id string, err error) error {
 
 // Prepare reserves the static ports and an ephemeral block for a container.
 // Repeating it with the same ports returns the same container; different
-// ports get AlreadyExists.
+// ports get ErrAlreadyExists.
 func (s *Isolator) Prepare(ctx context.Context, id string, ports []PortSpec) (Record, error) {
-	return s.PrepareLabeled(ctx, id, ports, nil)
-}
-
-// PrepareLabeled is Prepare with labels stored alongside the container (for
-// example the CNI network it belongs to). Labels are not part of the
-// idempotency check.
-func (s *Isolator) PrepareLabeled(ctx context.Context, id string, ports []PortSpec, labels map[string]string) (_ Record, err error) {
-	return s.PrepareWith(ctx, id, PrepareOptions{Ports: ports, Labels: labels})
+	return s.PrepareWith(ctx, id, PrepareOptions{Ports: ports})
 }
 
 // PrepareOptions is what a Prepare asks for.
 type PrepareOptions struct {
-	Ports  []PortSpec
+	Ports []PortSpec
+	// Labels are stored alongside the container (for example the CNI
+	// network it belongs to).
 	Labels map[string]string
 	// Egress and Ingress are the container's bandwidth limits; nil takes
 	// the daemon's default (Config.Egress, Config.Ingress).

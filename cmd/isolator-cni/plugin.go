@@ -295,7 +295,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		return err
 	}
 	if ctr.GetState() != pb.ContainerState_CONTAINER_STATE_ISOLATED {
-		return checkFailed("container %s is %s in isolatord, not isolated", args.ContainerID, stateName(ctr.GetState()))
+		return checkFailed("container %s is %s in isolatord, not isolated", args.ContainerID, api.StateName(ctr.GetState()))
 	}
 	if src := ctr.GetNetnsSource(); src != args.Netns {
 		return checkFailed("container %s is isolated in %s, but the runtime says its namespace is %s", args.ContainerID, src, args.Netns)
@@ -373,16 +373,6 @@ func macEqual(s string, mac net.HardwareAddr) bool {
 
 func checkFailed(format string, args ...any) error {
 	return types.NewError(ErrCheckFailed, "isolator-cni: CHECK: "+fmt.Sprintf(format, args...), "")
-}
-
-func stateName(s pb.ContainerState) string {
-	switch s {
-	case pb.ContainerState_CONTAINER_STATE_PREPARED:
-		return "prepared"
-	case pb.ContainerState_CONTAINER_STATE_ISOLATED:
-		return "isolated"
-	}
-	return s.String()
 }
 
 // GC cleans up every container isolatord holds for this network whose

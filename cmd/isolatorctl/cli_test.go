@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -253,7 +254,7 @@ func (f *fakeServer) Status(_ context.Context, req *isolatordv1.StatusRequest) (
 	f.record(req)
 	byState := map[string]uint32{}
 	for _, c := range f.containers {
-		byState[stateName(c.State)]++
+		byState[api.StateName(c.State)]++
 	}
 	return &isolatordv1.StatusResponse{
 		Version:              "v0.0.0-test",
@@ -811,12 +812,6 @@ func TestDaemonUnreachable(t *testing.T) {
 
 // Formatting of values a healthy daemon rarely sends.
 func TestFormatEdgeCases(t *testing.T) {
-	if got := stateName(isolatordv1.ContainerState(7)); got != "unknown(7)" {
-		t.Errorf("stateName(7) = %q", got)
-	}
-	if got := stateName(isolatordv1.ContainerState_CONTAINER_STATE_UNSPECIFIED); got != "unspecified" {
-		t.Errorf("stateName(0) = %q", got)
-	}
 	for us, want := range map[uint64]string{0: "0us", 999: "999us", 1000: "1.0ms", 12345: "12.3ms"} {
 		if got := micros(us); got != want {
 			t.Errorf("micros(%d) = %q, want %q", us, got, want)

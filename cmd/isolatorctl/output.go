@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/rate"
@@ -141,19 +142,6 @@ type cleanupJSON struct {
 	ContainerID string `json:"container_id"`
 }
 
-// stateName is the lower-case name of a state: "prepared", "isolated".
-func stateName(s isolatordv1.ContainerState) string {
-	switch s {
-	case isolatordv1.ContainerState_CONTAINER_STATE_UNSPECIFIED:
-		return "unspecified"
-	case isolatordv1.ContainerState_CONTAINER_STATE_PREPARED:
-		return "prepared"
-	case isolatordv1.ContainerState_CONTAINER_STATE_ISOLATED:
-		return "isolated"
-	}
-	return fmt.Sprintf("unknown(%d)", int32(s))
-}
-
 func toRangeJSON(r *isolatordv1.EphemeralRange) *rangeJSON {
 	if r == nil {
 		return nil
@@ -207,7 +195,7 @@ func limitString(l *isolatordv1.BandwidthLimit) string {
 func toContainerJSON(c *isolatordv1.Container) containerJSON {
 	out := containerJSON{
 		ContainerID:    c.GetContainerId(),
-		State:          stateName(c.GetState()),
+		State:          api.StateName(c.GetState()),
 		EphemeralPorts: toRangeJSON(c.GetEphemeralPorts()),
 		Ports:          []portJSON{},
 		Veth:           c.GetVeth(),
@@ -324,7 +312,7 @@ func (r containerResult) writeTable(w io.Writer) error {
 	}
 	tw := newTable(w)
 	fmt.Fprintf(tw, "Container:\t%s\n", c.GetContainerId())
-	fmt.Fprintf(tw, "State:\t%s\n", stateName(c.GetState()))
+	fmt.Fprintf(tw, "State:\t%s\n", api.StateName(c.GetState()))
 	fmt.Fprintf(tw, "Ephemeral ports:\t%s\n", ephemeralWithSize(c.GetEphemeralPorts()))
 	fmt.Fprintf(tw, "Ports:\t%s\n", portsString(c.GetPorts(), false))
 	fmt.Fprintf(tw, "Shared ports:\t%s\n", portsString(c.GetPorts(), true))
@@ -359,7 +347,7 @@ func (l listResult) writeTable(w io.Writer) error {
 	fmt.Fprintln(tw, "CONTAINER\tSTATE\tEPHEMERAL\tPORTS\tSHARED\tVETH\tCREATED")
 	for _, c := range l {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			c.GetContainerId(), stateName(c.GetState()), ephemeralString(c.GetEphemeralPorts()),
+			c.GetContainerId(), api.StateName(c.GetState()), ephemeralString(c.GetEphemeralPorts()),
 			portsString(c.GetPorts(), false), portsString(c.GetPorts(), true),
 			orDash(c.GetVeth()), orDash(timeString(c.GetCreatedAt(), time.RFC3339)))
 	}
