@@ -2,7 +2,8 @@
 // messages live in the generated package isolatordv1 (api/isolatord/v1,
 // from isolator.proto); this package adds what every client (isolatorctl,
 // the CNI plugin, runtimes written in Go) needs to reach the daemon: the
-// default socket path and Dial.
+// default socket path and Dial; and StateName, a container state as
+// clients show it.
 //
 // The daemon listens on a unix socket only, so there is no TLS: access is
 // controlled by the socket file's permissions.
