@@ -14,16 +14,9 @@ import (
 const (
 	inetDiagInfo = 2 // INET_DIAG_INFO: attribute carrying struct tcp_info
 
-	tcpEstablished = 1  // TCP_ESTABLISHED
-	tcpListen      = 10 // TCP_LISTEN
-
 	// sizeof(struct inet_diag_req_v2): family, protocol, ext, pad (1 byte
 	// each), states (u32), inet_diag_sockid (48 bytes).
 	sizeofInetDiagReqV2 = 56
-	// sizeof(struct inet_diag_msg): family, state, timer, retrans (1 byte
-	// each), inet_diag_sockid (48), expires, rqueue, wqueue, uid, inode (u32).
-	sizeofInetDiagMsg = 72
-	offsetDiagState   = 1
 
 	// diagTimeout bounds each receive of a dump.
 	diagTimeout = 5 * time.Second
@@ -209,4 +202,23 @@ func attr(b []byte, typ uint16) []byte {
 		b = b[step:]
 	}
 	return nil
+}
+
+// openDiag opens a sock_diag socket in the calling thread's namespace, with
+// a receive timeout.
+func openDiag() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return -1, fmt.Errorf("sock_diag socket: %w", err)
+	}
+	tv := unix.NsecToTimeval(diagTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sock_diag SO_RCVTIMEO: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sock_diag bind: %w", err)
+	}
+	return fd, nil
 }
