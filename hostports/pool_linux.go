@@ -1,9 +1,5 @@
 package hostports
 
-// ReservePool merges pool into the host namespace's
-// net.ipv4.ip_local_reserved_ports (see the notes above); marker is the
-// file recording what isolatord added.
-
 import (
 	"errors"
 	"fmt"
@@ -15,6 +11,9 @@ import (
 	"github.com/isolatord/isolatord/sysctl"
 )
 
+// ReservePool merges pool into the host namespace's
+// net.ipv4.ip_local_reserved_ports (see the notes above); marker is the
+// file recording what isolatord added.
 func (p *Ports) ReservePool(pool ephemeral.Set, marker string) (PoolResult, error) {
 	var res PoolResult
 	prev := ephemeral.Set{}

@@ -1,9 +1,5 @@
 package hostports
 
-// Ports holds the reservations of one host namespace. It is safe for
-// concurrent use. It does not count holders: a port is reserved once,
-// however many containers share it (the lifecycle counts them).
-
 import (
 	"errors"
 	"fmt"
@@ -17,6 +13,9 @@ import (
 	"github.com/isolatord/isolatord/nsstats"
 )
 
+// Ports holds the reservations of one host namespace. It is safe for
+// concurrent use. It does not count holders: a port is reserved once,
+// however many containers share it (the lifecycle counts them).
 type Ports struct {
 	ns       *nshandle.NS
 	here     bool   // ns is the process's own namespace: no thread switch needed

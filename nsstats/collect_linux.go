@@ -1,15 +1,14 @@
 package nsstats
 
-// Collect reads the statistics of the network namespace at netnsPath (for
-// example /proc/PID/ns/net or /var/run/netns/NAME). It never changes the
-// namespace of the calling goroutine's thread. On error the Stats are zero.
-
 import (
 	"errors"
 	"fmt"
 	"os"
 )
 
+// Collect reads the statistics of the network namespace at netnsPath (for
+// example /proc/PID/ns/net or /var/run/netns/NAME). It never changes the
+// namespace of the calling goroutine's thread. On error the Stats are zero.
 func Collect(netnsPath string) (Stats, error) {
 	var st Stats
 	err := doIn(netnsPath, func() (err error) {
