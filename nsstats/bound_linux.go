@@ -16,7 +16,6 @@ package nsstats
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -29,36 +28,7 @@ func BoundHere(ports ...uint16) ([]Bound, error) {
 	if len(ports) == 0 || len(ports) > MaxConnPorts {
 		return nil, fmt.Errorf("nsstats: %d local ports: give 1 to %d", len(ports), MaxConnPorts)
 	}
-	fd, err := openDiag()
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	bc := portFilter(ports)
-	var out []Bound
-	seq := uint32(0)
-	for _, p := range []struct {
-		proto  uint8
-		states uint32
-	}{{unix.IPPROTO_TCP, anyState}, {unix.IPPROTO_UDP, anyState}} {
-		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-			seq++
-			err := diagDump(fd, seq, family, p.proto, 0, p.states, bc, func(m []byte) error {
-				b, err := parseBound(m, p.proto)
-				if err == nil {
-					out = append(out, b)
-				}
-				return err
-			})
-			if err != nil {
-				if family == unix.AF_INET6 && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)) {
-					continue
-				}
-				return nil, fmt.Errorf("sock_diag %s %s dump: %w", protoName(p.proto), familyName(family), err)
-			}
-		}
-	}
-	return out, nil
+	return dumpSockets(portFilter(ports), anyState, anyState, parseBound)
 }
 
 // parseBound reads one inet_diag_msg (and its INET_DIAG_SKV6ONLY attribute).

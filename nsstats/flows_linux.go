@@ -14,11 +14,8 @@ package nsstats
 // local side), so the answer carries only the sockets asked for.
 
 import (
-	"errors"
 	"fmt"
 	"slices"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/nshandle"
 )
@@ -76,41 +73,5 @@ func doIn(netnsPath string, fn func() error) error {
 // connsHere dumps the live flows of the calling thread's namespace. The
 // thread must be locked.
 func connsHere(ports []uint16) ([]Conn, error) {
-	fd, err := openDiag()
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	bc := portFilter(ports)
-	var out []Conn
-	seq := uint32(0)
-	for _, p := range []struct {
-		proto  uint8
-		states uint32
-	}{{unix.IPPROTO_TCP, liveTCPStates}, {unix.IPPROTO_UDP, liveUDPStates}} {
-		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-			seq++
-			err := dumpConns(fd, seq, family, p.proto, p.states, bc, func(c Conn) { out = append(out, c) })
-			if err != nil {
-				if family == unix.AF_INET6 && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)) {
-					continue
-				}
-				return nil, fmt.Errorf("sock_diag %s %s dump: %w", protoName(p.proto), familyName(family), err)
-			}
-		}
-	}
-	return out, nil
-}
-
-// dumpConns sends one inet_diag_req_v2 dump request (family, protocol,
-// state mask, optional bytecode) and calls fn with each socket's flow.
-func dumpConns(fd int, seq uint32, family, proto uint8, states uint32, bc []byte, fn func(Conn)) error {
-	return diagDump(fd, seq, family, proto, 0, states, bc, func(m []byte) error {
-		c, err := parseConn(m, proto)
-		if err != nil {
-			return err
-		}
-		fn(c)
-		return nil
-	})
+	return dumpSockets(portFilter(ports), liveTCPStates, liveUDPStates, parseConn)
 }
