@@ -2,10 +2,10 @@
 // the one way in: In(ns, fn) runs fn on a thread inside ns with a Dir of that
 // namespace; code that already runs inside a namespace (in nshandle.NS.Do)
 // uses Here(fn), or Open to hold the Dir of the calling thread's namespace
-// across calls. A Dir reads and
-// writes by key, a path under /proc/sys ("net/ipv4/conf/lo/route_localnet";
-// '.' separators are accepted when the key names no interface), and sets
-// per-device IPv4 settings over netlink (SetIPv4Conf).
+// across calls. A Dir reads and writes by key, a path under /proc/sys
+// ("net/ipv4/conf/lo/route_localnet"; '.' separators are accepted when the
+// key names no interface), and sets per-device IPv4 settings over netlink
+// (SetIPv4Conf).
 //
 // Why a Dir, not full paths: /proc/sys/net's dentry is shared by all network
 // namespaces, and each namespace has its own child dentries "ipv4", "ipv6",
