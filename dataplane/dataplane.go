@@ -214,9 +214,8 @@ func New(cfg Config) (*DataPlane, error) {
 		slots:    map[uint16]string{},
 		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
-
-		hostSysctl: sysctl.Open(),
 	}
+	d.hostSysctl = sysctl.Open()
 	return d, nil
 }
 
