@@ -141,8 +141,7 @@ type DataPlane struct {
 	recoveryKnown map[string]map[uint16][]tcfilter.Entry
 
 	// hostSysctl holds the host namespace's sysctls open for the host
-	// veths' settings (nil: not openable; hostSysctls then opens them per
-	// call).
+	// veths' settings (withHostSysctls).
 	hostSysctl *sysctl.Dir
 
 	// retired deletes retired links in the background (retire.go); set by
@@ -217,9 +216,7 @@ func New(cfg Config) (*DataPlane, error) {
 		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
 	}
-	if err := host.Do(func() (err error) { d.hostSysctl, err = sysctl.Open(); return err }); err != nil {
-		log.Warn("host sysctls not held open", "err", err)
-	}
+	d.hostSysctl = sysctl.Open()
 	return d, nil
 }
 
@@ -263,9 +260,7 @@ func (d *DataPlane) closeLocked() error {
 	}
 	d.h.Close()
 	d.hr.Close()
-	if d.hostSysctl != nil {
-		d.hostSysctl.Close()
-	}
+	d.hostSysctl.Close()
 	var err error
 	if d.hostNS != d.selfNS {
 		err = d.hostNS.Close()
@@ -533,7 +528,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 
 	// Host end: no routing of stray packets (forwarding=0), no IPv6 (the
 	// shared MAC would give every veth the same link-local address).
-	err = d.hostSysctls(func(sd *sysctl.Dir) error { return hostLinkSettings(sd, vethIdx, p.Veth) })
+	err = d.withHostSysctls(func(sd *sysctl.Dir) error { return hostLinkSettings(sd, vethIdx, p.Veth) })
 	if err != nil {
 		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)
 	}
@@ -728,7 +723,7 @@ func (d *DataPlane) unclaim(id string) {
 
 // hostLinkSettings gives host link (idx, name) no forwarding of stray
 // packets and no IPv6 (the shared MAC would give every link the same
-// link-local address); call it inside hostSysctls.
+// link-local address); call it inside withHostSysctls.
 func hostLinkSettings(sd *sysctl.Dir, idx int, name string) error {
 	if err := sd.SetIPv4Conf(idx, map[int]uint32{sysctl.DevconfForwarding: 0}); err != nil {
 		return err
@@ -736,12 +731,9 @@ func hostLinkSettings(sd *sysctl.Dir, idx int, name string) error {
 	return sd.DisableIPv6(name)
 }
 
-// hostSysctls runs fn inside the host namespace with its sysctls: the Dir
-// held open since New, else one opened for this call.
-func (d *DataPlane) hostSysctls(fn func(*sysctl.Dir) error) error {
-	if d.hostSysctl == nil {
-		return sysctl.In(d.hostNS, fn)
-	}
+// withHostSysctls runs fn inside the host namespace with its sysctls, held
+// open from one call to the next.
+func (d *DataPlane) withHostSysctls(fn func(*sysctl.Dir) error) error {
 	return d.hostNS.Do(func() error { return fn(d.hostSysctl) })
 }
 

@@ -170,7 +170,7 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 		return fail(fmt.Errorf("shaper exit %s: %v", exit, err))
 	}
 	// like the host veth: no forwarding of stray packets, no IPv6
-	err = d.hostSysctls(func(sd *sysctl.Dir) error {
+	err = d.withHostSysctls(func(sd *sysctl.Dir) error {
 		if err := hostLinkSettings(sd, ei, entry); err != nil {
 			return err
 		}

@@ -231,11 +231,8 @@ func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
 func open(id string, ns *nshandle.NS, eth0 string) (*member, error) {
 	var h *netlink.Handle
 	fd := -1
-	err := ns.Do(func() error {
-		sd, err := sysctl.Open()
-		if err != nil {
-			return err
-		}
+	err := ns.Do(func() (err error) {
+		sd := sysctl.Open()
 		defer sd.Close()
 		for _, kv := range ContainerSysctls(eth0) {
 			if err := sd.Write(kv.Name, kv.Value); err != nil {

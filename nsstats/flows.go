@@ -1,26 +1,12 @@
 package nsstats
 
-// Live flows of a namespace (Conns, PeerPorts): what the data plane asks
-// before it moves a shared port's spread bucket away from a holder, so that
-// flows the holder has sockets for keep reaching it.
-//
-// The sockets are listed with sock_diag from a NETLINK_INET_DIAG socket
-// opened inside the namespace (on a locked thread, as Collect does), one
-// SOCK_DIAG_BY_FAMILY dump per protocol (TCP, UDP) and family (AF_INET,
-// AF_INET6: a dual-stack listener's IPv4 connections are AF_INET6 sockets
-// with v4-mapped addresses). The kernel filters the dump itself: by state
-// (idiag_states) and, when local ports are given, by an inet_diag bytecode
-// program of INET_DIAG_BC_S_EQ tests (the "S" side of a socket is its
-// local side), so the answer carries only the sockets asked for.
+// Live flows of a namespace (Conn, listed by Conns in flows_linux.go).
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
-	"github.com/isolatord/isolatord/nshandle"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,16 +22,24 @@ type Conn struct {
 	Remote netip.AddrPort
 }
 
-// TCP states (include/net/tcp_states.h).
+// TCP states (include/net/tcp_states.h) and the layout of struct
+// inet_diag_msg (linux/inet_diag.h).
 const (
-	tcpSynSent    = 2
-	tcpSynRecv    = 3
-	tcpFinWait1   = 4
-	tcpFinWait2   = 5
-	tcpCloseWait  = 8
-	tcpLastAck    = 9
-	tcpClosing    = 11
-	tcpNewSynRecv = 12
+	tcpEstablished = 1  // TCP_ESTABLISHED
+	tcpListen      = 10 // TCP_LISTEN
+	tcpSynSent     = 2
+	tcpSynRecv     = 3
+	tcpFinWait1    = 4
+	tcpFinWait2    = 5
+	tcpCloseWait   = 8
+	tcpLastAck     = 9
+	tcpClosing     = 11
+	tcpNewSynRecv  = 12
+
+	// sizeof(struct inet_diag_msg): family, state, timer, retrans (1 byte
+	// each), inet_diag_sockid (48), expires, rqueue, wqueue, uid, inode (u32).
+	sizeofInetDiagMsg = 72
+	offsetDiagState   = 1
 
 	liveTCPStates = 1<<tcpEstablished | 1<<tcpSynSent | 1<<tcpSynRecv | 1<<tcpFinWait1 | 1<<tcpFinWait2 |
 		1<<tcpCloseWait | 1<<tcpLastAck | 1<<tcpClosing | 1<<tcpNewSynRecv
@@ -60,87 +54,6 @@ const (
 	// program's jumps are 16-bit (12 bytes per port).
 	MaxConnPorts = 1024
 )
-
-// Conns lists the live flows (see Conn) of the network namespace at
-// netnsPath whose local port is one of ports, or all of them when no port
-// is given, IPv4 and IPv6, TCP then UDP. It never changes the namespace of
-// the calling goroutine's thread.
-func Conns(netnsPath string, ports ...uint16) ([]Conn, error) {
-	if len(ports) > MaxConnPorts {
-		return nil, fmt.Errorf("nsstats: %d local ports: at most %d per call", len(ports), MaxConnPorts)
-	}
-	var out []Conn
-	err := doIn(netnsPath, func() error {
-		var err error
-		out, err = connsHere(ports)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// PeerPorts returns the distinct remote ports, sorted, of the live flows
-// (TCP and connected UDP, see Conn) whose local port is localPort in the
-// namespace at netnsPath: for a server port, the source ports its clients
-// connect from.
-func PeerPorts(netnsPath string, localPort uint16) ([]uint16, error) {
-	cs, err := Conns(netnsPath, localPort)
-	if err != nil {
-		return nil, err
-	}
-	var out []uint16
-	for _, c := range cs {
-		out = append(out, c.Remote.Port())
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
-
-// doIn runs fn on a fresh goroutine locked to its OS thread inside the
-// namespace at netnsPath. If switching back fails the thread stays locked,
-// so the runtime destroys it with the goroutine.
-func doIn(netnsPath string, fn func() error) error {
-	ns, err := nshandle.Open(netnsPath)
-	if err != nil {
-		return fmt.Errorf("nsstats: %w", err)
-	}
-	defer ns.Close()
-	if err := ns.Do(fn); err != nil {
-		return fmt.Errorf("nsstats: %s: %w", netnsPath, err)
-	}
-	return nil
-}
-
-// connsHere dumps the live flows of the calling thread's namespace. The
-// thread must be locked.
-func connsHere(ports []uint16) ([]Conn, error) {
-	fd, err := openDiag()
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	bc := portFilter(ports)
-	var out []Conn
-	seq := uint32(0)
-	for _, p := range []struct {
-		proto  uint8
-		states uint32
-	}{{unix.IPPROTO_TCP, liveTCPStates}, {unix.IPPROTO_UDP, liveUDPStates}} {
-		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-			seq++
-			err := dumpConns(fd, seq, family, p.proto, p.states, bc, func(c Conn) { out = append(out, c) })
-			if err != nil {
-				if family == unix.AF_INET6 && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)) {
-					continue
-				}
-				return nil, fmt.Errorf("sock_diag %s %s dump: %w", protoName(p.proto), familyName(family), err)
-			}
-		}
-	}
-	return out, nil
-}
 
 func protoName(p uint8) string {
 	if p == unix.IPPROTO_UDP {
@@ -190,19 +103,6 @@ func portFilter(ports []uint16) []byte {
 		ne.PutUint16(b[j+2:], uint16(n-j)) // to the end
 	}
 	return b
-}
-
-// dumpConns sends one inet_diag_req_v2 dump request (family, protocol,
-// state mask, optional bytecode) and calls fn with each socket's flow.
-func dumpConns(fd int, seq uint32, family, proto uint8, states uint32, bc []byte, fn func(Conn)) error {
-	return diagDump(fd, seq, family, proto, 0, states, bc, func(m []byte) error {
-		c, err := parseConn(m, proto)
-		if err != nil {
-			return err
-		}
-		fn(c)
-		return nil
-	})
 }
 
 // parseConn reads the flow of one inet_diag_msg: family and state, then

@@ -2,11 +2,9 @@
 // from inside it, without forking anything: the figures Mesos' port_mapping
 // isolator got by spawning `mesos-network-helper statistics` per Usage call.
 //
-// Collect runs on a fresh goroutine locked to its OS thread. The thread
-// switches into the target namespace (setns), reads, and switches back; if
-// switching back fails the thread is never unlocked, so the Go runtime
-// destroys it when the goroutine ends and no other goroutine ever runs in the
-// container's namespace. While inside, it reads:
+// Collect runs inside the target namespace on a locked OS thread
+// (nshandle.NS.Do, whose notes say why no other goroutine ever runs in the
+// container's namespace). While inside, it reads:
 //
 //   - /proc/thread-self/net/sockstat and sockstat6 (the thread's namespace;
 //     /proc/self/net would follow the main thread instead). See Stats for
@@ -23,21 +21,24 @@
 //     which an AF_INET-only dump (Mesos') misses.
 //
 // Percentiles are nearest-rank over the non-zero RTTs. Nothing is cached.
-// A Collect costs about 1.5 ms on the development VM (BenchmarkCollect, 200
+// A Collect costs about 1.5 ms (BenchmarkCollect, 200
 // sockets in the namespace), most of it the kernel walking its TCP hash
 // tables in the two dumps: those tables are shared by every namespace
 // (unless net.ipv4.tcp_child_ehash_entries gives one its own), so the cost
 // follows the host's table size more than the container's socket count.
 //
-// The same sock_diag dump also serves two other readers: flows.go (the live
-// flows of a shared port's holders) and bound.go (the sockets holding given
+// The same sock_diag dump also serves two other readers: flows (the live
+// flows of a shared port's holders) and bound (the sockets holding given
 // ports and their processes, which names a host port's holder).
+//
+// The kernel code (namespace switches, sock_diag) is in the _linux.go files;
+// the types, the parsers of /proc/net text and of inet_diag messages, and the
+// port filter program build anywhere. The parsers have table tests; the
+// readers are tested in a sandbox namespace (root; they skip otherwise)
+// against sockets the test opens.
 package nsstats
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"slices"
 	"time"
 )
@@ -85,65 +86,6 @@ type RTT struct {
 	P50, P90, P95, P99 time.Duration
 	// Samples is the number of sockets the percentiles were computed over.
 	Samples int
-}
-
-// Collect reads the statistics of the network namespace at netnsPath (for
-// example /proc/PID/ns/net or /var/run/netns/NAME). It never changes the
-// namespace of the calling goroutine's thread. On error the Stats are zero.
-func Collect(netnsPath string) (Stats, error) {
-	var st Stats
-	err := doIn(netnsPath, func() (err error) {
-		st, err = collectHere()
-		return err
-	})
-	if err != nil {
-		return Stats{}, err
-	}
-	return st, nil
-}
-
-// procNet is where the calling thread's namespace's /proc/net files are.
-const procNet = "/proc/thread-self/net"
-
-// collectHere reads everything in the calling thread's network namespace.
-// The thread must be locked.
-func collectHere() (Stats, error) {
-	var st Stats
-	b, err := os.ReadFile(procNet + "/sockstat")
-	if err != nil {
-		return st, err
-	}
-	tcp, err := parseSockstat(b, "TCP")
-	if err != nil {
-		return st, fmt.Errorf("sockstat: %w", err)
-	}
-	st.TCPActive, st.TCPTimeWait = tcp["inuse"], tcp["tw"]
-	// sockstat6 is absent when IPv6 is disabled.
-	if b, err := os.ReadFile(procNet + "/sockstat6"); err == nil {
-		tcp6, err := parseSockstat(b, "TCP6")
-		if err != nil {
-			return st, fmt.Errorf("sockstat6: %w", err)
-		}
-		st.TCPActive += tcp6["inuse"]
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return st, err
-	}
-
-	b, err = os.ReadFile(procNet + "/snmp")
-	if err != nil {
-		return st, err
-	}
-	if st.SNMP, err = parseSNMP(b); err != nil {
-		return st, fmt.Errorf("snmp: %w", err)
-	}
-
-	d, err := diagTCP()
-	if err != nil {
-		return st, err
-	}
-	st.TCPListening = d.listening
-	st.RTT = percentiles(d.rtts)
-	return st, nil
 }
 
 // percentiles returns nearest-rank percentiles of the non-zero values (in

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/isolatord/isolatord/nshandle/nstest"
 )
@@ -62,5 +63,56 @@ func TestPrivateSysNet(t *testing.T) {
 	}
 	if v, _ := os.ReadFile(portRange); normalize(string(v)) == "42000 42999" {
 		t.Fatal("the write leaked into the process's namespace")
+	}
+}
+
+// A Dir makes its private instance at the second key below net/, not for
+// one key alone, and the instances are released after Close (their mount
+// descriptors are closed in the background): the process's descriptors
+// come back to where they were.
+func TestInstancesMadeAndReleased(t *testing.T) {
+	s := nstest.Scratch(t)
+	fds := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	before := fds()
+	err := In(s, func(d *Dir) error {
+		if _, err := d.Read("net/ipv4/ip_local_port_range"); err != nil {
+			return err
+		}
+		if d.net != nil {
+			return errors.New("an instance was made for one key")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		err := In(s, func(d *Dir) error {
+			for _, k := range []string{"net/ipv4/ip_local_port_range", "net/core/somaxconn", "kernel/ostype"} {
+				if _, err := d.Read(k); err != nil {
+					return err
+				}
+			}
+			if d.net == nil {
+				return errors.New("no instance held from the second key on")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n := fds(); n > before; n = fds() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors open 10 s after the Dirs closed, %d before", n, before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

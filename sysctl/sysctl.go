@@ -2,10 +2,10 @@
 // the one way in: In(ns, fn) runs fn on a thread inside ns with a Dir of that
 // namespace; code that already runs inside a namespace (in nshandle.NS.Do)
 // uses Here(fn), or Open to hold the Dir of the calling thread's namespace
-// across calls. A Dir reads and
-// writes by key, a path under /proc/sys ("net/ipv4/conf/lo/route_localnet";
-// '.' separators are accepted when the key names no interface), and sets
-// per-device IPv4 settings over netlink (SetIPv4Conf).
+// across calls. A Dir reads and writes by key, a path under /proc/sys
+// ("net/ipv4/conf/lo/route_localnet"; '.' separators are accepted when the
+// key names no interface), and sets per-device IPv4 settings over netlink
+// (SetIPv4Conf).
 //
 // Why a Dir, not full paths: /proc/sys/net's dentry is shared by all network
 // namespaces, and each namespace has its own child dentries "ipv4", "ipv6",
@@ -15,7 +15,9 @@
 // the net directory of a private procfs instance (privateproc.go) where the
 // process may make one, else /proc/sys/net, and the namespace's own
 // net/<first> directories below it, so that walk is paid once per Dir
-// instead of once per file.
+// instead of once per file. A Dir used for one key only does not pay for
+// the instance: that key is reached by its full path, and the instance is
+// made at the second key.
 //
 // The tests run in scratch namespaces as root (they skip otherwise) and check
 // that nothing leaks into the process's own namespace.
@@ -41,28 +43,21 @@ type Setting struct {
 	Value string
 }
 
-// Dir reads and writes the sysctls of the namespace whose thread opened it.
-// Use it only on threads of that namespace (inside its NS.Do): the kernel
+// Dir reads and writes the sysctls of the namespace of the threads that use
+// it. Use it only on threads of one namespace (inside its NS.Do): the kernel
 // resolves entries under /proc/sys/net against the calling thread's
 // namespace. A Dir may be kept open and used by several goroutines at once.
 type Dir struct {
-	net *os.File
-	mu  sync.Mutex
-	sub map[string]*os.File // first component under net/ -> its directory
+	mu   sync.Mutex
+	used bool                // a key below net/ was reached (by its full path)
+	net  *os.File            // the held net directory, from the second key below net/ on
+	sub  map[string]*os.File // first component under net/ -> its directory
 }
 
-// Open opens the sysctls of the calling thread's namespace (call it inside
-// NS.Do, or from an ordinary goroutine for the process's namespace). Close
-// the Dir when done.
-func Open() (*Dir, error) {
-	f, err := openPrivateSysNet()
-	if err != nil {
-		if f, err = os.Open("/proc/sys/net"); err != nil {
-			return nil, fmt.Errorf("open /proc/sys/net: %w", err)
-		}
-	}
-	return &Dir{net: f, sub: map[string]*os.File{}}, nil
-}
+// Open returns a Dir for the namespace of the calling thread (call it
+// inside NS.Do, or from an ordinary goroutine for the process's namespace).
+// It opens nothing yet. Close the Dir when done.
+func Open() *Dir { return &Dir{sub: map[string]*os.File{}} }
 
 // In runs fn on a thread inside ns with a Dir of ns, closed when fn returns.
 func In(ns *nshandle.NS, fn func(*Dir) error) error {
@@ -73,10 +68,7 @@ func In(ns *nshandle.NS, fn func(*Dir) error) error {
 // returns (call it inside NS.Do, or from an ordinary goroutine for the
 // process's namespace).
 func Here(fn func(*Dir) error) error {
-	d, err := Open()
-	if err != nil {
-		return err
-	}
+	d := Open()
 	defer d.Close()
 	return fn(d)
 }
@@ -89,7 +81,12 @@ func (d *Dir) Close() error {
 		f.Close()
 	}
 	d.sub = nil
-	return d.net.Close()
+	if d.net == nil {
+		return nil
+	}
+	err := d.net.Close()
+	d.net = nil
+	return err
 }
 
 // path is the /proc/sys file of a key.
@@ -98,6 +95,25 @@ func path(name string) string {
 		name = strings.ReplaceAll(name, ".", "/")
 	}
 	return "/proc/sys/" + strings.TrimPrefix(name, "/")
+}
+
+// netDir returns the held net directory, opened at the second key below
+// net/: nil for the first, which the caller reaches by its full path.
+func (d *Dir) netDir() (*os.File, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.net != nil || !d.used {
+		d.used = true
+		return d.net, nil
+	}
+	f, err := openPrivateSysNet()
+	if err != nil {
+		if f, err = os.Open("/proc/sys/net"); err != nil {
+			return nil, err
+		}
+	}
+	d.net = f
+	return f, nil
 }
 
 // subdir is the held directory net/first, opened on first use.
@@ -121,7 +137,14 @@ func (d *Dir) open(name string, flag int) (*os.File, error) {
 	if !ok {
 		return os.OpenFile(p, flag, 0)
 	}
-	dirfd := int(d.net.Fd())
+	net, err := d.netDir()
+	if err != nil {
+		return nil, err
+	}
+	if net == nil {
+		return os.OpenFile(p, flag, 0)
+	}
+	dirfd := int(net.Fd())
 	if first, rest, ok := strings.Cut(rel, "/"); ok {
 		fd, err := d.subdir(first)
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/isolatord/isolatord/metrics"
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/sysctl"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -192,33 +193,33 @@ func limitFlags(dir, rateS, burstS, ceilS string) (dataplane.Limit, error) {
 // readHostLocalRange reads net.ipv4.ip_local_port_range of the host
 // namespace (the daemon's own, or --host-netns).
 func readHostLocalRange(hostNS string) (ephemeral.Range, error) {
-	read := func() (ephemeral.Range, error) {
-		b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	var v string
+	read := func(sd *sysctl.Dir) (err error) { v, err = sd.Read("net/ipv4/ip_local_port_range"); return err }
+	if hostNS == "" {
+		if err := sysctl.Here(read); err != nil {
+			return ephemeral.Range{}, err
+		}
+	} else {
+		ns, err := nshandle.Open(hostNS)
+		if err != nil {
+			return ephemeral.Range{}, fmt.Errorf("--host-netns: %w", err)
+		}
+		err = sysctl.In(ns, read)
+		ns.Close()
 		if err != nil {
 			return ephemeral.Range{}, err
 		}
-		f := strings.Fields(string(b))
-		if len(f) != 2 {
-			return ephemeral.Range{}, fmt.Errorf("unexpected %q", b)
-		}
-		lo, err1 := strconv.ParseUint(f[0], 10, 16)
-		hi, err2 := strconv.ParseUint(f[1], 10, 16)
-		if err1 != nil || err2 != nil {
-			return ephemeral.Range{}, fmt.Errorf("unexpected %q", b)
-		}
-		return ephemeral.Range{Begin: uint16(lo), End: uint16(hi)}, nil
 	}
-	if hostNS == "" {
-		return read()
+	f := strings.Fields(v)
+	if len(f) != 2 {
+		return ephemeral.Range{}, fmt.Errorf("unexpected %q", v)
 	}
-	ns, err := nshandle.Open(hostNS)
-	if err != nil {
-		return ephemeral.Range{}, fmt.Errorf("--host-netns: %w", err)
+	lo, err1 := strconv.ParseUint(f[0], 10, 16)
+	hi, err2 := strconv.ParseUint(f[1], 10, 16)
+	if err1 != nil || err2 != nil {
+		return ephemeral.Range{}, fmt.Errorf("unexpected %q", v)
 	}
-	defer ns.Close()
-	var r ephemeral.Range
-	err = ns.Do(func() (err error) { r, err = read(); return err })
-	return r, err
+	return ephemeral.Range{Begin: uint16(lo), End: uint16(hi)}, nil
 }
 
 func serve(o *options, log *slog.Logger) error {

@@ -14,16 +14,9 @@ import (
 const (
 	inetDiagInfo = 2 // INET_DIAG_INFO: attribute carrying struct tcp_info
 
-	tcpEstablished = 1  // TCP_ESTABLISHED
-	tcpListen      = 10 // TCP_LISTEN
-
 	// sizeof(struct inet_diag_req_v2): family, protocol, ext, pad (1 byte
 	// each), states (u32), inet_diag_sockid (48 bytes).
 	sizeofInetDiagReqV2 = 56
-	// sizeof(struct inet_diag_msg): family, state, timer, retrans (1 byte
-	// each), inet_diag_sockid (48), expires, rqueue, wqueue, uid, inode (u32).
-	sizeofInetDiagMsg = 72
-	offsetDiagState   = 1
 
 	// diagTimeout bounds each receive of a dump.
 	diagTimeout = 5 * time.Second
@@ -60,7 +53,7 @@ func diagTCP() (diagResult, error) {
 			}
 		})
 		if err != nil {
-			if family == unix.AF_INET6 && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)) {
+			if family == unix.AF_INET6 && noIPv6(err) {
 				continue
 			}
 			name := map[uint8]string{unix.AF_INET: "AF_INET", unix.AF_INET6: "AF_INET6"}[family]
@@ -209,4 +202,66 @@ func attr(b []byte, typ uint16) []byte {
 		b = b[step:]
 	}
 	return nil
+}
+
+// openDiag opens a sock_diag socket in the calling thread's namespace, with
+// a receive timeout.
+func openDiag() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return -1, fmt.Errorf("sock_diag socket: %w", err)
+	}
+	tv := unix.NsecToTimeval(diagTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sock_diag SO_RCVTIMEO: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sock_diag bind: %w", err)
+	}
+	return fd, nil
+}
+
+// noIPv6 reports whether an AF_INET6 dump failed because the kernel has no
+// IPv6 sockets to report (IPv6 absent or disabled).
+func noIPv6(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// dumpSockets dumps, on a sock_diag socket of the calling thread's
+// namespace, the TCP sockets in tcpStates and the UDP sockets in udpStates
+// (masks of 1<<TCP_state), IPv4 then IPv6 (skipped when the kernel has
+// none), keeping those bc accepts (nil: all), and returns each socket's
+// message as parse reads it.
+func dumpSockets[T any](bc []byte, tcpStates, udpStates uint32, parse func(m []byte, proto uint8) (T, error)) ([]T, error) {
+	fd, err := openDiag()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var out []T
+	seq := uint32(0)
+	for _, p := range []struct {
+		proto  uint8
+		states uint32
+	}{{unix.IPPROTO_TCP, tcpStates}, {unix.IPPROTO_UDP, udpStates}} {
+		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+			seq++
+			err := diagDump(fd, seq, family, p.proto, 0, p.states, bc, func(m []byte) error {
+				v, err := parse(m, p.proto)
+				if err == nil {
+					out = append(out, v)
+				}
+				return err
+			})
+			if err != nil {
+				if family == unix.AF_INET6 && noIPv6(err) {
+					continue
+				}
+				return nil, fmt.Errorf("sock_diag %s %s dump: %w", protoName(p.proto), familyName(family), err)
+			}
+		}
+	}
+	return out, nil
 }
