@@ -113,6 +113,7 @@ type DataPlane struct {
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
 	sink     tcfilter.Sink     // the drop sink every veth's dropping nodes redirect to
+	ip6      []net.IP          // host IPv6 addresses the filters match (ipv6filters.go); nil: IPv6 off
 	departed map[string]uint64 // drops counted on the veths of containers torn down since New
 	neigh    *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
 	ctrs     map[string]*record
@@ -401,7 +402,7 @@ func (d *DataPlane) hostIP() net.IP { return d.info.IP.IP }
 func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters {
 	return tcfilter.VethFilters{
 		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
-		Sink: d.sink.Index, VLAN: d.sink.BPF, HostIP: d.hostIP(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
+		Sink: d.sink.Index, VLAN: d.sink.BPF, HostIP: d.hostIP(), HostIP6: d.hostIP6(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
 	}
 }
 
@@ -593,7 +594,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := d.step("container config"); err != nil {
 		return p, err
 	}
-	cf := tcfilter.ContainerFilters{H: ch, Lo: cl.Lo, Eth0: cl.Eth0, HostIP: d.hostIP(), Obs: d.cfg.Observer}
+	cf := d.containerFilters(ch, cl.Lo, cl.Eth0)
 	if err := cf.Install(all); err != nil {
 		return p, fmt.Errorf("container %s: container filters: %w", c.ID, err)
 	}

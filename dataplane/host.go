@@ -126,10 +126,16 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 			"sink", tcfilter.SinkName, "err", bpfErr)
 	}
 	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
+	if err := eth0.SetIPv6(d.demux6(sink.Index)); err != nil {
+		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
+	}
 	if err := eth0.Init(); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
 	}
 	lod := tcfilter.NewHostDemux(d.h, hl.LoIndex, hl.Lo, nil, d.cfg.Observer)
+	if err := lod.SetIPv6(d.demux6(0)); err != nil {
+		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
+	}
 	if err := lod.Init(); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
 	}

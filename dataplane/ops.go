@@ -71,7 +71,7 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 	if err != nil {
 		return fmt.Errorf("container %s: lo: %w", c.ID, err)
 	}
-	cf := tcfilter.ContainerFilters{H: ch, Lo: lo.Attrs().Index, Eth0: eth.Attrs().Index, HostIP: d.hostIP(), Obs: d.cfg.Observer}
+	cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
 	vf := d.vethFilters(old.Slot, rec.veth, rec.via)
 
 	// 1. grow veth and container filters to old ∪ new.

@@ -57,7 +57,7 @@ func parseAlias(s string) (Meta, bool) {
 func (d *DataPlane) setAlias(veth int, c Container) error {
 	m := c.Meta
 	m.ID = c.ID
-	m.Layout, m.Sink = tcfilter.VethLayout, d.sink.Index
+	m.Layout, m.Sink, m.V6 = tcfilter.VethLayout, d.sink.Index, d.ip6Tag()
 	if err := d.h.LinkSetAlias(linkRefIdx(veth), metaAlias(m)); err != nil {
 		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
 	}
@@ -371,7 +371,7 @@ func (d *DataPlane) fillRootQdiscs() error {
 	for _, l := range ls {
 		a := l.Attrs()
 		d.recoveryLinks[a.Name] = a.Index
-		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index {
+		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}

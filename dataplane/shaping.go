@@ -32,7 +32,6 @@ import (
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/sysctl"
-	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/veth"
 )
 
@@ -179,7 +178,7 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 	if err != nil {
 		return fail(fmt.Errorf("shaper settings: %w", err))
 	}
-	x := tcfilter.ShaperExit{H: d.h, Dev: xi, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, HostIP: d.hostIP(), Slot: slot, Obs: d.cfg.Observer}
+	x := d.shaperExit(xi, slot)
 	if err := x.Install(); err != nil {
 		return fail(fmt.Errorf("shaper exit filters: %w", err))
 	}
@@ -268,7 +267,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 		if err != nil {
 			return err
 		}
-		x := tcfilter.ShaperExit{H: d.h, Dev: xi, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, HostIP: d.hostIP(), Slot: c.Slot, Obs: d.cfg.Observer}
+		x := d.shaperExit(xi, c.Slot)
 		if err := x.Install(); err != nil {
 			return fmt.Errorf("egress: shaper exit filters: %w", err)
 		}

@@ -25,12 +25,15 @@
 // hostdemux_icmp.go (ICMP tables: errors and echo by port),
 // hostdemux_fanout.go (the ICMP fan-out without cls_bpf),
 // hostdemux_entries.go (Entries from the kernel; Known, SharedHolders from
-// the index), echo.go (the cls_bpf echo programs on eth0).
+// the index), echo.go (the cls_bpf echo programs on eth0); for IPv6,
+// ipv6.go (its priority, tables and keys), hostdemux6.go (the IPv6
+// classifier of the demux) and echo6.go (the ICMPv6 echo programs).
 //
 // A container's devices: veth.go (VethFilters, the host-side veth: what a
 // container may send; ContainerFilters, inside the container), drops.go
 // (drop reasons and counters), rebuild.go (ReadVeth: a container's record
-// from its veth), shaperexit.go (the exit of an egress shaper pair).
+// from its veth), shaperexit.go (the exit of an egress shaper pair);
+// their IPv6 nodes in veth6.go, container6.go and shaperexit6.go.
 //
 // The drop sink and the programs: sink.go (EnsureSink), bpf.go (the
 // VLAN check and the drop program), bpfasm.go (a small eBPF assembler and
@@ -38,10 +41,11 @@
 //
 // # Priorities, parents, handles, classids
 //
-// Every device gets at most two u32 classifiers, at parent ffff:fff2 (which
-// clsact and the old ingress qdisc both accept): PrioARP (1, ETH_P_ARP) and
-// PrioIP (2, ETH_P_IP). Host eth0 has no ARP classifier; its prio 1 holds
-// the cls_bpf echo programs (PrioEcho, ingress and egress, echo.go). All nodes have explicit handles htid:bucket:node
+// Every device gets at most three u32 classifiers, at parent ffff:fff2 (which
+// clsact and the old ingress qdisc both accept): PrioARP (1, ETH_P_ARP),
+// PrioIP (2, ETH_P_IP) and, with IPv6, PrioIP6 (4, ETH_P_IPV6). Host eth0 has no ARP classifier; its prio 1 holds
+// the cls_bpf echo programs (PrioEcho, ingress and egress, echo.go), its
+// prio 3 the ICMPv6 ones (PrioEcho6, echo6.go). All nodes have explicit handles htid:bucket:node
 // (FormatHandle prints them like tc); automatic node ids are never used
 // (they wrap at 0x7ff and duplicate past 4095). Table ids are per qdisc
 // hook, so every device reuses the same numbers; the kernel numbers each
@@ -53,10 +57,13 @@
 //	                                           014 host source, 015 loopback,
 //	                                           016 ICMP, 017 fragments,
 //	                                           018 -> 019 (quoted dport)
+//	                                           01a IPv6 host source, 01b ::1,
+//	                                           01c ICMPv6 (veth6.go)
 //	003  ICMP  divisor 1   (eth0, hostdemux_icmp.go)
 //	004  ICMP fan-out, divisor 1 (eth0; only without cls_bpf, and non-first fragments)
 //	005  (was the ARP fan-out; deleted by Init)
 //	006  TablePort divisor 256 on port>>8 (eth0): ICMP errors by quoted sport, echo by id
+//	007  ICMPv6 divisor 1 (eth0, hostdemux6.go)
 //	100+b H2_b divisor 16 on (dport>>4)&15, for dport>>8 == b
 //	200..7ff spread tables of shared ports, divisor spread.Buckets
 //
@@ -167,6 +174,84 @@
 //     random enough; clients that all send from one fixed port (NAT, some
 //     UDP protocols) land on one holder.
 //
+// # IPv6 (PrioIP6)
+//
+// IPv6 gets a u32 classifier of its own (priority 4, ETH_P_IPV6) on every
+// device, but no port table of its own: u32 tables belong to the hook, not
+// to one priority, so its nodes link into the IPv4 classifier's tables.
+// One port ownership serves both families: every range, shared-port
+// spread table and TablePort node is the same node for IPv4 and IPv6, and
+// adding a container costs no IPv6 node anywhere.
+//
+// u32 offsets are from the network header: next header at 6 (the word
+// at 4), source at 8, destination at 24, the transport header at 40 when
+// the next header is TCP or UDP itself. Root nodes match that next header
+// (and on eth0 one destination: a host address, so one node triple per
+// address, MaxHostAddrs6 at most), eat a fixed 40 bytes, and link to L:
+// from there the lookup is the IPv4 one (the same hash, the same keys at
+// the same L4 offsets), so per-packet cost stays flat in the number of
+// containers. The link root nodes are TERMINAL "stop" nodes: a port
+// nobody owns stays with the host.
+//
+//   - Extension headers (hop-by-hop, routing, fragment, destination
+//     options, ...) put another next header at 6: such packets, fragments
+//     included, are not demultiplexed and go to the host. On eth0 they are
+//     counted (IPv6ToHost): a last node per address mirrors them to the
+//     drop sink (which drops the copy) and lets them continue, so the
+//     count costs one clone per such packet and nothing for the others.
+//     (u32 has no counters here, and no gact to count with.)
+//   - ICMPv6 to a host address (root node 3+3i) links to TableICMP6:
+//     errors (types 0..7) quoting an IPv6 header with TCP or UDP right
+//     after it are hashed on the quoted source port (at +48) into
+//     TablePort, the IPv4 errors' table, and go to the one container that
+//     owns the port; echo replies go by identifier (+4) through TablePort
+//     (a pinger that binds an identifier among its own ports); everything
+//     else, echo requests included, stays with the host, which answers
+//     once. Neighbour solicitations for a host address, advertisements,
+//     router advertisements and MLD stay with the host too: no ICMPv6
+//     packet is copied to a container. Containers need none of them: the
+//     namespace side writes their neighbour entries from the host's table
+//     (as for ARP) and their routes from the host's. Before all this, the
+//     ICMPv6 echo programs (echo6.go, cls_bpf at PrioEcho6 = 3 on eth0
+//     ingress and egress, with the IPv4 programs) steer echo replies and
+//     errors about echo requests to the container (or the host) that sent
+//     the request, learned at eth0's egress as for IPv4, whatever the
+//     identifier.
+//   - lo: TCP and UDP of any destination (::1 and the host addresses)
+//     link to L, as IPv4 does.
+//
+// Host-side veth ingress, IPv6 (only with host IPv6 addresses; without,
+// IPv6 falls to the catch-all and is dropped as DropEthertype). Root: per
+// host address i, node 1+i = [host MAC, version 6, source == address i]
+// links to TableVeth6Host; node 0x40 = [MAC, 6, ::1 -> ::1] links to
+// TableVeth6Loop (both default DropProtocol); then [MAC, 6] DropSource,
+// [MAC] DropIPHeader, the VLAN mark DropVLAN, anything else DropMAC.
+// TableVeth6Host: TCP/UDP right after the header to a host address -> eat
+// 40, owned source port (TableVethLocal, the IPv4 table) -> host lo; other
+// TCP/UDP -> owned source port (TableVethOut) -> eth0 (default DropPort);
+// ICMPv6 -> TableVeth6ICMP (default DropICMP); hop-by-hop, routing,
+// fragment and destination-options headers -> DropIPv6Ext (a fragment or
+// option header could hide the transport header, and nothing the
+// container needs carries one: MLD reports with hop-by-hop are dropped
+// too). TableVeth6Loop: TCP/UDP from owned ports -> host lo. TableVeth6ICMP
+// (at the ICMPv6 header; the payload length read at -36): echo request
+// and reply -> eth0; errors quoting a TCP/UDP packet sent to a host
+// address -> eat 48, quoted destination port owned (TableVethErr) -> eth0;
+// neighbour solicitations with no option or the host MAC as source
+// link-layer address -> eth0; neighbour advertisements whose target is a
+// host address, with no option or the host MAC as target link-layer
+// address -> eth0; every other router solicitation, router
+// advertisement, solicitation, advertisement and redirect -> DropNDP. So
+// nothing a container sends can change what the neighbours believe about
+// a host address. An older veth (layout 2) had the catch-all at priority
+// 4; Install moves it to 5 (PrioVethOther) before adding IPv6.
+//
+// Inside the container, IPv6 twins of the IPv4 nodes: on lo, ICMPv6 to a
+// host address or ::1 stays local, TCP/UDP to them with an own destination
+// port stays local, other such TCP/UDP goes out through eth0; on eth0,
+// TCP/UDP to ::1 with an own port is redirected to lo (the stack drops ::1
+// arriving on eth0).
+//
 // HostDemux keeps an index of its nodes in memory (rebuilt from one dump by
 // Init, which also repairs a half-done structure left by a crash), so adds
 // and deletes never dump the filter table: their cost is flat in the number
@@ -182,8 +267,9 @@
 //	prio 1  cls_bpf, all protocols: the VLAN check (below)
 //	prio 2  u32, IPv4
 //	prio 3  u32, ARP
-//	prio 4  u32, all protocols: one match-all drop node, DropEthertype
-//	        (IPv6, LLDP, anything else; also IPv4 too short for u32 to
+//	prio 4  u32, IPv6 (with host IPv6 addresses; see IPv6 above)
+//	prio 5  u32, all protocols: one match-all drop node, DropEthertype
+//	        (LLDP, anything else; also IPv4 too short for u32 to
 //	        read the keys it needs: u32 then gives up on its classifier)
 //
 // IPv4 root (tables 800:..): node 1 = [Ethernet source == host MAC (two
@@ -332,7 +418,10 @@
 //   - Non-first IPv4 fragments have no ports: the host demux leaves them to
 //     the host, so fragmented UDP towards a container does not work (TCP
 //     sets DF). Mesos had the same limit, worse (it classified payload bytes).
-//   - IPv4 only (a container's IPv6 is dropped); VLAN-tagged frames
+//   - IPv6 packets with extension headers (fragments included) are never
+//     demultiplexed: they go to the host (counted on eth0), and a
+//     container cannot send them (DropIPv6Ext).
+//   - VLAN-tagged frames
 //     (without hardware tag stripping) never match the host demux; the eth0
 //     demux matches one host address.
 //   - A container cannot send IP options (a host process could, with

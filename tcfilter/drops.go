@@ -9,12 +9,14 @@ const (
 	DropICMP      = "icmp"      // ICMP other than echo, or an error not about an own flow
 	DropProtocol  = "protocol"  // IP protocol other than TCP, UDP and ICMP
 	DropARP       = "arp"       // ARP other than a request in the host's name
-	DropEthertype = "ethertype" // neither IPv4 nor ARP (IPv6, LLDP, ...), or too short to read
+	DropEthertype = "ethertype" // neither IPv4, ARP nor IPv6 (LLDP, ...; IPv6 too without host IPv6 addresses), or too short to read
 	DropVLAN      = "vlan"      // 802.1Q/802.1ad-tagged frame
+	DropIPv6Ext   = "ipv6_ext"  // IPv6 with an extension header (hop-by-hop, routing, fragment, destination options)
+	DropNDP       = "ndp"       // neighbour discovery other than solicitations and advertisements in the host's name
 )
 
 // DropReasons lists every reason, in a fixed order.
-var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN}
+var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP}
 
 // Drops reads how many frames the container's veth dropped, by reason
 // (every reason present), from one dump of the veth's filters: the packet

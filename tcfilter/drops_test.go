@@ -100,21 +100,30 @@ func TestInstallUpgradesOldLayout(t *testing.T) {
 	if err := d.add(KindIP, node{prio: PrioIP, handle: 8, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey())}); err != nil {
 		t.Fatal(err)
 	}
+	// layout 2: the catch-all at priority 4 (where IPv6 goes now)
+	if err := d.delPrio(KindIP, PrioVethOther); err != nil {
+		t.Fatal(err)
+	}
+	catchAll := d.build(a.vf.drop(node{prio: PrioIP6, handle: 2, sel: sel(0)}, DropEthertype))
+	catchAll.Protocol = unix.ETH_P_ALL
+	if err := w.h.FilterAdd(catchAll); err != nil {
+		t.Fatal(err)
+	}
 	rootNode8 := regexp.MustCompile(`fh 8[0-9a-f]{2}::8 `)
 	old := w.tcShow(t, "vc1")
-	if !strings.Contains(old, "protocol arp pref 1 u32") || !rootNode8.MatchString(old) {
+	if !strings.Contains(old, "protocol arp pref 1 u32") || !rootNode8.MatchString(old) || !strings.Contains(old, "protocol all pref 4 u32") {
 		t.Fatalf("old layout not built:\n%s", old)
 	}
 	if err := a.vf.Install(a.ranges); err != nil {
 		t.Fatal(err)
 	}
 	now := w.tcShow(t, "vc1")
-	for _, s := range []string{"protocol all pref 1 bpf", "direct-action", "protocol arp pref 3 u32", "protocol all pref 4 u32"} {
+	for _, s := range []string{"protocol all pref 1 bpf", "direct-action", "protocol arp pref 3 u32", "protocol all pref 5 u32"} {
 		if !strings.Contains(now, s) {
 			t.Errorf("upgraded veth lacks %q", s)
 		}
 	}
-	if strings.Contains(now, "protocol arp pref 1") || rootNode8.MatchString(now) {
+	if strings.Contains(now, "protocol arp pref 1") || rootNode8.MatchString(now) || strings.Contains(now, "pref 4") {
 		t.Errorf("old nodes left:\n%s", now)
 	}
 	client := net.JoinHostPort(w.s.ClientIP.String(), "9000")

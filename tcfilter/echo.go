@@ -128,14 +128,55 @@ func loadHeader(a *asm, frag string) {
 
 // loadBytes copies n bytes of the packet (r6) from offset off to the
 // stack buffer at stkPkt; a packet too short jumps to "pass".
-func loadBytes(a *asm, off, n int32) {
+func loadBytes(a *asm, off, n int32) { loadBytesTo(a, off, n, stkPkt) }
+
+// loadBytesTo is loadBytes into the stack buffer at buf.
+func loadBytesTo(a *asm, off, n, buf int32) {
 	a.movReg(r1, r6)
 	a.movImm(r2, off)
 	a.movReg(r3, r10)
-	a.addImm(r3, stkPkt)
+	a.addImm(r3, buf)
 	a.movImm(r4, n)
 	a.call(helperLoadBytes)
 	a.jmp(opJne32, r0, 0, "pass")
+}
+
+// mapUpdate stores the value at stack offset value under the key at
+// stack offset key in map fd (BPF_ANY).
+func mapUpdate(a *asm, fd int, key, value int32) {
+	a.ldMap(r1, fd)
+	a.movReg(r2, r10)
+	a.addImm(r2, key)
+	a.movReg(r3, r10)
+	a.addImm(r3, value)
+	a.movImm(r4, 0) // BPF_ANY
+	a.call(helperMapUpdate)
+}
+
+// originValue stores at stack offset value what an echo request leaving
+// eth0 is learned as: 0 for the host's own (skb_iif 0), else the target
+// the origin map gives for skb_iif (stored at stack offset origin); an
+// unknown origin jumps to "pass". It ends at label "learn" with r6 the
+// packet.
+func originValue(a *asm, originFd int, origin, value int16) {
+	a.movReg(r6, r1)
+	a.ldxW(r7, r6, 36)   // __sk_buff.ingress_ifindex (skb_iif)
+	a.stW(r10, value, 0) // the host's own request: learned as 0
+	a.jmp(opJeq32, r7, 0, "learn")
+	a.stxW(r10, r7, origin)
+	lookupOrPass(a, originFd, origin)
+	a.ldxW(r8, r0, 0)
+	a.stxW(r10, r8, value)
+	a.label("learn")
+}
+
+// redirectR7 (label "redirect") redirects the packet to the ifindex in r7.
+func redirectR7(a *asm) {
+	a.label("redirect")
+	a.movReg(r1, r7)
+	a.movImm(r2, 0)
+	a.call(helperRedirect) // returns TC_ACT_REDIRECT
+	a.exit()
 }
 
 // lookupOrPass looks the key at stack offset key up in map fd; r0 is the
@@ -206,18 +247,8 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	a.jmp(opJeq32, r7, 0, "host") // the host's own request
 	a.jmp(opJeq32, r9, 0, "redirect")
 	a.stxW(r10, r7, stkValue)
-	a.ldMap(r1, fragFd)
-	a.movReg(r2, r10)
-	a.addImm(r2, stkFrag)
-	a.movReg(r3, r10)
-	a.addImm(r3, stkValue)
-	a.movImm(r4, 0)
-	a.call(helperMapUpdate)
-	a.label("redirect")
-	a.movReg(r1, r7)
-	a.movImm(r2, 0)
-	a.call(helperRedirect) // returns TC_ACT_REDIRECT
-	a.exit()
+	mapUpdate(a, fragFd, stkFrag, stkValue)
+	redirectR7(a)
 	// a non-first fragment to the host IP: where its first fragment went
 	a.label("frag")
 	checkDst(a, hostIP)
@@ -238,27 +269,13 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 
 func learnProgram(echoFd, originFd int) ([]byte, error) {
 	a := newAsm()
-	a.movReg(r6, r1)
-	a.ldxW(r7, r6, 36)      // __sk_buff.ingress_ifindex (skb_iif)
-	a.stW(r10, stkValue, 0) // the host's own request: learned as 0
-	a.jmp(opJeq32, r7, 0, "learn")
-	a.stxW(r10, r7, stkOrigin)
-	lookupOrPass(a, originFd, stkOrigin)
-	a.ldxW(r8, r0, 0)
-	a.stxW(r10, r8, stkValue)
-	a.label("learn")
+	originValue(a, originFd, stkOrigin, stkValue)
 	loadHeader(a, "")
 	a.ldxB(r1, r10, pkt(34))
 	a.jmp(opJne32, r1, 8, "pass") // echo request
 	a.copyBytes(stkKey, pkt(38), 2)
 	a.copyBytes(stkKey+4, pkt(30), 4) // destination: the peer
-	a.ldMap(r1, echoFd)
-	a.movReg(r2, r10)
-	a.addImm(r2, stkKey)
-	a.movReg(r3, r10)
-	a.addImm(r3, stkValue)
-	a.movImm(r4, 0) // BPF_ANY
-	a.call(helperMapUpdate)
+	mapUpdate(a, echoFd, stkKey, stkValue)
 	passExit(a)
 	return a.assemble()
 }
@@ -331,7 +348,7 @@ func (x *HostDemux) initEcho() {
 		fd     int
 		name   string
 	}{{netlink.HANDLE_MIN_INGRESS, x.echo.steerFd, names[0]}, {netlink.HANDLE_MIN_EGRESS, x.echo.learnFd, names[1]}} {
-		if id := x.echoFilterID(f.parent, f.name); id != 0 && id == progID(f.fd) {
+		if id := x.echoFilterID(PrioEcho, f.parent, f.name); id != 0 && id == progID(f.fd) {
 			continue
 		}
 		err := x.d.h.FilterReplace(x.echoFilter(f.parent, f.fd, f.name))
@@ -348,7 +365,7 @@ func (x *HostDemux) initEcho() {
 // echoFilterID returns the program id of the echo filter named name on
 // parent (0: none). Filter names carry a digest of the program's code, so a
 // name match means the same code (and host IP).
-func (x *HostDemux) echoFilterID(parent uint32, name string) int {
+func (x *HostDemux) echoFilterID(prio uint16, parent uint32, name string) int {
 	fs := x.initDump // Init's dump of the ingress hook, while it runs
 	if parent != netlink.HANDLE_MIN_INGRESS || fs == nil {
 		var err error
@@ -357,7 +374,7 @@ func (x *HostDemux) echoFilterID(parent uint32, name string) int {
 		}
 	}
 	for _, f := range fs {
-		if b, ok := f.(*netlink.BpfFilter); ok && b.Priority == PrioEcho && b.Name == name {
+		if b, ok := f.(*netlink.BpfFilter); ok && b.Priority == prio && b.Name == name {
 			return b.Id
 		}
 	}
@@ -379,23 +396,33 @@ func echoFilterNames(hostIP net.IP) ([2]string, error) {
 	return [2]string{fmt.Sprintf("iso_echo_steer-%x", ds[:6]), fmt.Sprintf("iso_echo_learn-%x", dl[:6])}, nil
 }
 
+// echoProgs opens the programs of the echo filters at prio named names
+// (ingress, egress); ok is false unless both are there.
+func (x *HostDemux) echoProgs(prio uint16, names [2]string) (steer, learn int, ok bool) {
+	sid := x.echoFilterID(prio, netlink.HANDLE_MIN_INGRESS, names[0])
+	lid := x.echoFilterID(prio, netlink.HANDLE_MIN_EGRESS, names[1])
+	if sid == 0 || lid == 0 {
+		return -1, -1, false
+	}
+	steer, err := fdByID(unix.BPF_PROG_GET_FD_BY_ID, sid)
+	if err != nil {
+		return -1, -1, false
+	}
+	if learn, err = fdByID(unix.BPF_PROG_GET_FD_BY_ID, lid); err != nil {
+		unix.Close(steer)
+		return -1, -1, false
+	}
+	return steer, learn, true
+}
+
 // adoptEcho takes over the echo programs and maps the kernel runs under
 // these names (a restarted daemon); nil if they are not all there.
 func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
-	sid := x.echoFilterID(netlink.HANDLE_MIN_INGRESS, names[0])
-	lid := x.echoFilterID(netlink.HANDLE_MIN_EGRESS, names[1])
-	if sid == 0 || lid == 0 {
+	steer, learn, ok := x.echoProgs(PrioEcho, names)
+	if !ok {
 		return nil
 	}
-	e := &echoSteer{steerFd: -1, learnFd: -1}
-	var err error
-	if e.steerFd, err = fdByID(unix.BPF_PROG_GET_FD_BY_ID, sid); err != nil {
-		return nil
-	}
-	if e.learnFd, err = fdByID(unix.BPF_PROG_GET_FD_BY_ID, lid); err != nil {
-		unix.Close(e.steerFd)
-		return nil
-	}
+	e := &echoSteer{steerFd: steer, learnFd: learn}
 	maps := map[string]**bpfMap{"iso_echo": &e.echo, "iso_echo_origin": &e.origin, "iso_echo_frag": &e.frag}
 	for _, id := range append(progMapIDs(e.learnFd), progMapIDs(e.steerFd)...) {
 		fd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)

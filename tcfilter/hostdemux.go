@@ -32,6 +32,9 @@ type HostDemux struct {
 	stale      []tableRef             // unlinked tables the kernel still held busy
 	echo       *echoSteer             // echo programs and maps (eth0, echo.go); nil: fan-out
 	echoErr    error                  // why echo is nil after Init
+	ip6        *IPv6Demux             // the IPv6 classifier (hostdemux6.go); nil: none
+	echo6      *echo6Steer            // ICMPv6 echo programs (eth0, echo6.go)
+	echo6Err   error                  // why echo6 is nil with an IPv6 demux on eth0
 }
 
 // owned is one exclusive range of the index and where it goes.

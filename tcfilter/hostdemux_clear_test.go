@@ -18,6 +18,7 @@ func (x *HostDemux) clearAll() error {
 	defer x.mu.Unlock()
 	x.ready = false
 	if x.dst != nil {
+		x.dropEcho6()
 		x.dropEcho()
 	}
 	fs, err := x.d.list()
@@ -56,7 +57,7 @@ func (x *HostDemux) clearAll() error {
 		}
 	}
 	levels := [][]tableRef{
-		{{KindIP, PrioIP, TableL}, {KindICMP, PrioIP, TableICMP}, {KindARP, PrioARP, TableARPFan}},
+		{{KindIP, PrioIP, TableL}, {KindICMP, PrioIP, TableICMP}, {KindARP, PrioARP, TableARPFan}, {KindICMP, PrioIP6, TableICMP6}},
 		{{KindIP, PrioIP, TableH1}, {KindICMP, PrioIP, TableICMPFn}, {KindICMP, PrioIP, TablePort}},
 		nil, nil,
 	}
@@ -77,7 +78,7 @@ func (x *HostDemux) clearAll() error {
 	for _, p := range []struct {
 		kind string
 		prio uint16
-	}{{KindARP, PrioARP}, {KindIP, PrioIP}} {
+	}{{KindARP, PrioARP}, {KindIP, PrioIP6}, {KindIP, PrioIP}} {
 		if err := x.d.delPrio(p.kind, p.prio); err != nil {
 			errs = append(errs, err)
 		}

@@ -62,6 +62,7 @@ func (x *HostDemux) initLocked() error {
 		}
 		x.initDump = all
 		x.initEcho()
+		x.syncEcho6()
 		x.initDump = nil
 	}
 	fs := ours(all)
@@ -78,6 +79,9 @@ func (x *HostDemux) initLocked() error {
 		if err := x.repairPorts(fs); err != nil {
 			return err
 		}
+	}
+	if err := x.finish6(prio6(fs)); err != nil {
+		return err
 	}
 	// Empty H2 tables left unlinked (a crash between unlinking and
 	// deleting) are invisible in dumps: sweep their ids once.

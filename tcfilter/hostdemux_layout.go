@@ -40,7 +40,7 @@ func (x *HostDemux) rootNodes() []node {
 			// so no ARP frame is ever copied to a container.
 		)
 	}
-	return ns
+	return append(ns, x.rootNodes6()...)
 }
 
 // tableNodes are the fixed nodes inside our own tables.
@@ -52,7 +52,7 @@ func (x *HostDemux) tableNodes() []node {
 	if x.dst != nil {
 		ns = append(ns, icmpTableNodes(x.echo == nil)...)
 	}
-	return ns
+	return append(ns, x.tableNodes6()...)
 }
 
 type tableSpec struct {
@@ -73,7 +73,7 @@ func (x *HostDemux) tables() []tableSpec {
 			tableSpec{KindICMP, PrioIP, TablePort, 256},
 		)
 	}
-	return ts
+	return append(ts, x.tables6()...)
 }
 
 func h2Link(b uint8) node {

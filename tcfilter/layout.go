@@ -27,7 +27,7 @@ const (
 const (
 	PrioVethVLAN  uint16 = 1 // cls_bpf, all protocols: drop 802.1Q/802.1ad-tagged frames
 	PrioVethARP   uint16 = 3 // u32, ETH_P_ARP
-	PrioVethOther uint16 = 4 // u32, all protocols: what is neither IPv4 nor ARP -> sink
+	PrioVethOther uint16 = 5 // u32, all protocols: what is neither IPv4, ARP nor IPv6 -> sink (after PrioIP6)
 	PrioSinkShot  uint16 = 1 // cls_bpf on the sink's egress: drop
 )
 

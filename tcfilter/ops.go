@@ -75,6 +75,8 @@ func protoOf(prio uint16) uint16 {
 	switch prio {
 	case PrioARP, PrioVethARP:
 		return unix.ETH_P_ARP
+	case PrioIP6:
+		return unix.ETH_P_IPV6
 	case PrioVethOther:
 		return unix.ETH_P_ALL
 	}

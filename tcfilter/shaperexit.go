@@ -20,21 +20,24 @@ type ShaperExit struct {
 	Eth0   int             // host eth0
 	Lo     int             // host lo
 	HostIP net.IP
-	Slot   uint16 // the container's slot (classid of the nodes)
-	Obs    Observer
+	// HostIP6 are the host's IPv6 addresses: with them, IPv6 is forwarded
+	// the same way (shaperexit6.go).
+	HostIP6 []net.IP
+	Slot    uint16 // the container's slot (classid of the nodes)
+	Obs     Observer
 }
 
 func (x ShaperExit) dev() dev { return dev{h: x.H, ifindex: x.Dev, label: "shaper", obs: x.Obs} }
 
 func (x ShaperExit) nodes() []node {
 	c := ClassID(x.Slot)
-	return withKinds([]node{
+	return append(withKinds([]node{
 		{prio: PrioARP, handle: nodeARPRoot, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: x.Eth0},
 		{prio: PrioIP, handle: 1, classid: c, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP)), act: actRedirect, target: x.Eth0, kind: KindICMP},
 		{prio: PrioIP, handle: 2, classid: c, sel: sel(nl.TC_U32_TERMINAL, dstKey(x.HostIP)), act: actRedirect, target: x.Lo},
 		{prio: PrioIP, handle: 3, classid: c, sel: sel(nl.TC_U32_TERMINAL, dstLoopbackKey()), act: actRedirect, target: x.Lo},
 		{prio: PrioIP, handle: 4, classid: c, sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: x.Eth0},
-	})
+	}), x.nodes6()...)
 }
 
 // Install adds the clsact qdisc and the exit filters (it can be re-run).
@@ -44,6 +47,9 @@ func (x ShaperExit) Install() error {
 	}
 	if x.HostIP.To4() == nil {
 		return fmt.Errorf("shaper exit: host IP %v is not IPv4", x.HostIP)
+	}
+	if err := checkAddrs6("shaper exit", x.HostIP6); err != nil {
+		return err
 	}
 	if x.Dev <= 0 || x.Eth0 <= 0 || x.Lo <= 0 {
 		return fmt.Errorf("shaper exit: ifindexes dev=%d eth0=%d lo=%d must be positive", x.Dev, x.Eth0, x.Lo)

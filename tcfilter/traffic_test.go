@@ -43,7 +43,7 @@ type ctr struct {
 	ranges []ephemeral.Range
 }
 
-func newWire(t *testing.T) *wire {
+func newWire(t testing.TB) *wire {
 	e := newKernelEnv(t, 0)
 	w := &wire{kernelEnv: e, mac: e.s.HostMAC}
 	lo, err := e.h.LinkByIndex(e.lo)
@@ -90,7 +90,7 @@ func sysctls(kv map[string]string) error {
 // plumb builds a container: a namespace, a veth (host end "vc<slot>"), the
 // container's addresses and sysctls, and all filters for ranges (ranges[0]
 // is its ip_local_port_range).
-func (w *wire) plumb(t *testing.T, name string, slot uint16, ranges ...ephemeral.Range) *ctr {
+func (w *wire) plumb(t testing.TB, name string, slot uint16, ranges ...ephemeral.Range) *ctr {
 	t.Helper()
 	c := w.s.StartContainer(t, name)
 	fd, err := netns.GetFromPath(c.NetNS)
@@ -166,11 +166,17 @@ func (w *wire) plumb(t *testing.T, name string, slot uint16, ranges ...ephemeral
 // each port, in the namespace of do.
 func serve(t *testing.T, do func(func() error) error, name string, ports ...int) {
 	t.Helper()
+	serveOn(t, do, name, "0.0.0.0", ports...)
+}
+
+// serveOn is serve on address ip (IPv4 or IPv6).
+func serveOn(t testing.TB, do func(func() error) error, name, ip string, ports ...int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := do(func() error {
 		for _, p := range ports {
-			addr := fmt.Sprintf("0.0.0.0:%d", p)
+			addr := net.JoinHostPort(ip, fmt.Sprint(p))
 			ts, err := traffic.ServeTCP(ctx, addr, name, traffic.WithReusePort())
 			if err != nil {
 				return err

@@ -136,9 +136,13 @@ type VethFilters struct {
 	Sink   int             // drop sink ifindex (EnsureSink)
 	VLAN   bool            // attach the cls_bpf VLAN check (the kernel loads our programs)
 	HostIP net.IP
-	MAC    net.HardwareAddr // the host MAC (every frame's source)
-	Slot   uint16
-	Obs    Observer
+	// HostIP6 are the host's IPv6 addresses (global and link-local) a
+	// container may send from (veth6.go); none: the container's IPv6 is
+	// dropped (DropEthertype).
+	HostIP6 []net.IP
+	MAC     net.HardwareAddr // the host MAC (every frame's source)
+	Slot    uint16
+	Obs     Observer
 }
 
 // out and local are the redirect targets of IP packets that leave the
@@ -182,6 +186,9 @@ func (v VethFilters) check() error {
 	}
 	if len(v.MAC) != 6 {
 		return fmt.Errorf("veth filters: host MAC %v is not an Ethernet address", v.MAC)
+	}
+	if err := checkAddrs6("veth filters", v.HostIP6); err != nil {
+		return err
 	}
 	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 || v.Via < 0 || v.Sink <= 0 {
 		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d via=%d sink=%d must be positive", v.Veth, v.Eth0, v.Lo, v.Via, v.Sink)
@@ -272,7 +279,7 @@ func (v VethFilters) fixedNodes() []node {
 		key(12, 0xffffffff, uint32(v.MAC[4])<<24|uint32(v.MAC[5])<<16|uint32(hostIP[0])<<8|uint32(hostIP[1])),
 		key(16, 0xffff0000, uint32(hostIP[2])<<24|uint32(hostIP[3])<<16),
 	})...)
-	return withKinds([]node{
+	return withKinds(append([]node{
 		// root of the IP priority
 		v.drop(link(1, sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key(), srcKey(v.HostIP)})...), TableVethHost), DropProtocol),
 		v.drop(link(2, sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key(), srcLoopbackKey(), dstLoopbackKey()})...), TableVethLoop), DropProtocol),
@@ -320,10 +327,10 @@ func (v VethFilters) fixedNodes() []node {
 		v.drop(node{prio: PrioVethARP, handle: 2, sel: sel(0, macKeys(VLANMarkMAC)...)}, DropVLAN),
 		v.drop(node{prio: PrioVethARP, handle: 3, sel: sel(0)}, DropARP),
 
-		// neither IPv4 nor ARP (or too short to read)
+		// neither IPv4, ARP nor IPv6 (or too short to read)
 		v.drop(node{prio: PrioVethOther, handle: 1, sel: sel(0, macKeys(VLANMarkMAC)...)}, DropVLAN),
 		v.drop(node{prio: PrioVethOther, handle: 2, sel: sel(0)}, DropEthertype),
-	})
+	}, v.ip6Nodes()...))
 }
 
 func (v VethFilters) rangeSet() rangeSet {
@@ -338,7 +345,7 @@ func (v VethFilters) rangeSet() rangeSet {
 // data plane records it next to the veth (its alias) so that a restart can
 // tell a veth that needs no upgrade without dumping its filters; bump it
 // whenever Install would change an existing veth's nodes.
-const VethLayout = 2
+const VethLayout = 3
 
 // Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
 // ranges rs. Existing nodes are kept or updated, so it can be re-run (also
@@ -386,6 +393,14 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		if err := d.addTable(t.kind, t.prio, t.htid, t.divisor); err != nil {
 			return err
 		}
+	}
+	if !fresh {
+		if err := v.migrateOther(d); err != nil {
+			return err
+		}
+	}
+	if err := v.ensureTables6(d); err != nil {
+		return err
 	}
 	if err := v.rangeSet().apply(rs, nil); err != nil {
 		return err
@@ -478,7 +493,10 @@ type ContainerFilters struct {
 	Lo     int             // container lo ifindex
 	Eth0   int             // container eth0 ifindex
 	HostIP net.IP
-	Obs    Observer // optional
+	// HostIP6 are the host's IPv6 addresses (container6.go); none: no
+	// IPv6 filters.
+	HostIP6 []net.IP
+	Obs     Observer // optional
 }
 
 var (
@@ -497,6 +515,9 @@ func (c ContainerFilters) check() error {
 	if c.HostIP.To4() == nil {
 		return fmt.Errorf("container filters: host IP %v is not IPv4", c.HostIP)
 	}
+	if err := checkAddrs6("container filters", c.HostIP6); err != nil {
+		return err
+	}
 	if c.Lo <= 0 || c.Eth0 <= 0 {
 		return fmt.Errorf("container filters: ifindexes lo=%d eth0=%d must be positive", c.Lo, c.Eth0)
 	}
@@ -508,7 +529,7 @@ func (c ContainerFilters) loRoot() []node {
 	l4 := func(proto uint8, dst nl.TcU32Key) *nl.TcU32Sel {
 		return eatIHL(sel(0, protoKey(proto), firstFragKey(), dst))
 	}
-	return withKinds([]node{
+	return append(withKinds([]node{
 		{prio: PrioIP, handle: 1, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), hip), kind: KindICMP},
 		{prio: PrioIP, handle: 2, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), dstLoopbackKey()), kind: KindICMP},
 		{prio: PrioIP, handle: 3, sel: l4(ipprotoTCP, hip), link: ctrLo.hashTable},
@@ -517,17 +538,17 @@ func (c ContainerFilters) loRoot() []node {
 		{prio: PrioIP, handle: 6, sel: l4(ipprotoUDP, dstLoopbackKey()), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 7, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey(), hip), act: actRedirect, target: c.Eth0},
 		{prio: PrioIP, handle: 8, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey(), dstLoopbackKey()), act: actRedirect, target: c.Eth0},
-	})
+	}), c.loRoot6()...)
 }
 
 func (c ContainerFilters) eth0Root() []node {
 	l4 := func(proto uint8) *nl.TcU32Sel {
 		return eatIHL(sel(0, protoKey(proto), firstFragKey(), dstLoopbackKey()))
 	}
-	return withKinds([]node{
+	return append(withKinds([]node{
 		{prio: PrioIP, handle: 1, sel: l4(ipprotoTCP), link: ctrEth0.hashTable},
 		{prio: PrioIP, handle: 2, sel: l4(ipprotoUDP), link: ctrEth0.hashTable},
-	})
+	}), c.eth0Root6()...)
 }
 
 func (c ContainerFilters) sets() []rangeSet {

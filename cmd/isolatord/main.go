@@ -263,6 +263,7 @@ func serve(o *options, log *slog.Logger) error {
 		return err
 	}
 	m.WatchDrops(dp)
+	m.WatchIPv6ToHost(dp.IPv6ToHost)
 	m.WatchRecovery(iso)
 
 	// Metrics first, so that a long recovery is visible.

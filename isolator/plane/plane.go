@@ -55,6 +55,9 @@ type Meta struct {
 	// re-installs the filters only when either differs.
 	Layout int `json:"layout,omitempty"`
 	Sink   int `json:"sink,omitempty"`
+	// V6 tags the host IPv6 addresses the filters match (empty: none):
+	// Adopt re-installs them when it differs too.
+	V6 string `json:"v6,omitempty"`
 }
 
 // FeatureHTB is reported in HostInfo.Features when the kernel has the HTB

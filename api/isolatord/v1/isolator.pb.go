@@ -1382,9 +1382,19 @@ type UsageResponse struct {
 	//	protocol   IP protocol other than TCP, UDP and ICMP (GRE, SCTP, ...)
 	//	arp        ARP other than a request with the host's MAC and IP as
 	//	           sender (the host answers for its own IP)
-	//	ethertype  neither IPv4 nor ARP (IPv6, LLDP, ...), or too short
+	//	ethertype  neither IPv4, ARP nor IPv6 (LLDP, ...; IPv6 too when
+	//	           containers have no IPv6), or too short
 	//	vlan       VLAN-tagged (802.1Q/802.1ad) frame, or an all-zero
 	//	           Ethernet source
+	//	ipv6_ext   IPv6 with an extension header (hop-by-hop, routing,
+	//	           fragment, destination options)
+	//	ndp        neighbour discovery other than solicitations and
+	//	           advertisements in the host's name (router solicitations
+	//	           and advertisements, redirects, forged ones)
+	//
+	// (For IPv6, ip_header, source_ip, port, icmp and protocol read as for
+	// IPv4: not version 6; source not a host IPv6 address or ::1 -> ::1;
+	// ICMPv6 errors not about the container's own flows; other next headers.)
 	DroppedPackets map[string]uint64 `protobuf:"bytes,20,rep,name=dropped_packets,json=droppedPackets,proto3" json:"dropped_packets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
