@@ -3,6 +3,7 @@ package neighsync
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
@@ -127,7 +128,7 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 		t.Errorf("the host knew the client: %d more resolutions", st.Kicks-kicks)
 	}
 	// an address off the host's subnet is never resolved for a container
-	if s.resolvable(ip4{10, 1, 2, 3}) || s.resolvable(ip4(sb.HostIP.To4())) || !s.resolvable(ip4(sb.ClientIP.To4())) {
+	if s.resolvable(mustKey(net.IPv4(10, 1, 2, 3))) || s.resolvable(mustKey(sb.HostIP)) || !s.resolvable(mustKey(sb.ClientIP)) {
 		t.Error("resolvable: wrong answer for 10.1.2.3, the host IP or the client")
 	}
 	s.Remove("n1")
@@ -286,4 +287,12 @@ func mustOpenNS(t *testing.T, path string) *nshandle.NS {
 	}
 	t.Cleanup(func() { ns.Close() })
 	return ns
+}
+
+func mustKey(ip net.IP) netip.Addr {
+	a, ok := key(ip)
+	if !ok {
+		panic("not an address: " + ip.String())
+	}
+	return a
 }
