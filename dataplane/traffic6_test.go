@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -187,30 +186,8 @@ func TestFortyContainersNDPAndPing6(t *testing.T) {
 	eth0, _ := h.LinkByName(e.sb.HostEth0)
 	h.NeighDel(&netlink.Neigh{LinkIndex: eth0.Attrs().Index, Family: netlink.FAMILY_V6, IP: e.sb.ClientIP6})
 	before := clientSolicits(t, e)
-	for _, dst := range []struct {
-		name string
-		ip   net.IP
-	}{{"client", e.sb.ClientIP6}, {"host", e.sb.HostIP6}} {
-		var wg sync.WaitGroup
-		res := make([]traffic.PingResult, n)
-		errs := make([]error, n)
-		for i, c := range cs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = c.proc.Do(func() (err error) {
-					res[i], err = traffic.PingStats(context.Background(), dst.ip, 3, 3*time.Second)
-					return err
-				})
-			}()
-		}
-		wg.Wait()
-		for i := range cs {
-			if errs[i] != nil || !res[i].ExactlyOnce() {
-				t.Errorf("container %d pinging the %s over IPv6: %+v (%v), want exactly one reply each", i, dst.name, res[i], errs[i])
-			}
-		}
-	}
+	pingAllAtOnce(t, cs, "client", e.sb.ClientIP6)
+	pingAllAtOnce(t, cs, "host", e.sb.HostIP6)
 	if got := clientSolicits(t, e) - before; got > 6 {
 		t.Errorf("the client received %d neighbour solicitations for 40 containers, want the host's few", got)
 	}
