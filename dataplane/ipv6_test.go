@@ -238,14 +238,16 @@ func TestIPv6ModeString(t *testing.T) {
 
 // TestIPv6NamespaceCarriesTraffic proves the container side of IPv6 end to
 // end with stand-in filters: the container's host veth gets, instead of the
-// data plane's filters (which drop IPv6 until they steer it), one that
-// sends all its IPv6 to eth0, and eth0 one that sends TCP and UDP to the
-// container's ports to the veth. Then the client reaches the container's
-// server over IPv6, and the container the client's, by the container's
-// addresses, MAC, routes and neighbour entries alone (the container
-// sends no neighbour solicitation: the syncer gives it the client's
-// entry). The filters are the least the data plane's IPv6 filters must
-// do; TestTwoContainersTrafficIPv6 checks those.
+// data plane's filters (which drop IPv6 until they steer it), ones that
+// send its IPv6 to eth0 (or to the host's lo for the host's address and
+// ::1), and eth0 and lo ones that send TCP and UDP to the container's ports
+// to the veth. Then the client reaches the container's server over IPv6,
+// and the container the client's, by the container's addresses, MAC,
+// routes and neighbour entries alone (the container sends no neighbour
+// solicitation: the syncer gives it the client's entry), and the host
+// reaches it over the host's address and ::1. The filters are the least
+// the data plane's IPv6 filters must do; TestTwoContainersTrafficIPv6
+// checks those.
 func TestIPv6NamespaceCarriesTraffic(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnvWith(t, IPv6Auto, sandbox.WithIPv6())
@@ -274,5 +276,43 @@ func TestIPv6NamespaceCarriesTraffic(t *testing.T) {
 	}
 	if st := e.d.NeighStats(); st.Pushed == 0 {
 		t.Errorf("neighbour syncer stats %+v: the container got no entry from it", st)
+	}
+
+	// Host -> container over the host's address: host lo -> veth ->
+	// container eth0, which accepts a packet whose source is its own
+	// address (IPv6 has no accept_local to set); the reply, to its own
+	// address, leaves through its lo -> eth0 -> host veth -> host lo.
+	host6 := e.sb.HostIP6.String() + "/128"
+	tc("filter", "add", "dev", veth, "ingress", "prio", "99", "protocol", "ipv6", "u32",
+		"match", "ip6", "dst", host6, "action", "mirred", "ingress", "redirect", "dev", "lo")
+	for _, proto := range []string{"6", "17"} {
+		tc("filter", "add", "dev", "lo", "ingress", "prio", "100", "protocol", "ipv6", "u32",
+			"match", "ip6", "protocol", proto, "0xff", "match", "ip6", "dst", host6, "match", "ip6", "dport", "31000", "0xffff",
+			"action", "mirred", "egress", "redirect", "dev", veth)
+		a.proc.Run(t, "tc", "filter", "add", "dev", "lo", "ingress", "prio", "100", "protocol", "ipv6", "u32",
+			"match", "ip6", "protocol", proto, "0xff", "match", "ip6", "src", host6, "match", "ip6", "sport", "31000", "0xffff",
+			"action", "mirred", "egress", "redirect", "dev", ContainerEth0)
+	}
+	for _, nw := range []string{"tcp", "udp"} {
+		mustEcho(t, e.sb.Host, nw, net.JoinHostPort(e.sb.HostIP6.String(), "31000"), "A")
+	}
+
+	// Host -> container over ::1: host lo -> veth -> container eth0 ->
+	// its lo (a packet to ::1 is taken only on a loopback device), which
+	// has ::1; the reply goes lo -> eth0 -> host veth -> host lo.
+	tc("filter", "add", "dev", veth, "ingress", "prio", "98", "protocol", "ipv6", "u32",
+		"match", "ip6", "dst", "::1/128", "action", "mirred", "ingress", "redirect", "dev", "lo")
+	a.proc.Run(t, "tc", "filter", "add", "dev", ContainerEth0, "ingress", "prio", "100", "protocol", "ipv6", "u32",
+		"match", "ip6", "dst", "::1/128", "action", "mirred", "ingress", "redirect", "dev", "lo")
+	for _, proto := range []string{"6", "17"} {
+		tc("filter", "add", "dev", "lo", "ingress", "prio", "100", "protocol", "ipv6", "u32",
+			"match", "ip6", "protocol", proto, "0xff", "match", "ip6", "dst", "::1/128", "match", "ip6", "dport", "31000", "0xffff",
+			"action", "mirred", "egress", "redirect", "dev", veth)
+		a.proc.Run(t, "tc", "filter", "add", "dev", "lo", "ingress", "prio", "100", "protocol", "ipv6", "u32",
+			"match", "ip6", "protocol", proto, "0xff", "match", "ip6", "src", "::1/128", "match", "ip6", "sport", "31000", "0xffff",
+			"action", "mirred", "egress", "redirect", "dev", ContainerEth0)
+	}
+	for _, nw := range []string{"tcp", "udp"} {
+		mustEcho(t, e.sb.Host, nw, "[::1]:31000", "A")
 	}
 }
