@@ -316,3 +316,85 @@ func TestIPv6NamespaceCarriesTraffic(t *testing.T) {
 		mustEcho(t, e.sb.Host, nw, "[::1]:31000", "A")
 	}
 }
+
+// TestIPv6NeighboursAfterRestart: a container's IPv6 neighbour requests
+// are served through the data plane (its datagram to the client makes it
+// ask; the syncer gives it the client's entry, with no solicitation of its
+// own on the wire), and again by a restarted data plane that adopted it.
+func TestIPv6NeighboursAfterRestart(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnvWith(t, IPv6Auto, sandbox.WithIPv6())
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
+	cl, err := e.sb.Client.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceth, _ := cl.LinkByName("eth0")
+	cl.Close()
+	clientMAC := ceth.Attrs().HardwareAddr.String()
+	h, err := a.proc.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	eth, _ := h.LinkByName(ContainerEth0)
+	ask := func(d *DataPlane, when string) {
+		t.Helper()
+		h.NeighDel(&netlink.Neigh{LinkIndex: eth.Attrs().Index, Family: netlink.FAMILY_V6, IP: e.sb.ClientIP6})
+		err := a.proc.Do(func() error {
+			u, err := net.DialUDP("udp6", nil, &net.UDPAddr{IP: e.sb.ClientIP6, Port: 9})
+			if err != nil {
+				return err
+			}
+			defer u.Close()
+			_, err = u.Write([]byte("x"))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ns, _ := h.NeighList(eth.Attrs().Index, netlink.FAMILY_V6)
+			if slices.ContainsFunc(ns, func(n netlink.Neigh) bool {
+				return n.IP.Equal(e.sb.ClientIP6) && n.HardwareAddr.String() == clientMAC && n.State == netlink.NUD_PERMANENT
+			}) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no permanent entry for the client %v in the container: %v (stats %+v)", when, e.sb.ClientIP6, ns, d.NeighStats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ask(e.d, "first run")
+	if n := snmp6(t, a.proc, "Icmp6OutNeighborSolicits"); n != 0 {
+		t.Errorf("the container sent %d neighbour solicitations", n)
+	}
+
+	ctx := context.Background()
+	d2 := e.newDataPlane()
+	info, err := d2.PrepareHost(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.IPv6) != 1 || !info.IPv6[0].IP.Equal(e.sb.HostIP6) {
+		t.Errorf("restarted data plane: HostInfo.IPv6 = %v", info.IPv6)
+	}
+	e.d.Close() // the old daemon is gone
+	if err := d2.Adopt(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !d2.neigh.Serves(a.c.ID); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("neighbour requests of the adopted container not served after 5s (%d pending)", d2.neigh.Pending())
+		}
+	}
+	ask(d2, "after restart")
+	if n := snmp6(t, a.proc, "Icmp6OutNeighborSolicits"); n != 0 {
+		t.Errorf("the container sent %d neighbour solicitations", n)
+	}
+}

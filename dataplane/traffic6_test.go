@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
@@ -223,4 +224,86 @@ func snmp6(t *testing.T, ns doer, name string) int64 {
 		t.Fatalf("%s: %d %v", name, v, err)
 	}
 	return v
+}
+
+// TestSharedPortIPv6 is TestSharedPort over IPv6: flows to a shared port
+// spread over its holders, the host and a container reach it too, and it
+// falls back to the host's listener when they leave.
+func TestSharedPortIPv6(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv6(t)
+	a := e.start("A", 1, "40960-41983", "31000", "9000", 9000)
+	b := e.start("B", 2, "41984-43007", "31010", "9000", 9000)
+	serveIn(t, e.sb.Host, "[::]:9000", "host")
+	ctx := context.Background()
+	spread := func() map[string]int {
+		seen := map[string]int{}
+		for i := 0; i < 32; i++ {
+			src := client6Addr(e, 45000+2*i)
+			got, err := echo(e.sb.Client, "tcp6", host6Addr(e, 9000), traffic.WithSource(src))
+			if err != nil {
+				t.Errorf("shared port from %s: %v", src, err)
+				continue
+			}
+			seen[got]++
+		}
+		return seen
+	}
+	if seen := spread(); seen["A"] == 0 || seen["B"] == 0 || seen["host"] != 0 {
+		t.Errorf("32 IPv6 connections to shared port 9000 were answered by %v, want both A and B", seen)
+	}
+	if got, err := echo(e.sb.Host, "tcp", lo6Addr(9000)); err != nil || (got != "A" && got != "B") {
+		t.Errorf("host -> [::1]:9000: %q %v", got, err)
+	}
+	if got, err := echo(a.proc, "tcp", host6Addr(e, 9000)); err != nil || (got != "A" && got != "B") {
+		t.Errorf("A -> [host]:9000: %q %v", got, err)
+	}
+	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31010"), ephemeral.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	if seen := spread(); seen["A"] != 32 {
+		t.Errorf("after B left 9000: %v, want all 32 on A", seen)
+	}
+	if _, err := e.d.Teardown(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", host6Addr(e, 9000), "host")
+}
+
+// TestRestartKeepsIPv6Traffic: a container's IPv6 traffic flows while its
+// data plane is gone and after a restarted one adopted it.
+func TestRestartKeepsIPv6Traffic(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv6(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
+	serveIn(t, e.sb.Client, client6Addr(e, 9000), "client")
+	check := func(when string) {
+		t.Helper()
+		for _, nw := range []string{"tcp", "udp"} {
+			if got, err := echo(e.sb.Client, nw, host6Addr(e, 31000)); err != nil || got != "A" {
+				t.Errorf("%s: client -> A over IPv6 (%s): %q %v", when, nw, got, err)
+			}
+			if got, err := echo(a.proc, nw, client6Addr(e, 9000)); err != nil || got != "client" {
+				t.Errorf("%s: A -> client over IPv6 (%s): %q %v", when, nw, got, err)
+			}
+		}
+	}
+	check("running")
+	e.d.Close()
+	check("data plane gone")
+	ctx := context.Background()
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Adopt(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+		t.Fatal(err)
+	}
+	check("adopted")
+	if miss, err := d2.Check(ctx, a.c); err != nil || len(miss) != 0 {
+		t.Errorf("Check after Adopt: %v %v", miss, err)
+	}
 }
