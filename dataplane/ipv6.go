@@ -77,3 +77,4 @@ func (d *DataPlane) IPv6() *hostlink.IPv6 {
 	defer d.mu.Unlock()
 	return d.v6
 }
+

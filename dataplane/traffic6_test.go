@@ -22,9 +22,9 @@ import (
 // IPv6 and the veth filters to pass it (ETH_P_IPV6 filters on the host's
 // eth0): until the data plane installs those, they skip, saying so.
 
-// newEnv6 is a sandbox with IPv6 and a data plane that shares it, or a
+// steeredEnv6 is a sandbox with IPv6 and a data plane that shares it, or a
 // skip when the data plane installs no IPv6 filters.
-func newEnv6(t *testing.T) *env {
+func steeredEnv6(t *testing.T) *env {
 	t.Helper()
 	e := newEnvWith(t, IPv6On, sandbox.WithIPv6())
 	h, err := e.sb.Host.Netlink()
@@ -64,7 +64,7 @@ func lo6Addr(port int) string { return net.JoinHostPort("::1", strconv.Itoa(port
 // address, owning different ports.
 func TestTwoContainersTrafficIPv6(t *testing.T) {
 	checkRootUnchanged(t)
-	e := newEnv6(t)
+	e := steeredEnv6(t)
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000, 31001, 31009, 8000)
 	b := e.start("B", 2, "41984-43007", "31010-31019", "", 31010)
 	serveIn(t, e.sb.Host, "[::]:8000", "host")
@@ -171,7 +171,7 @@ func TestTwoContainersTrafficIPv6(t *testing.T) {
 // solicitations only (a handful), not one per container.
 func TestFortyContainersNDPAndPing6(t *testing.T) {
 	checkRootUnchanged(t)
-	e := newEnv6(t)
+	e := steeredEnv6(t)
 	const n = 40
 	cs := make([]ctr, n)
 	for i := range cs {
@@ -231,7 +231,7 @@ func snmp6(t *testing.T, ns doer, name string) int64 {
 // falls back to the host's listener when they leave.
 func TestSharedPortIPv6(t *testing.T) {
 	checkRootUnchanged(t)
-	e := newEnv6(t)
+	e := steeredEnv6(t)
 	a := e.start("A", 1, "40960-41983", "31000", "9000", 9000)
 	b := e.start("B", 2, "41984-43007", "31010", "9000", 9000)
 	serveIn(t, e.sb.Host, "[::]:9000", "host")
@@ -274,7 +274,7 @@ func TestSharedPortIPv6(t *testing.T) {
 // data plane is gone and after a restarted one adopted it.
 func TestRestartKeepsIPv6Traffic(t *testing.T) {
 	checkRootUnchanged(t)
-	e := newEnv6(t)
+	e := steeredEnv6(t)
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
 	serveIn(t, e.sb.Client, client6Addr(e, 9000), "client")
 	check := func(when string) {
