@@ -77,4 +77,3 @@ func (d *DataPlane) IPv6() *hostlink.IPv6 {
 	defer d.mu.Unlock()
 	return d.v6
 }
-
