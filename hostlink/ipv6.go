@@ -14,7 +14,10 @@ import (
 type IPv6 struct {
 	// Global are eth0's global-scope addresses with their prefixes, in the
 	// kernel's order (DAD-failed ones left out: they are not the host's;
-	// tentative ones kept: they are, unless their DAD fails).
+	// tentative ones kept: they are, unless their DAD fails). Deprecated
+	// and temporary (privacy) addresses are left out: containers get an
+	// address for as long as they live, and the host uses those for new
+	// connections briefly or not at all.
 	Global []net.IPNet
 	// LinkLocal is eth0's link-local address (nil IP when it has none; a
 	// usable one rather than a tentative one): the source of the host's
@@ -80,7 +83,7 @@ func ReadIPv6(h *netlink.Handle, eth0 int) (IPv6, error) {
 			if out.LinkLocal.IP == nil {
 				out.LinkLocal = n
 			}
-		case a.IP.IsGlobalUnicast():
+		case a.IP.IsGlobalUnicast() && a.Flags&(unix.IFA_F_DEPRECATED|unix.IFA_F_TEMPORARY) == 0:
 			out.Global = append(out.Global, n)
 		}
 	}

@@ -18,7 +18,8 @@ func mustCIDR(s string) net.IPNet {
 	return net.IPNet{IP: ip, Mask: n.Mask}
 }
 
-// TestReadIPv6: the global addresses of eth0, a usable link-local address
+// TestReadIPv6: the global addresses of eth0 (not a deprecated one), a
+// usable link-local address
 // (fe80::1, added without DAD, over the kernel's own, tentative for a
 // second), and the routes through eth0 that are not the kernel's own: the
 // default route via the router's link-local address and a static one.
@@ -41,6 +42,11 @@ func TestReadIPv6(t *testing.T) {
 		if err := hh.AddrAdd(l, &netlink.Addr{IPNet: &n, Flags: unix.IFA_F_NODAD}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A deprecated address (preferred lifetime over) is not shared.
+	dep := mustCIDR("2001:db8:6:2::1/64")
+	if err := hh.AddrAdd(l, &netlink.Addr{IPNet: &dep, Flags: unix.IFA_F_NODAD, PreferedLft: 0, ValidLft: 600}); err != nil {
+		t.Fatal(err)
 	}
 	router := net.ParseIP("fe80::2")
 	static := mustCIDR("2001:db8:7::/48")
