@@ -16,7 +16,8 @@ import (
 // host's IPv4 address and MAC, lo carries ::1, and the routes are the
 // host's. Each setting is there for a reason:
 //
-//   - IPv6 on (all/disable_ipv6=0: a runtime may have turned it off).
+//   - IPv6 on (all/disable_ipv6=0, which reaches every device: a runtime
+//     may have turned it off).
 //   - eth0 addr_gen_mode none: no link-local address of the container's
 //     own (the shared MAC would make it the host's anyway, through DAD).
 //   - eth0 accept_dad=0 and all/accept_dad=0, and every address added
@@ -35,6 +36,8 @@ import (
 func IPv6Sysctls(eth0 string) []sysctl.Setting {
 	dev := "net/ipv6/conf/" + eth0 + "/"
 	return []sysctl.Setting{
+		// Writing "all" sets "default" and every existing device, whatever
+		// they held (addrconf_disable_ipv6): eth0 and lo need no write.
 		{Name: "net/ipv6/conf/all/disable_ipv6", Value: "0"},
 		{Name: "net/ipv6/conf/all/accept_dad", Value: "0"},
 		{Name: dev + "accept_dad", Value: "0"},

@@ -54,16 +54,39 @@ func readSysctl(ns *nshandle.NS, name string) (v string, err error) {
 // address of its own, lo has ::1, the routes are the host's, router
 // advertisements and autoconfiguration are off; IPv6 sockets take their
 // ephemeral ports from the container's ip_local_port_range.
+//
+// A runtime may hand over a namespace with IPv6 turned off: everywhere
+// ("all"), or for new devices and lo only ("default", so eth0 too, and lo;
+// "all" still 0).
 func TestContainerIPv6Config(t *testing.T) {
+	for name, off := range map[string][]string{
+		"all":        {"net/ipv6/conf/all/disable_ipv6"},
+		"default+lo": {"net/ipv6/conf/default/disable_ipv6", "net/ipv6/conf/lo/disable_ipv6"},
+	} {
+		t.Run("off-in-"+name, func(t *testing.T) { testContainerIPv6Config(t, off) })
+	}
+}
+
+func testContainerIPv6Config(t *testing.T, off []string) {
 	v6 := hostIPv6()
 	host, ctr := nstest.Scratch(t), nstest.Scratch(t)
 	hh, ch := nstest.Netlink(t, host), nstest.Netlink(t, ctr)
+	err := sysctl.In(ctr, func(d *sysctl.Dir) error {
+		for _, k := range off {
+			if err := d.Write(k, "1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := veth.Create(hh, ctr, veth.Spec{Name: "isotest6", PeerName: "eth0", MAC: testMAC, MTU: 1400}); err != nil {
 		t.Fatal(err)
 	}
-	// A runtime may hand over a namespace with IPv6 turned off.
-	if err := sysctl.In(ctr, func(d *sysctl.Dir) error { return d.Write("net/ipv6/conf/all/disable_ipv6", "1") }); err != nil {
-		t.Fatal(err)
+	if v, _ := readSysctl(ctr, "net/ipv6/conf/eth0/disable_ipv6"); v != "1" {
+		t.Fatalf("eth0 created with disable_ipv6 %q, want the handed-over 1", v)
 	}
 	ports := ephemeral.Range{Begin: 40960, End: 40975}
 	cfg := Config{
