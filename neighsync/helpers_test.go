@@ -117,7 +117,13 @@ func hasPermanent(h *netlink.Handle, ip net.IP, mac string) bool {
 // waitFor waits (5 s at most) until cond holds.
 func waitFor(t *testing.T, s *Syncer, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	waitWithin(t, s, 5*time.Second, what, cond)
+}
+
+// waitWithin waits (d at most) until cond holds.
+func waitWithin(t *testing.T, s *Syncer, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s (stats %+v)", what, s.Stats())

@@ -96,7 +96,17 @@ type Stats struct {
 	Deleted uint64 // entries deleted in containers
 	Kicks   uint64 // host resolutions started (NTF_USE)
 	Errors  uint64 // failed netlink requests
+	// Refused: requests not served because the container already waits
+	// for MaxWaiting addresses the host has not resolved.
+	Refused uint64
 }
+
+// MaxWaiting bounds the addresses one container may wait for at a time
+// (asked, not yet resolved or failed by the host). An IPv4 subnet holds a
+// few hundred neighbours at most; an IPv6 one (a /64) has no such bound,
+// and each address waited for is memory in the daemon and an entry in the
+// host's neighbour table.
+const MaxWaiting = 256
 
 // Syncer keeps containers' neighbour entries in step with the host's.
 type Syncer struct {
@@ -128,6 +138,9 @@ type member struct {
 	tok  uint64
 	eth0 int
 	has  map[netip.Addr]net.HardwareAddr
+	// waits are the addresses it waits for (a copy of its part of
+	// Syncer.waiting, bounded by MaxWaiting).
+	waits map[netip.Addr]bool
 }
 
 // Start subscribes to the host's neighbour table on eth0 (hostNS is the
@@ -266,7 +279,7 @@ func open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m := &member{id: id, h: h, fd: fd, has: map[netip.Addr]net.HardwareAddr{}}
+	m := &member{id: id, h: h, fd: fd, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}}
 	l, err := h.LinkByName(eth0)
 	if err != nil {
 		m.close()
@@ -364,7 +377,7 @@ func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
 				s.push(m, ip, mac)
 			}
 		}
-		delete(s.waiting, ip)
+		s.unwait(ip)
 		for _, m := range s.ctrs {
 			if old, ok := m.has[ip]; ok && old.String() != mac.String() {
 				s.push(m, ip, mac)
@@ -372,6 +385,7 @@ func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
 		}
 	case gone:
 		delete(s.known, ip)
+		s.unwait(ip) // its waiters ask again on their next packet
 		for _, m := range s.ctrs {
 			if _, ok := m.has[ip]; ok {
 				s.del(m, ip)
@@ -412,13 +426,32 @@ func (s *Syncer) containerUpdateLocked(m *member, u netlink.NeighUpdate) {
 
 // wait makes m wait for ip and the host resolve it (with s.mu held).
 func (s *Syncer) wait(m *member, ip netip.Addr) {
+	if !m.waits[ip] {
+		if len(m.waits) >= MaxWaiting {
+			s.stats.Refused++
+			return
+		}
+		m.waits[ip] = true
+	}
 	w := s.waiting[ip]
 	if w == nil {
 		w = map[string]bool{}
 		s.waiting[ip] = w
 	}
 	w[m.id] = true
-	s.kick(ip)
+	if !s.kick(ip) {
+		s.unwait(ip) // nothing will answer: they ask again
+	}
+}
+
+// unwait forgets who waits for ip (with s.mu held).
+func (s *Syncer) unwait(ip netip.Addr) {
+	for id := range s.waiting[ip] {
+		if m, ok := s.ctrs[id]; ok {
+			delete(m.waits, ip)
+		}
+	}
+	delete(s.waiting, ip)
 }
 
 // resolvable reports whether the host may resolve ip for a container.
@@ -469,15 +502,17 @@ func (s *Syncer) del(m *member, ip netip.Addr) {
 	s.stats.Deleted++
 }
 
-// kick makes the host resolve ip (neigh_event_send through NTF_USE).
-func (s *Syncer) kick(ip netip.Addr) {
+// kick makes the host resolve ip (neigh_event_send through NTF_USE) and
+// reports whether it could ask.
+func (s *Syncer) kick(ip netip.Addr) bool {
 	err := s.host.NeighSet(&netlink.Neigh{
 		LinkIndex: s.eth0, Family: family(ip), IP: net.IP(ip.AsSlice()), Flags: netlink.NTF_USE,
 	})
 	if err != nil {
 		s.stats.Errors++
 		s.log.Warn("neighbour sync: host resolution", "ip", net.IP(ip.AsSlice()), "err", err)
-		return
+		return false
 	}
 	s.stats.Kicks++
+	return true
 }

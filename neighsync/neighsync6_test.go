@@ -4,8 +4,10 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -91,4 +93,40 @@ func TestResolvable6(t *testing.T) {
 			t.Errorf("resolvable(%s) = %v, want %v", addr, got, want)
 		}
 	}
+}
+
+// TestWaitingIsBounded: a container asking for many addresses of the
+// host's /64 that nobody has (the NDP exhaustion pattern) waits for
+// MaxWaiting of them at most; the rest are refused and counted. When the
+// host's resolutions fail, nothing is left waiting (it may ask again).
+func TestWaitingIsBounded(t *testing.T) {
+	sb := sandbox.New(t, sandbox.WithIPv6())
+	s, _, _ := hostSyncer(t, sb, netlink.FAMILY_V6)
+	v6 := sb.IPv6Net()
+	if err := s.EnableIPv6([]net.IPNet{v6}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	askingContainer(t, sb, s, "n1", v6, sb.ClientIP6)
+	const n = MaxWaiting + 44
+	s.mu.Lock()
+	m := s.ctrs["n1"]
+	base := mustKey(sb.IPv6Net().IP).As16()
+	for i := range n {
+		a := base
+		a[13], a[14], a[15] = 0x77, byte(i>>8), byte(i)
+		s.containerUpdateLocked(m, netlink.NeighUpdate{Type: unix.RTM_GETNEIGH,
+			Neigh: netlink.Neigh{LinkIndex: m.eth0, Family: netlink.FAMILY_V6, IP: net.IP(a[:])}})
+	}
+	waits, waiting, st := len(m.waits), len(s.waiting), s.stats
+	s.mu.Unlock()
+	if waits != MaxWaiting || waiting > MaxWaiting || st.Refused < n-MaxWaiting {
+		t.Errorf("after %d requests for unknown addresses: the container waits for %d, the syncer for %d addresses, stats %+v; want %d at most, %d+ refused",
+			n, waits, waiting, st, MaxWaiting, n-MaxWaiting)
+	}
+	// The host gives up after its 3 solicitations a second apart.
+	waitWithin(t, s, 20*time.Second, "the host's resolutions to fail", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(m.waits) == 0 && len(s.waiting) == 0
+	})
 }
