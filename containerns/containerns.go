@@ -1,5 +1,6 @@
 // Package containerns configures a container's network namespace to share
-// the host's IPv4 address and MAC: the settings every traffic path needs
+// the host's IPv4 address and MAC (and, when asked, its IPv6 addresses:
+// ipv6.go): the settings every traffic path needs
 // (sysctls, per-device IPv4 settings), lo with the host's MAC and MTU, eth0
 // with the host's address, and the default route. It also names the host
 // sysctls copied into every container. It is tested on a real veth between
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/hostlink"
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/vishvananda/netlink"
@@ -31,6 +33,9 @@ type Config struct {
 	Gateway net.IP           // default gateway, nil for none
 	Ports   ephemeral.Range  // becomes ip_local_port_range
 	Copy    []sysctl.Setting // host sysctls to replicate (skipped if missing in the namespace)
+	// IPv6, when set, gives eth0 the host's IPv6 addresses and routes and
+	// lo ::1 (ipv6.go); nil keeps IPv6 off in the namespace.
+	IPv6 *hostlink.IPv6
 }
 
 // Links are the ifindexes of the configured container links.
@@ -41,9 +46,9 @@ type Links struct {
 
 // Container settings. Each one is needed by a traffic path:
 //
-//   - IPv6 off for the whole namespace: the shared MAC would give every
-//     container the same link-local address (DAD failures, duplicates), and
-//     IPv6 is not isolated by the port filters.
+//   - IPv6 off for the whole namespace unless Config.IPv6 says otherwise
+//     (ipv6.go): the shared MAC would give every container the same
+//     link-local address (DAD failures, duplicates).
 //   - ip_local_port_range = the container's ephemeral block, so its outgoing
 //     connections use source ports the host filters send back to it.
 //   - eth0 and lo accept_local=1: host-local traffic arrives with the shared
@@ -101,7 +106,7 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 	}
 	cl.Eth0, cl.Lo = eth.Attrs().Index, lo.Attrs().Index
 
-	sysctls := Sysctls(cfg.Ports)
+	sysctls := sysctlsFor(cfg)
 	ethConf, loConf := Devconf()
 	err = sysctl.In(ns, func(sd *sysctl.Dir) error {
 		if err := sd.SetIPv4Conf(cl.Eth0, ethConf); err != nil {
@@ -148,8 +153,18 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 	if err := h.AddrAdd(eth, addr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return cl, fmt.Errorf("container %s address %s: %w", cfg.Eth0, addr.IPNet, err)
 	}
+	if cfg.IPv6 != nil {
+		if err := preIPv6Up(h, eth, lo, cfg.IPv6); err != nil {
+			return cl, err
+		}
+	}
 	if err := h.LinkSetUp(eth); err != nil {
 		return cl, fmt.Errorf("container %s up: %w", cfg.Eth0, err)
+	}
+	if cfg.IPv6 != nil {
+		if err := postIPv6Up(h, cl.Eth0, cfg.IPv6); err != nil {
+			return cl, err
+		}
 	}
 	if cfg.Gateway != nil {
 		r := &netlink.Route{LinkIndex: cl.Eth0, Gw: cfg.Gateway.To4(), Scope: netlink.SCOPE_UNIVERSE}

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -25,28 +26,31 @@ func TestFortyContainersPingAtOnce(t *testing.T) {
 		b := 32768 + 256*i
 		cs[i] = e.start(fmt.Sprintf("P%d", i), uint16(i+1), fmt.Sprintf("%d-%d", b, b+255), fmt.Sprint(30000+i), "", uint16(30000+i))
 	}
-	for _, dst := range []struct {
-		name string
-		ip   []byte
-	}{{"client", e.sb.ClientIP}, {"host", e.sb.HostIP}} {
-		var wg sync.WaitGroup
-		res := make([]traffic.PingResult, n)
-		errs := make([]error, n)
-		for i, c := range cs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = c.proc.Do(func() (err error) {
-					res[i], err = traffic.PingStats(context.Background(), dst.ip, 3, 3*time.Second)
-					return err
-				})
-			}()
-		}
-		wg.Wait()
-		for i := range cs {
-			if errs[i] != nil || !res[i].ExactlyOnce() {
-				t.Errorf("container %d pinging the %s: %+v (%v), want exactly one reply each", i, dst.name, res[i], errs[i])
-			}
+	pingAllAtOnce(t, cs, "client", e.sb.ClientIP)
+	pingAllAtOnce(t, cs, "host", e.sb.HostIP)
+}
+
+// pingAllAtOnce makes every container ping dst (named name) 3 times, all
+// at the same time, and checks that each request got exactly one reply.
+func pingAllAtOnce(t *testing.T, cs []ctr, name string, dst net.IP) {
+	t.Helper()
+	var wg sync.WaitGroup
+	res := make([]traffic.PingResult, len(cs))
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.proc.Do(func() (err error) {
+				res[i], err = traffic.PingStats(context.Background(), dst, 3, 3*time.Second)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	for i := range cs {
+		if errs[i] != nil || !res[i].ExactlyOnce() {
+			t.Errorf("container %d pinging the %s (%s): %+v (%v), want exactly one reply each", i, name, dst, res[i], errs[i])
 		}
 	}
 }

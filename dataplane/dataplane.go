@@ -84,6 +84,9 @@ type Config struct {
 	// are planned again (pins of ended flows removed, held-back buckets
 	// moved); 0 = DefaultSharedReconcile, negative = never.
 	SharedReconcile time.Duration
+	// IPv6 says whether containers share the host's IPv6 addresses
+	// (ipv6.go); the zero value is IPv6Auto.
+	IPv6 IPv6Mode
 }
 
 // ContainerEth0 is the name of the veth peer inside every container.
@@ -144,6 +147,9 @@ type DataPlane struct {
 	// hostSysctl holds the host namespace's sysctls open for the host
 	// veths' settings (withHostSysctls).
 	hostSysctl *sysctl.Dir
+	// v6 is what containers get of the host's IPv6 (nil: IPv6 off); set by
+	// PrepareHost.
+	v6 *hostlink.IPv6
 
 	// retired deletes retired links in the background (retire.go); set by
 	// PrepareHost.
@@ -583,7 +589,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 	cl, err := containerns.Configure(ns, ch, containerns.Config{
 		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU,
-		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy,
+		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy, IPv6: d.v6,
 	})
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)

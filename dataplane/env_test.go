@@ -35,6 +35,7 @@ type env struct {
 	bin  string
 	ops  *atomic.Int64 // filter operations seen by the observer
 	errs *atomic.Int64 // failed filter operations
+	ipv6 IPv6Mode      // Config.IPv6 of its data planes (ipv6_test.go)
 }
 
 func quietLogger(t testing.TB) *slog.Logger {
@@ -46,8 +47,14 @@ func quietLogger(t testing.TB) *slog.Logger {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	sb := sandbox.New(t)
-	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64)}
+	return newEnvWith(t, IPv6Auto)
+}
+
+// newEnvWith is newEnv with the data plane's IPv6 mode and sandbox options.
+func newEnvWith(t testing.TB, mode IPv6Mode, opts ...sandbox.Option) *env {
+	t.Helper()
+	sb := sandbox.New(t, opts...)
+	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: mode}
 	e.d = e.newDataPlane()
 	var err error
 	e.info, err = e.d.PrepareHost(context.Background())
@@ -63,6 +70,7 @@ func (e *env) newDataPlane() *DataPlane {
 	e.t.Helper()
 	d, err := New(Config{
 		HostNS: e.sb.Host.Path,
+		IPv6:   e.ipv6,
 		Logger: quietLogger(e.t),
 		Observer: func(op tcfilter.Op) {
 			e.ops.Add(1)
@@ -93,16 +101,21 @@ func (e *env) uniqueID(name string) string {
 }
 
 // spawn starts `isotraffic serve` named name in a fresh namespace, serving
-// TCP and UDP on every port of serve (0.0.0.0), without plumbing it.
+// TCP and UDP on every port of serve (0.0.0.0; [::], both families, when
+// the sandbox has IPv6), without plumbing it.
 func (e *env) spawn(name string, serve []uint16, reuse bool) *sandbox.Container {
 	e.t.Helper()
 	if e.bin == "" {
 		e.bin = traffic.BinaryPath(e.t)
 	}
 	var tcp, udp []string
+	any := "0.0.0.0:"
+	if e.sb.HostIP6 != nil {
+		any = "[::]:"
+	}
 	for _, p := range serve {
-		tcp = append(tcp, "0.0.0.0:"+strconv.Itoa(int(p)))
-		udp = append(udp, "0.0.0.0:"+strconv.Itoa(int(p)))
+		tcp = append(tcp, any+strconv.Itoa(int(p)))
+		udp = append(udp, any+strconv.Itoa(int(p)))
 	}
 	args := []string{e.bin, "serve", "--name", name}
 	if len(tcp) > 0 {

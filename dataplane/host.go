@@ -80,6 +80,13 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		Eth0: hl.Eth0, Lo: hl.Lo, IP: hl.Addr, MAC: hl.MAC, MTU: hl.MTU, Gateway: hl.Gateway,
 		Originals: map[string]string{}, NetNSIno: d.hostNS.Ino(),
 	}
+	v6, err := d.decideIPv6(hl)
+	if err != nil {
+		return HostInfo{}, err
+	}
+	if v6 != nil {
+		info.IPv6 = v6.Global
+	}
 
 	// Host lo carries the host MAC: frames redirected from the host's lo to a
 	// veth keep lo's MAC as destination, and the container only accepts them
@@ -143,6 +150,11 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err := d.startNeigh(hl.Eth0Index, hl.Addr, hl.Gateway); err != nil {
 		return info, err
 	}
+	if v6 != nil {
+		if err := d.neigh.EnableIPv6(v6.Global, v6.LinkLocal.IP, v6.Gateway()); err != nil {
+			return info, err
+		}
+	}
 	if err := eth0.EchoSteering(); err != nil {
 		d.log.Warn("echo replies to the host IP are not steered by learning (cls_bpf on eth0); replies no container's ports attribute are mirrored to every container", "err", err)
 	}
@@ -182,7 +194,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 			"eth0_speed_mbit", info.LinkSpeed, "speed_known", info.LinkSpeed > 0)
 	}
 
-	d.info, d.links, d.copy, d.eth0, d.lo, d.sink = info, hl, cp, eth0, lod, sink
+	d.info, d.links, d.copy, d.eth0, d.lo, d.sink, d.v6 = info, hl, cp, eth0, lod, sink, v6
 	d.prepared = true
 	d.retired = newRetirer(d)
 	if err := d.sweepRetired(); err != nil {

@@ -23,6 +23,7 @@ var neighbourSeries = []struct{ name, help string }{
 	{"neighbour_entries_deleted_total", "Neighbour entries deleted in containers because the host's entry went or failed."},
 	{"neighbour_host_resolutions_total", "Host neighbour resolutions started for containers (addresses the host did not know)."},
 	{"neighbour_errors_total", "Failed netlink requests of the neighbour sync."},
+	{"neighbour_requests_refused_total", "Neighbour requests from containers not served: the container already waited for neighsync.MaxWaiting unresolved addresses."},
 }
 
 func newNeighbourCollector() *neighbourCollector {
@@ -47,7 +48,7 @@ func (c *neighbourCollector) Collect(ch chan<- prometheus.Metric) {
 	if src != nil {
 		st = src()
 	}
-	for i, v := range []uint64{st.Asked, st.Pushed, st.Deleted, st.Kicks, st.Errors} {
+	for i, v := range []uint64{st.Asked, st.Pushed, st.Deleted, st.Kicks, st.Errors, st.Refused} {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
 	}
 }

@@ -1,4 +1,5 @@
-// Package neighsync gives containers their IPv4 neighbours from the host's
+// Package neighsync gives containers their IPv4 neighbours (and, once
+// EnableIPv6 was called, their IPv6 ones: neighsync6.go) from the host's
 // neighbour table, so that no ARP frame from outside is ever copied to a
 // container (the host demux keeps all ARP with the host).
 //
@@ -50,6 +51,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -69,14 +71,22 @@ func ContainerSysctls(eth0 string) []sysctl.Setting {
 	}
 }
 
-type ip4 [4]byte
-
-func key(ip net.IP) (ip4, bool) {
-	v := ip.To4()
-	if v == nil {
-		return ip4{}, false
+// key is the map key of an address: IPv4 (also when given as IPv4-mapped
+// IPv6) or IPv6.
+func key(ip net.IP) (netip.Addr, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok || !a.IsValid() {
+		return netip.Addr{}, false
 	}
-	return ip4(v), true
+	return a.Unmap(), true
+}
+
+// family is the netlink family of a key.
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
 }
 
 // Stats counts what the Syncer did.
@@ -86,13 +96,23 @@ type Stats struct {
 	Deleted uint64 // entries deleted in containers
 	Kicks   uint64 // host resolutions started (NTF_USE)
 	Errors  uint64 // failed netlink requests
+	// Refused: requests not served because the container already waits
+	// for MaxWaiting addresses the host has not resolved.
+	Refused uint64
 }
+
+// MaxWaiting bounds the addresses one container may wait for at a time
+// (asked, not yet resolved or failed by the host). An IPv4 subnet holds a
+// few hundred neighbours at most; an IPv6 one (a /64) has no such bound,
+// and each address waited for is memory in the daemon and an entry in the
+// host's neighbour table.
+const MaxWaiting = 256
 
 // Syncer keeps containers' neighbour entries in step with the host's.
 type Syncer struct {
 	host    *netlink.Handle
 	eth0    int
-	gateway ip4        // every container gets it at Add (zero: none)
+	gateway netip.Addr // every container gets it at Add (zero: none)
 	onLink  *net.IPNet // the host's subnet on eth0: the only addresses the host resolves for containers
 	log     *slog.Logger
 	stop    chan struct{}
@@ -100,8 +120,9 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	closed  bool
-	known   map[ip4]net.HardwareAddr // host's valid entries on eth0
-	waiting map[ip4]map[string]bool  // address -> containers waiting for it
+	known   map[netip.Addr]net.HardwareAddr // host's valid entries on eth0 (both families)
+	waiting map[netip.Addr]map[string]bool  // address -> containers waiting for it
+	v6      *ipv6Side                       // nil: IPv6 neighbours are not served (neighsync6.go)
 	ctrs    map[string]*member
 	byTok   map[uint64]*member // members by poller token (poll.go)
 	poll    *poller
@@ -116,7 +137,10 @@ type member struct {
 	fd   int             // the container's neighbour notifications (poll.go)
 	tok  uint64
 	eth0 int
-	has  map[ip4]net.HardwareAddr
+	has  map[netip.Addr]net.HardwareAddr
+	// waits are the addresses it waits for (a copy of its part of
+	// Syncer.waiting, bounded by MaxWaiting).
+	waits map[netip.Addr]bool
 }
 
 // Start subscribes to the host's neighbour table on eth0 (hostNS is the
@@ -139,7 +163,7 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 	}
 	s := &Syncer{
 		host: h, eth0: eth0, onLink: &onLink, log: log, stop: make(chan struct{}),
-		known: map[ip4]net.HardwareAddr{}, waiting: map[ip4]map[string]bool{}, ctrs: map[string]*member{},
+		known: map[netip.Addr]net.HardwareAddr{}, waiting: map[netip.Addr]map[string]bool{}, ctrs: map[string]*member{},
 		byTok: map[uint64]*member{}, pending: map[string]uint64{},
 	}
 	p, err := newPoller()
@@ -147,7 +171,7 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 		return nil, fmt.Errorf("neighbour sync: %w", err)
 	}
 	s.poll = p
-	if g, ok := key(gateway); ok {
+	if g, ok := key(gateway); ok && g.Is4() {
 		s.gateway = g
 	}
 	ch := make(chan netlink.NeighUpdate, 256)
@@ -166,7 +190,7 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 			s.hostUpdate(u)
 		}
 	}()
-	if s.gateway != (ip4{}) && s.resolvable(s.gateway) {
+	if s.gateway.IsValid() && s.resolvable(s.gateway) {
 		s.mu.Lock()
 		s.kick(s.gateway)
 		s.mu.Unlock()
@@ -219,7 +243,7 @@ func (s *Syncer) Stats() Stats {
 // to its neighbour requests. Adding an id again replaces the old
 // subscription. The Syncer keeps a netlink socket in ns until Remove.
 func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
-	m, err := open(id, ns, eth0)
+	m, err := open(id, ns, eth0, s.servesIPv6())
 	if err != nil {
 		return err
 	}
@@ -228,13 +252,17 @@ func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
 
 // open makes container id's settings, request handle and neighbour socket
 // (one thread switch for all three).
-func open(id string, ns *nshandle.NS, eth0 string) (*member, error) {
+func open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member, error) {
 	var h *netlink.Handle
 	fd := -1
 	err := ns.Do(func() (err error) {
 		sd := sysctl.Open()
 		defer sd.Close()
-		for _, kv := range ContainerSysctls(eth0) {
+		kvs := ContainerSysctls(eth0)
+		if v6 {
+			kvs = append(kvs, ContainerSysctls6(eth0)...)
+		}
+		for _, kv := range kvs {
 			if err := sd.Write(kv.Name, kv.Value); err != nil {
 				return err
 			}
@@ -251,7 +279,7 @@ func open(id string, ns *nshandle.NS, eth0 string) (*member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m := &member{id: id, h: h, fd: fd, has: map[ip4]net.HardwareAddr{}}
+	m := &member{id: id, h: h, fd: fd, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}}
 	l, err := h.LinkByName(eth0)
 	if err != nil {
 		m.close()
@@ -294,10 +322,14 @@ func (s *Syncer) register(m *member, later uint64) error {
 	}
 	s.ctrs[m.id] = m
 	for ip, mac := range s.known {
-		s.push(m, ip, mac)
+		if s.serves(ip) {
+			s.push(m, ip, mac)
+		}
 	}
-	if g := s.gateway; g != (ip4{}) && s.known[g] == nil && s.resolvable(g) {
-		s.wait(m, g)
+	for _, g := range s.gateways() {
+		if s.known[g] == nil && s.resolvable(g) {
+			s.wait(m, g)
+		}
 	}
 	return nil
 }
@@ -345,7 +377,7 @@ func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
 				s.push(m, ip, mac)
 			}
 		}
-		delete(s.waiting, ip)
+		s.unwait(ip)
 		for _, m := range s.ctrs {
 			if old, ok := m.has[ip]; ok && old.String() != mac.String() {
 				s.push(m, ip, mac)
@@ -353,6 +385,7 @@ func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
 		}
 	case gone:
 		delete(s.known, ip)
+		s.unwait(ip) // its waiters ask again on their next packet
 		for _, m := range s.ctrs {
 			if _, ok := m.has[ip]; ok {
 				s.del(m, ip)
@@ -365,7 +398,7 @@ func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
 // held).
 func (s *Syncer) containerUpdateLocked(m *member, u netlink.NeighUpdate) {
 	ip, ok := key(u.IP)
-	if !ok || u.LinkIndex != m.eth0 {
+	if !ok || u.LinkIndex != m.eth0 || !s.serves(ip) {
 		return
 	}
 	if s.closed || s.ctrs[m.id] != m {
@@ -392,19 +425,41 @@ func (s *Syncer) containerUpdateLocked(m *member, u netlink.NeighUpdate) {
 }
 
 // wait makes m wait for ip and the host resolve it (with s.mu held).
-func (s *Syncer) wait(m *member, ip ip4) {
+func (s *Syncer) wait(m *member, ip netip.Addr) {
+	if !m.waits[ip] {
+		if len(m.waits) >= MaxWaiting {
+			s.stats.Refused++
+			return
+		}
+		m.waits[ip] = true
+	}
 	w := s.waiting[ip]
 	if w == nil {
 		w = map[string]bool{}
 		s.waiting[ip] = w
 	}
 	w[m.id] = true
-	s.kick(ip)
+	if !s.kick(ip) {
+		s.unwait(ip) // nothing will answer: they ask again
+	}
+}
+
+// unwait forgets who waits for ip (with s.mu held).
+func (s *Syncer) unwait(ip netip.Addr) {
+	for id := range s.waiting[ip] {
+		if m, ok := s.ctrs[id]; ok {
+			delete(m.waits, ip)
+		}
+	}
+	delete(s.waiting, ip)
 }
 
 // resolvable reports whether the host may resolve ip for a container.
-func (s *Syncer) resolvable(ip ip4) bool {
-	a := net.IP(ip[:])
+func (s *Syncer) resolvable(ip netip.Addr) bool {
+	if !ip.Is4() {
+		return s.resolvable6(ip)
+	}
+	a := net.IP(ip.AsSlice())
 	if !s.onLink.Contains(a) || a.Equal(s.onLink.IP.To4()) {
 		return false
 	}
@@ -416,46 +471,48 @@ func (s *Syncer) resolvable(ip ip4) bool {
 	if ones >= 31 {
 		return true // /31, /32: no network or broadcast address
 	}
-	host := binary.BigEndian.Uint32(ip[:]) &^ binary.BigEndian.Uint32(m)
+	host := binary.BigEndian.Uint32(ip.AsSlice()) &^ binary.BigEndian.Uint32(m)
 	all := uint32(1)<<(32-ones) - 1
 	return host != 0 && host != all
 }
 
 // push writes ip -> mac into m as a permanent entry (called with s.mu held).
-func (s *Syncer) push(m *member, ip ip4, mac net.HardwareAddr) {
+func (s *Syncer) push(m *member, ip netip.Addr, mac net.HardwareAddr) {
 	err := m.h.NeighSet(&netlink.Neigh{
-		LinkIndex: m.eth0, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-		IP: net.IP(ip[:]), HardwareAddr: mac,
+		LinkIndex: m.eth0, Family: family(ip), State: netlink.NUD_PERMANENT,
+		IP: net.IP(ip.AsSlice()), HardwareAddr: mac,
 	})
 	if err != nil {
 		s.stats.Errors++
-		s.log.Warn("neighbour sync: write entry", "container", m.id, "ip", net.IP(ip[:]), "err", err)
+		s.log.Warn("neighbour sync: write entry", "container", m.id, "ip", net.IP(ip.AsSlice()), "err", err)
 		return
 	}
 	s.stats.Pushed++
 	m.has[ip] = mac
 }
 
-func (s *Syncer) del(m *member, ip ip4) {
-	err := m.h.NeighDel(&netlink.Neigh{LinkIndex: m.eth0, Family: netlink.FAMILY_V4, IP: net.IP(ip[:])})
+func (s *Syncer) del(m *member, ip netip.Addr) {
+	err := m.h.NeighDel(&netlink.Neigh{LinkIndex: m.eth0, Family: family(ip), IP: net.IP(ip.AsSlice())})
 	delete(m.has, ip)
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		s.stats.Errors++
-		s.log.Warn("neighbour sync: delete entry", "container", m.id, "ip", net.IP(ip[:]), "err", err)
+		s.log.Warn("neighbour sync: delete entry", "container", m.id, "ip", net.IP(ip.AsSlice()), "err", err)
 		return
 	}
 	s.stats.Deleted++
 }
 
-// kick makes the host resolve ip (neigh_event_send through NTF_USE).
-func (s *Syncer) kick(ip ip4) {
+// kick makes the host resolve ip (neigh_event_send through NTF_USE) and
+// reports whether it could ask.
+func (s *Syncer) kick(ip netip.Addr) bool {
 	err := s.host.NeighSet(&netlink.Neigh{
-		LinkIndex: s.eth0, Family: netlink.FAMILY_V4, IP: net.IP(ip[:]), Flags: netlink.NTF_USE,
+		LinkIndex: s.eth0, Family: family(ip), IP: net.IP(ip.AsSlice()), Flags: netlink.NTF_USE,
 	})
 	if err != nil {
 		s.stats.Errors++
-		s.log.Warn("neighbour sync: host resolution", "ip", net.IP(ip[:]), "err", err)
-		return
+		s.log.Warn("neighbour sync: host resolution", "ip", net.IP(ip.AsSlice()), "err", err)
+		return false
 	}
 	s.stats.Kicks++
+	return true
 }

@@ -20,114 +20,24 @@ import (
 // container asking later gets it at once; after Remove nothing is written.
 func TestContainerGetsHostNeighbour(t *testing.T) {
 	sb := sandbox.New(t)
-	hns, err := nshandle.Open(sb.Host.Path)
-	if err != nil {
-		t.Fatal(err)
+	s, _, clientMAC := hostSyncer(t, sb, netlink.FAMILY_V4)
+	addr := net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}
+	has := func(h *netlink.Handle) func() bool {
+		return func() bool { return hasPermanent(h, sb.ClientIP, clientMAC) }
 	}
-	defer hns.Close()
-	hh, err := hns.Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hh.Close()
-	eth0, err := hh.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, _ := hh.NeighList(eth0.Attrs().Index, netlink.FAMILY_V4)
-	for _, n := range ns {
-		hh.NeighDel(&n)
-	}
-	s, err := Start(hns, hh, eth0.Attrs().Index, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-
-	ch, err := sb.Client.Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := ch.LinkByName("eth0")
-	ch.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientMAC := cl.Attrs().HardwareAddr.String()
-
-	ask := func(name string) *netlink.Handle {
-		c := sb.StartContainer(t, name)
-		n, err := nshandle.Open(c.NetNS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		h, err := n.Netlink()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(h.Close)
-		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "x0"}); err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range []string{"eth0", "x0"} {
-			ll, _ := h.LinkByName(l)
-			h.LinkSetUp(ll)
-		}
-		e, _ := h.LinkByName("eth0")
-		if err := h.AddrAdd(e, &netlink.Addr{IPNet: &net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Add(name, n, "eth0"); err != nil {
-			t.Fatal(err)
-		}
-		// a datagram to the client makes the container need its MAC
-		if err := c.Do(func() error {
-			u, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: sb.ClientIP, Port: 9})
-			if err != nil {
-				return err
-			}
-			defer u.Close()
-			_, err = u.Write([]byte("x"))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	has := func(h *netlink.Handle) bool {
-		e, _ := h.LinkByName("eth0")
-		ns, _ := h.NeighList(e.Attrs().Index, netlink.FAMILY_V4)
-		for _, n := range ns {
-			if n.IP.Equal(sb.ClientIP) && n.HardwareAddr.String() == clientMAC && n.State == netlink.NUD_PERMANENT {
-				return true
-			}
-		}
-		return false
-	}
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s (stats %+v)", what, s.Stats())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	h1 := ask("n1")
-	wait("the client's MAC in n1", func() bool { return has(h1) })
+	_, h1 := askingContainer(t, sb, s, "n1", addr, sb.ClientIP)
+	waitFor(t, s, "the client's MAC in n1", has(h1))
 	if st := s.Stats(); st.Kicks < 1 || st.Pushed < 1 {
 		t.Errorf("stats %+v: want a host resolution and a write", st)
 	}
 	kicks := s.Stats().Kicks
-	h2 := ask("n2")
-	wait("the client's MAC in n2", func() bool { return has(h2) })
+	_, h2 := askingContainer(t, sb, s, "n2", addr, sb.ClientIP)
+	waitFor(t, s, "the client's MAC in n2", has(h2))
 	if st := s.Stats(); st.Kicks != kicks {
 		t.Errorf("the host knew the client: %d more resolutions", st.Kicks-kicks)
 	}
 	// an address off the host's subnet is never resolved for a container
-	if s.resolvable(ip4{10, 1, 2, 3}) || s.resolvable(ip4(sb.HostIP.To4())) || !s.resolvable(ip4(sb.ClientIP.To4())) {
+	if s.resolvable(mustKey(net.IPv4(10, 1, 2, 3))) || s.resolvable(mustKey(sb.HostIP)) || !s.resolvable(mustKey(sb.ClientIP)) {
 		t.Error("resolvable: wrong answer for 10.1.2.3, the host IP or the client")
 	}
 	s.Remove("n1")

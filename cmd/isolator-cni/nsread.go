@@ -17,6 +17,10 @@ type nsIface struct {
 	MTU     int
 	Addrs   []net.IPNet // IPv4 addresses with their prefix
 	Gateway net.IP      // default route's gateway, nil if none
+	// Addrs6 are the global IPv6 addresses (none when the container has
+	// no IPv6), Gateway6 the IPv6 default route's gateway (nsread6.go).
+	Addrs6   []net.IPNet
+	Gateway6 net.IP
 }
 
 // readNSIface reads ifname inside the network namespace at nsPath through a
@@ -58,6 +62,9 @@ func readNSIface(nsPath, ifname string) (nsIface, error) {
 			out.Gateway = r.Gw
 			break
 		}
+	}
+	if err := readIPv6(h, link, &out); err != nil {
+		return out, fmt.Errorf("%w in %s", err, nsPath)
 	}
 	return out, nil
 }

@@ -197,7 +197,8 @@ func joinDetails(a, b string) string {
 
 // buildResult appends the container's interfaces to prev (or starts a new
 // result): the host end of the veth (no sandbox), then eth0 inside the
-// namespace with the host's address, gateway and default route.
+// namespace with the host's address, gateway and default route, and its
+// IPv6 addresses and route when it has IPv6.
 func buildResult(prev *types100.Result, c *pb.Container, ifname, netnsPath string, ifc nsIface, addr net.IPNet) *types100.Result {
 	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
 	if prev != nil {
@@ -222,6 +223,7 @@ func buildResult(prev *types100.Result, c *pb.Container, ifname, netnsPath strin
 			GW:  ifc.Gateway,
 		})
 	}
+	addIPv6(r, idx, ifc)
 	return r
 }
 
@@ -348,16 +350,17 @@ func (p *Plugin) checkInterface(prev *types100.Result, ctr *pb.Container, ifname
 		}
 		n++
 		found := false
-		for _, a := range ifc.Addrs {
+		addrs, gw := ifc.family(ip.Address.IP)
+		for _, a := range addrs {
 			if a.IP.Equal(ip.Address.IP) && a.Mask.String() == ip.Address.Mask.String() {
 				found = true
 			}
 		}
 		if !found {
-			return checkFailed("%s in %s lacks address %s from prevResult (has %v)", ifname, netnsPath, ip.Address.String(), ifc.Addrs)
+			return checkFailed("%s in %s lacks address %s from prevResult (has %s)", ifname, netnsPath, ip.Address.String(), cidrs(addrs))
 		}
-		if ip.Gateway != nil && !ip.Gateway.Equal(ifc.Gateway) {
-			return checkFailed("%s in %s has default gateway %v, prevResult says %s", ifname, netnsPath, ifc.Gateway, ip.Gateway)
+		if ip.Gateway != nil && !ip.Gateway.Equal(gw) {
+			return checkFailed("%s in %s has default gateway %v, prevResult says %s", ifname, netnsPath, gw, ip.Gateway)
 		}
 	}
 	if n == 0 {

@@ -271,6 +271,7 @@ func (f *fakeServer) Status(_ context.Context, req *isolatordv1.StatusRequest) (
 		Containers:           uint32(len(f.containers)),
 		HostIp:               "198.18.0.1",
 		HostInterface:        "eth0",
+		HostIpv6:             []string{"2001:db8::1/64"},
 		DefaultEgressLimit:   &isolatordv1.BandwidthLimit{Rate: 2_000_000},
 		LinkSpeedMbps:        10000,
 		ShapingQueue:         "bfifo",
@@ -743,6 +744,7 @@ func TestStatusAndCleanup(t *testing.T) {
 	for label, want := range map[string]string{
 		"Version":              "v0.0.0-test",
 		"Host":                 "198.18.0.1 on eth0",
+		"Host IPv6":            "2001:db8::1/64",
 		"Ephemeral pool":       "32768-49151 (16384 ports)",
 		"Ephemeral blocks":     "16 of 1024 ports: 2 used, 14 free",
 		"Managed static ports": "31000-31999 (1000 ports)",
@@ -758,7 +760,7 @@ func TestStatusAndCleanup(t *testing.T) {
 	st := decodeJSON[statusJSON](t, mustCtl(t, sock, "status", "-o", "json"))
 	if st.EphemeralPool != "32768-49151" || st.ManagedPorts != "31000-31999" || st.BlockSize != 1024 ||
 		st.EphemeralBlocksUsed != 2 || st.ContainersByState["isolated"] != 1 || !st.Features["ifb"] ||
-		st.HostInterface != "eth0" || st.Containers != 2 {
+		st.HostInterface != "eth0" || st.Containers != 2 || len(st.HostIPv6) != 1 || st.HostIPv6[0] != "2001:db8::1/64" {
 		t.Errorf("status -o json = %+v", st)
 	}
 

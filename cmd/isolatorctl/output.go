@@ -116,6 +116,7 @@ type statusJSON struct {
 	Version              string            `json:"version"`
 	HostIP               string            `json:"host_ip"`
 	HostInterface        string            `json:"host_interface"`
+	HostIPv6             []string          `json:"host_ipv6"` // empty: containers have no IPv6
 	EphemeralPool        string            `json:"ephemeral_pool"`
 	BlockSize            uint32            `json:"block_size"`
 	EphemeralBlocksTotal uint32            `json:"ephemeral_blocks_total"`
@@ -511,6 +512,7 @@ func (r statusResult) jsonValue() any {
 		Version:              s.GetVersion(),
 		HostIP:               s.GetHostIp(),
 		HostInterface:        s.GetHostInterface(),
+		HostIPv6:             append([]string{}, s.GetHostIpv6()...),
 		EphemeralPool:        s.GetEphemeralPool(),
 		BlockSize:            s.GetBlockSize(),
 		EphemeralBlocksTotal: s.GetEphemeralBlocksTotal(),
@@ -573,6 +575,11 @@ func (r statusResult) writeTable(w io.Writer) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "Version:\t%s\n", orDash(s.GetVersion()))
 	fmt.Fprintf(tw, "Host:\t%s\n", host)
+	ipv6 := "- (containers have IPv4 only)"
+	if len(s.GetHostIpv6()) > 0 {
+		ipv6 = strings.Join(s.GetHostIpv6(), ", ")
+	}
+	fmt.Fprintf(tw, "Host IPv6:\t%s\n", ipv6)
 	fmt.Fprintf(tw, "Ephemeral pool:\t%s\n", setWithSize(s.GetEphemeralPool()))
 	fmt.Fprintf(tw, "Ephemeral blocks:\t%d of %s: %d used, %d free\n",
 		s.GetEphemeralBlocksTotal(), plural(uint64(s.GetBlockSize()), "port"),

@@ -48,6 +48,7 @@ type options struct {
 	// default bandwidth limits: rates, bursts and ceils as typed
 	egressRate, egressBurst, egressCeil    string
 	ingressRate, ingressBurst, ingressCeil string
+	ipv6                                   ipv6Flag
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -76,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.ingressRate, "ingress-rate-limit", "0", "default limit on what each container receives, like --egress-rate-limit")
 	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
+	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -247,7 +249,7 @@ func serve(o *options, log *slog.Logger) error {
 	}
 	defer hp.Close()
 	cfg.HostPorts = hp
-	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, Logger: log, Observer: m.FilterOp})
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Logger: log, Observer: m.FilterOp})
 	if err != nil {
 		return err
 	}

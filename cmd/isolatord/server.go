@@ -236,6 +236,9 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	if st.Host.IP.IP != nil {
 		resp.HostIp = st.Host.IP.IP.String()
 	}
+	for _, a := range st.Host.IPv6 {
+		resp.HostIpv6 = append(resp.HostIpv6, a.String())
+	}
 	for state, n := range st.Containers {
 		resp.ContainersByState[string(state)] = uint32(n)
 		resp.Containers += uint32(n)

@@ -81,6 +81,9 @@ type HostInfo struct {
 	// ShapingQueue is the leaf qdisc under bandwidth limits: "fq_codel" when
 	// the kernel has it, else "bfifo"; "" when there is no HTB (no limits).
 	ShapingQueue string
+	// IPv6 are the host's global IPv6 addresses containers share, with
+	// their prefixes; nil when containers have no IPv6.
+	IPv6 []net.IPNet
 }
 
 // LinkSpeedBytes is eth0's link speed in bytes per second (0 = unknown).

@@ -11,6 +11,10 @@
 //	                                         default via 198.18.0.2
 //	                                         ip_local_port_range 61000 61999
 //
+// With WithIPv6 (ipv6.go) both eth0s also get an address of a /64 of
+// 2001:db8::/32 of the sandbox's own, and the host an IPv6 default route
+// via the client's link-local address.
+//
 // The host namespace plays the machine isolatord runs on (its eth0 has a
 // gateway, like a real host); the client namespace plays the outside world.
 // Containers (StartContainer) are processes in fresh, unnamed network
@@ -86,6 +90,12 @@ type Sandbox struct {
 	ClientIP net.IP           // 198.18.0.2
 	HostMAC  net.HardwareAddr // MAC of the host namespace's eth0
 	HostEth0 string           // "eth0": the host namespace's uplink
+	// IPv6 (WithIPv6 only; ipv6.go): the host's and the client's global
+	// addresses, and the client's link-local address, the host's IPv6
+	// default gateway. nil without IPv6.
+	HostIP6, ClientIP6, RouterLL6 net.IP
+
+	ipv6 bool
 
 	mu         sync.Mutex
 	containers []*Container
@@ -103,10 +113,10 @@ func RequireRoot(t testing.TB) {
 // New builds a sandbox named isot-<random> for a test, skipping when not root.
 // t.Cleanup tears it all down (containers, namespaces) even if the test fails,
 // and reports an error if anything is left over.
-func New(t testing.TB) *Sandbox {
+func New(t testing.TB, opts ...Option) *Sandbox {
 	t.Helper()
 	RequireRoot(t)
-	s, err := NewNamed("isot")
+	s, err := NewNamed("isot", opts...)
 	if err != nil {
 		t.Fatalf("sandbox: %v", err)
 	}
@@ -124,7 +134,7 @@ func New(t testing.TB) *Sandbox {
 // NewNamed builds a sandbox named <prefix>-<random> without a testing.T (for
 // demos and benchmark programs). The caller must call Close. On error nothing
 // is left behind.
-func NewNamed(prefix string) (*Sandbox, error) {
+func NewNamed(prefix string, opts ...Option) (*Sandbox, error) {
 	if prefix == "" {
 		prefix = "isot"
 	}
@@ -138,6 +148,12 @@ func NewNamed(prefix string) (*Sandbox, error) {
 		HostIP:   append(net.IP(nil), HostIP...),
 		ClientIP: append(net.IP(nil), ClientIP...),
 		HostEth0: "eth0",
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.ipv6 {
+		s.setIPv6Addrs(rnd)
 	}
 	if err := s.build(); err != nil {
 		if cerr := s.Close(); cerr != nil {
@@ -193,6 +209,11 @@ func (s *Sandbox) build() error {
 	if err := hostNL.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth host eth0 <-> client eth0: %w", err)
 	}
+	if s.ipv6 {
+		if err := s.noDAD(); err != nil {
+			return err
+		}
+	}
 	if err := configureLink(hostNL, s.HostEth0, &net.IPNet{IP: s.HostIP, Mask: net.CIDRMask(PrefixLen, 32)}); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
@@ -210,6 +231,11 @@ func (s *Sandbox) build() error {
 		Scope:     netlink.SCOPE_UNIVERSE,
 	}); err != nil {
 		return fmt.Errorf("host default route via %s: %w", s.ClientIP, err)
+	}
+	if s.ipv6 {
+		if err := s.configureIPv6(hostNL, clientNL); err != nil {
+			return err
+		}
 	}
 	return s.Host.Do(func() error {
 		return writeSysctl("net/ipv4/ip_local_port_range", HostPortRange)

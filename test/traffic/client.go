@@ -42,9 +42,9 @@ func dialer(network string, o clientOptions) (*net.Dialer, error) {
 	if o.source != "" {
 		var err error
 		switch network {
-		case "tcp", "tcp4":
+		case "tcp", "tcp4", "tcp6":
 			d.LocalAddr, err = net.ResolveTCPAddr(network, o.source)
-		case "udp", "udp4":
+		case "udp", "udp4", "udp6":
 			d.LocalAddr, err = net.ResolveUDPAddr(network, o.source)
 		default:
 			return nil, fmt.Errorf("unsupported network %q", network)
@@ -97,7 +97,7 @@ func Echo(ctx context.Context, network, addr, msg string, opts ...Option) (strin
 		return "", err
 	}
 	switch network {
-	case "udp", "udp4":
+	case "udp", "udp4", "udp6":
 		buf := make([]byte, 65536)
 		n, err := c.Read(buf)
 		if err != nil {

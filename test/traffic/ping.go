@@ -33,7 +33,8 @@ func (r PingResult) ExactlyOnce() bool {
 	return len(r.PerSeq) > 0
 }
 
-// Ping sends count ICMP echo requests to dst (IPv4) from a raw socket in the
+// Ping sends count ICMP echo requests to dst (IPv4, or IPv6: ICMPv6 echo)
+// from a raw socket in the
 // calling thread's network namespace (needs root) and returns how many echo
 // replies came back, duplicates included. See PingStats.
 func Ping(ctx context.Context, dst net.IP, count int, timeout time.Duration) (int, error) {
@@ -47,9 +48,9 @@ func Ping(ctx context.Context, dst net.IP, count int, timeout time.Duration) (in
 // number. Losing replies is not an error; failing to send is.
 func PingStats(ctx context.Context, dst net.IP, count int, timeout time.Duration) (PingResult, error) {
 	res := PingResult{PerSeq: make([]int, max(count, 0))}
-	dst4 := dst.To4()
-	if dst4 == nil {
-		return res, fmt.Errorf("ping: %v is not an IPv4 address", dst)
+	fam, err := pingFamilyOf(dst)
+	if err != nil {
+		return res, err
 	}
 	if count <= 0 || count > 10000 {
 		return res, fmt.Errorf("ping: count %d out of range 1..10000", count)
@@ -57,9 +58,9 @@ func PingStats(ctx context.Context, dst net.IP, count int, timeout time.Duration
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	c, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+	c, err := net.ListenPacket(fam.network, fam.any)
 	if err != nil {
-		return res, fmt.Errorf("ping: raw ICMP socket (needs root): %w", err)
+		return res, fmt.Errorf("ping: raw %s socket (needs root): %w", fam.network, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
@@ -96,11 +97,11 @@ func PingStats(ctx context.Context, dst net.IP, count int, timeout time.Duration
 				return err
 			}
 			ipa, ok := from.(*net.IPAddr)
-			if !ok || !ipa.IP.Equal(dst4) || n < 8 {
+			if !ok || !ipa.IP.Equal(fam.dst) || n < 8 {
 				continue
 			}
 			m := buf[:n]
-			if m[0] != 0 || m[1] != 0 || binary.BigEndian.Uint16(m[4:]) != id {
+			if m[0] != fam.reply || m[1] != 0 || binary.BigEndian.Uint16(m[4:]) != id {
 				continue // not an echo reply to us
 			}
 			seq := int(binary.BigEndian.Uint16(m[6:]))
@@ -112,9 +113,9 @@ func PingStats(ctx context.Context, dst net.IP, count int, timeout time.Duration
 	}
 
 	for seq := 1; seq <= count; seq++ {
-		msg := echoRequest(id, uint16(seq))
-		if _, err := c.WriteTo(msg, &net.IPAddr{IP: dst4}); err != nil {
-			return res.tally(), fmt.Errorf("ping: send seq %d to %v: %w", seq, dst4, err)
+		msg := fam.request(id, uint16(seq))
+		if _, err := c.WriteTo(msg, &net.IPAddr{IP: fam.dst}); err != nil {
+			return res.tally(), fmt.Errorf("ping: send seq %d to %v: %w", seq, fam.dst, err)
 		}
 		res.Sent++
 		if err := collect(time.Now().Add(timeout), seq); err != nil {
@@ -141,12 +142,19 @@ func (r PingResult) tally() PingResult {
 
 // echoRequest builds an ICMP echo request with a 16-byte payload.
 func echoRequest(id, seq uint16) []byte {
+	m := echoMessage(8, id, seq) // echo request
+	binary.BigEndian.PutUint16(m[2:], Checksum(m))
+	return m
+}
+
+// echoMessage is an ICMP or ICMPv6 echo message of type typ without its
+// checksum.
+func echoMessage(typ byte, id, seq uint16) []byte {
 	m := make([]byte, 8+16)
-	m[0] = 8 // echo request
+	m[0] = typ
 	binary.BigEndian.PutUint16(m[4:], id)
 	binary.BigEndian.PutUint16(m[6:], seq)
 	copy(m[8:], "isotraffic-ping!")
-	binary.BigEndian.PutUint16(m[2:], Checksum(m))
 	return m
 }
 

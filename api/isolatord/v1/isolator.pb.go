@@ -1832,8 +1832,12 @@ type StatusResponse struct {
 	// with no process and no pin but isolatord's own for the orphan grace
 	// period (--orphan-grace): removed by a runtime without a CNI DEL.
 	OrphansReclaimed uint64 `protobuf:"varint,40,opt,name=orphans_reclaimed,json=orphansReclaimed,proto3" json:"orphans_reclaimed,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The host's global IPv6 addresses every container shares, with their
+	// prefix lengths ("2001:db8::1/64"); empty when containers have no IPv6
+	// (isolatord --ipv6).
+	HostIpv6      []string `protobuf:"bytes,90,rep,name=host_ipv6,json=hostIpv6,proto3" json:"host_ipv6,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2025,6 +2029,13 @@ func (x *StatusResponse) GetOrphansReclaimed() uint64 {
 		return x.OrphansReclaimed
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetHostIpv6() []string {
+	if x != nil {
+		return x.HostIpv6
+	}
+	return nil
 }
 
 // HostPortReservations: what StatusResponse says of the host port
@@ -2377,7 +2388,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\xf2\t\n" +
+	"\rStatusRequest\"\x8f\n" +
+	"\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
 	"\x0eephemeral_pool\x18\x02 \x01(\tR\rephemeralPool\x12\x1d\n" +
@@ -2406,7 +2418,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x11state_moved_aside\x18  \x01(\tR\x0fstateMovedAside\x12A\n" +
 	"\n" +
 	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x12+\n" +
-	"\x11orphans_reclaimed\x18( \x01(\x04R\x10orphansReclaimed\x1a;\n" +
+	"\x11orphans_reclaimed\x18( \x01(\x04R\x10orphansReclaimed\x12\x1b\n" +
+	"\thost_ipv6\x18Z \x03(\tR\bhostIpv6\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aD\n" +

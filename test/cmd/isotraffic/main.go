@@ -8,7 +8,7 @@
 //	isotraffic rr|crr|bulk --addr A [--net tcp|udp] [--dur 1s]
 //	    benchmark loop; prints a JSON result
 //	isotraffic ping --dst IP [--count 3] [--timeout 1s]
-//	    ICMP echo (root); prints a JSON PingResult
+//	    ICMP echo, or ICMPv6 echo to an IPv6 address (root); prints a JSON PingResult
 //	isotraffic sink --addr A
 //	    serve the benchmark modes only (name "sink"); prints "ready"
 //
@@ -217,13 +217,13 @@ func bench(ctx context.Context, test string, args []string) error {
 
 func ping(ctx context.Context, args []string) error {
 	fs := newFlags("ping")
-	dst := fs.String("dst", "", "IPv4 address")
+	dst := fs.String("dst", "", "IPv4 or IPv6 address (ICMPv6 echo)")
 	count := fs.Int("count", 3, "echo requests to send")
 	timeout := fs.Duration("timeout", time.Second, "wait per request")
 	parse(fs, args)
 	ip := net.ParseIP(*dst)
-	if ip == nil || ip.To4() == nil {
-		return fmt.Errorf("--dst %q is not an IPv4 address", *dst)
+	if ip == nil {
+		return fmt.Errorf("--dst %q is not an IP address", *dst)
 	}
 	res, err := traffic.PingStats(ctx, ip, *count, *timeout)
 	if err != nil {

@@ -183,9 +183,9 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"echo"},                 // no --addr
-		{"serve"},                // nothing to serve
-		{"ping", "--dst", "::1"}, // not IPv4
+		{"echo"},                   // no --addr
+		{"serve"},                  // nothing to serve
+		{"ping", "--dst", "no-ip"}, // not an address
 		{"rr", "--addr", "x", "--dur", "0s"},
 	} {
 		if _, code := run(t, bin, args...); code != 1 {
