@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestContainerGetsHostNeighbour: a container (its own eth0, the host's
@@ -105,24 +106,20 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 		}
 		return false
 	}
-	wait := func(what string, cond func() bool) {
+	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s (stats %+v)", what, s.Stats())
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !wait.Until(5*time.Second, cond) {
+			t.Fatalf("timed out waiting for %s (stats %+v)", what, s.Stats())
 		}
 	}
 	h1 := ask("n1")
-	wait("the client's MAC in n1", func() bool { return has(h1) })
+	waitFor("the client's MAC in n1", func() bool { return has(h1) })
 	if st := s.Stats(); st.Kicks < 1 || st.Pushed < 1 {
 		t.Errorf("stats %+v: want a host resolution and a write", st)
 	}
 	kicks := s.Stats().Kicks
 	h2 := ask("n2")
-	wait("the client's MAC in n2", func() bool { return has(h2) })
+	waitFor("the client's MAC in n2", func() bool { return has(h2) })
 	if st := s.Stats(); st.Kicks != kicks {
 		t.Errorf("the host knew the client: %d more resolutions", st.Kicks-kicks)
 	}
@@ -252,12 +249,8 @@ func TestAddLater(t *testing.T) {
 		t.Fatalf("before Release: %d pending (want %d), %d workers (want none)", p, n-1, workers)
 	}
 	s.Release()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Pending() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers still pending after 10s", s.Pending())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { return s.Pending() == 0 }) {
+		t.Fatalf("%d containers still pending after 10s", s.Pending())
 	}
 	s.mu.Lock()
 	_, has0 := s.ctrs["c0"]
