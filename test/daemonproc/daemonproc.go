@@ -1,9 +1,10 @@
 // Package daemonproc runs a long-lived program (isolatord) whose host side
 // is a sandbox's host namespace, for the end-to-end tests and the demo and
-// benchmark programs: it is
-// started with `nsenter --net=<host ns>` (never `ip netns exec`, which would
-// give it a private mount namespace and hide its bind mounts), killed with
-// the parent, and waited for until it logs that it serves.
+// benchmark programs: it is started with `nsenter --net=<host ns>` (never
+// `ip netns exec`, which would give it a private mount namespace and hide
+// its bind mounts), killed with the parent, and waited for until it logs
+// that it serves. It has no tests of its own: every end-to-end test, the
+// demo's and the benchmark's start and stop their daemons through it.
 package daemonproc
 
 import (
