@@ -33,6 +33,7 @@ import (
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -111,14 +112,7 @@ func (c *capture) count(marker []byte) int {
 
 // waitFor waits until the capture has seen marker (bounded by d).
 func (c *capture) waitFor(marker []byte, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if c.count(marker) > 0 {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return c.count(marker) > 0
+	return wait.Until(d, func() bool { return c.count(marker) > 0 })
 }
 
 // udpSink is a UDP socket of the host that records what it receives.
@@ -371,13 +365,7 @@ func (x *attackBed) canaries(t *testing.T) {
 			t.Fatalf("canary never reached %s: the bed is broken", c.name)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for x.hostUDP.count(m) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if x.hostUDP.count(m) == 0 {
-		t.Fatal("canary never reached the host's socket")
-	}
+	wait.For(t, 5*time.Second, "the canary reaches the host's socket", func() bool { return x.hostUDP.count(m) > 0 })
 }
 
 func (x *attackBed) drops(t *testing.T) map[string]uint64 {
@@ -406,15 +394,8 @@ func (x *attackBed) nothingReached(t *testing.T, m []byte) {
 // rose waits until A's counter for reason has grown by at least n.
 func (x *attackBed) rose(t *testing.T, before map[string]uint64, reason string, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
 	var now map[string]uint64
-	for {
-		now = x.drops(t)
-		if now[reason] >= before[reason]+n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Until(3*time.Second, func() bool { now = x.drops(t); return now[reason] >= before[reason]+n })
 	if now[reason] < before[reason]+n {
 		t.Errorf("drop counter %q went from %d to %d, want +%d (all: %v)", reason, before[reason], now[reason], n, now)
 	}
@@ -788,18 +769,14 @@ func TestARPFloodIsShaped(t *testing.T) {
 	sent := time.Since(start)
 	// Wait (bounded) until the shaper has accounted for every frame:
 	// sent, dropped (queue full) or queued.
-	deadline := time.Now().Add(5 * time.Second)
 	var st1 LinkStats
-	for {
+	wait.Until(5*time.Second, func() bool {
 		if st1, err = e.d.Stats(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
 		eg := st1.Egress
-		if eg.Packets+eg.Drops+eg.QueueLen-st0.Egress.Packets-st0.Egress.Drops >= n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return eg.Packets+eg.Drops+eg.QueueLen-st0.Egress.Packets-st0.Egress.Drops >= n
+	})
 	eg := st1.Egress
 	if got := eg.Packets + eg.Drops + eg.QueueLen - st0.Egress.Packets - st0.Egress.Drops; got < n {
 		t.Errorf("the shaper saw %d of %d ARP frames", got, n)

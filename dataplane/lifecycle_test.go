@@ -18,6 +18,7 @@ import (
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -316,10 +317,8 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !d2.neigh.Serves(a.c.ID); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("neighbour requests of the adopted container not served after 5s (%d pending)", d2.neigh.Pending())
-		}
+	if !wait.Until(5*time.Second, func() bool { return d2.neigh.Serves(a.c.ID) }) {
+		t.Fatalf("neighbour requests of the adopted container not served after 5s (%d pending)", d2.neigh.Pending())
 	}
 	if miss, err := d2.Check(ctx, a.c); err != nil || len(miss) != 0 {
 		t.Errorf("Check after Adopt: %v %v", miss, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // retiredLinks lists the sandbox host's links waiting for deletion.
@@ -27,17 +28,8 @@ func (e *env) retiredLinks() []string {
 // waitNoRetired waits (bounded) until no retired link is left.
 func (e *env) waitNoRetired(d *DataPlane) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d.WaitRetired()
-		left := e.retiredLinks()
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("retired links not deleted after 10s: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { d.WaitRetired(); return len(e.retiredLinks()) == 0 }) {
+		e.t.Fatalf("retired links not deleted after 10s: %v", e.retiredLinks())
 	}
 }
 

@@ -3,123 +3,15 @@ package dataplane
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/isolatord/isolatord/shaping"
+	"github.com/isolatord/isolatord/test/traffic"
 )
-
-// ---- a bulk TCP stream with a receive-side meter ----
-
-// stream is one bulk TCP connection sending until stop; n counts what the
-// receiver read.
-type stream struct {
-	n    atomic.Int64
-	err  atomic.Value
-	stop func()
-}
-
-// startStream listens on listen inside to, dials dialAddr from inside
-// from, and sends as fast as the path allows.
-func startStream(t testing.TB, to, from doer, listen, dialAddr string) *stream {
-	t.Helper()
-	var ln net.Listener
-	if err := to.Do(func() (err error) {
-		// A small receive buffer bounds how much a reader that falls
-		// behind (2 busy cores) can catch up on inside a window, which
-		// would inflate a measured rate.
-		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 256<<10)
-			})
-			return errors.Join(err, serr)
-		}}
-		ln, err = lc.Listen(context.Background(), "tcp", listen)
-		return err
-	}); err != nil {
-		t.Fatalf("listen %s: %v", listen, err)
-	}
-	s := &stream{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 256<<10)
-		for {
-			n, err := c.Read(buf)
-			s.n.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var c net.Conn
-	if err := from.Do(func() (err error) {
-		d := net.Dialer{Timeout: 3 * time.Second}
-		c, err = d.Dial("tcp", dialAddr)
-		return err
-	}); err != nil {
-		ln.Close()
-		t.Fatalf("dial %s: %v", dialAddr, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		buf := make([]byte, 64<<10)
-		for ctx.Err() == nil {
-			c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-			if _, err := c.Write(buf); err != nil && !os.IsTimeout(err) {
-				s.err.Store(err)
-				return
-			}
-		}
-	}()
-	var once atomic.Bool
-	s.stop = func() {
-		if !once.CompareAndSwap(false, true) {
-			return
-		}
-		cancel()
-		<-sent
-		c.Close()
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
-		}
-	}
-	t.Cleanup(s.stop)
-	return s
-}
-
-// measure waits skip (HTB's burst, TCP's start), then returns the receive
-// rate over window in bytes/s.
-func (s *stream) measure(skip, window time.Duration) float64 {
-	time.Sleep(skip)
-	t0, n0 := time.Now(), s.n.Load()
-	time.Sleep(window)
-	return float64(s.n.Load()-n0) / time.Since(t0).Seconds()
-}
-
-func (s *stream) failed() error {
-	if e, ok := s.err.Load().(error); ok {
-		return e
-	}
-	return nil
-}
 
 const mbps = 1_000_000.0 // bytes per second in 1 MB/s
 
@@ -136,12 +28,12 @@ func wantRate(t *testing.T, what string, r, want float64) {
 // still be ramping towards the new rate (on a busy machine that can take
 // more than the skipped time), so a reading outside the tolerance is taken
 // once more before it counts.
-func wantSettled(t *testing.T, what string, s *stream, skip, window time.Duration, want float64) {
+func wantSettled(t *testing.T, what string, s *traffic.Stream, skip, window time.Duration, want float64) {
 	t.Helper()
-	r := s.measure(skip, window)
+	r := s.Measure(skip, window)
 	if r < want*0.85 || r > want*1.15 {
 		t.Logf("%s: %.3f MB/s while settling; measuring again", what, r/mbps)
-		r = s.measure(0, window)
+		r = s.Measure(0, window)
 	}
 	wantRate(t, what, r, want)
 }
@@ -226,7 +118,7 @@ func TestBandwidthLimits(t *testing.T) {
 	serveIn(t, e.sb.Client, clientAddr(9000), "client")
 
 	// Egress, from the container to the client.
-	eg := startStream(t, e.sb.Client, p, clientAddr(9100), clientAddr(9100))
+	eg := traffic.StartStream(t, e.sb.Client.Do, p.Do, clientAddr(9100), clientAddr(9100))
 	wantSettled(t, "egress 2MB/s", eg, time.Second, 2*time.Second, 2*mbps)
 	// every path goes through the shaper and still works
 	for _, nw := range []string{"tcp", "udp"} {
@@ -283,11 +175,11 @@ func TestBandwidthLimits(t *testing.T) {
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
-	wantFull(t, "egress after removing the limit", eg.measure(500*time.Millisecond, time.Second))
-	if err := eg.failed(); err != nil {
+	wantFull(t, "egress after removing the limit", eg.Measure(500*time.Millisecond, time.Second))
+	if err := eg.Err(); err != nil {
 		t.Errorf("the egress connection broke: %v", err)
 	}
-	eg.stop()
+	eg.Stop()
 	if e.hasLink(entry) || e.hasLink(exit) {
 		t.Error("the shaper pair survived the removal of the limit")
 	}
@@ -296,16 +188,16 @@ func TestBandwidthLimits(t *testing.T) {
 	}
 
 	// Switching egress shaping on under a live full-speed connection.
-	s1 := startStream(t, e.sb.Client, p, clientAddr(9101), clientAddr(9101))
-	wantFull(t, "egress unlimited", s1.measure(300*time.Millisecond, 700*time.Millisecond))
+	s1 := traffic.StartStream(t, e.sb.Client.Do, p.Do, clientAddr(9101), clientAddr(9101))
+	wantFull(t, "egress unlimited", s1.Measure(300*time.Millisecond, 700*time.Millisecond))
 	c.Egress = Limit{Rate: 2_000_000}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
-	if r := s1.measure(time.Second, time.Second); r == 0 || s1.failed() != nil {
-		t.Errorf("a live connection stalled or broke when the egress limit was switched on: %.0f B/s, %v", r, s1.failed())
+	if r := s1.Measure(time.Second, time.Second); r == 0 || s1.Err() != nil {
+		t.Errorf("a live connection stalled or broke when the egress limit was switched on: %.0f B/s, %v", r, s1.Err())
 	}
-	s1.stop()
+	s1.Stop()
 	c.Egress = Limit{}
 
 	// Ingress, from the client to the container's port 31001.
@@ -316,7 +208,7 @@ func TestBandwidthLimits(t *testing.T) {
 	if e.hasLink(entry) {
 		t.Error("the egress shaper pair survived")
 	}
-	in := startStream(t, p, e.sb.Client, "0.0.0.0:31001", hostAddr(31001))
+	in := traffic.StartStream(t, p.Do, e.sb.Client.Do, "0.0.0.0:31001", hostAddr(31001))
 	wantSettled(t, "ingress 2MB/s", in, time.Second, 2*time.Second, 2*mbps)
 	c.Ingress = Limit{Rate: 4_000_000}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
@@ -330,8 +222,8 @@ func TestBandwidthLimits(t *testing.T) {
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
-	wantFull(t, "ingress after removing the limit", in.measure(500*time.Millisecond, time.Second))
-	if err := in.failed(); err != nil {
+	wantFull(t, "ingress after removing the limit", in.Measure(500*time.Millisecond, time.Second))
+	if err := in.Err(); err != nil {
 		t.Errorf("the ingress connection broke: %v", err)
 	}
 	if st := e.shapeState(e.d, VethName(c.ID)); st.RootKind == "htb" {

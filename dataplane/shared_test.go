@@ -18,6 +18,7 @@ import (
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // flowConn is a TCP connection from the sandbox client that stays open.
@@ -202,7 +203,9 @@ func TestSharedReconcilerRuns(t *testing.T) {
 	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9100")); err != nil {
 		t.Fatal(err)
 	}
-	// While the flows live, passes keep their pins.
+	// While the flows live, passes keep their pins. The time is what is
+	// under test: four periods of the reconciler (it has no pass count to
+	// wait for), after which the pins must all still be there.
 	time.Sleep(400 * time.Millisecond)
 	st, _ := e.d.Shared(port)
 	if st.Settled || len(st.Spread.Pins) == 0 {
@@ -214,16 +217,10 @@ func TestSharedReconcilerRuns(t *testing.T) {
 		}
 		f.c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if st, _ := e.d.Shared(port); st.Settled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reconciler did not settle the port within 5s of the flows ending")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the reconciler settles the port after the flows ended", func() bool {
+		st, _ := e.d.Shared(port)
+		return st.Settled
+	})
 	done := e.d.reconcileDone
 	if err := e.d.Close(); err != nil {
 		t.Fatal(err)

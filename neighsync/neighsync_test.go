@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestContainerGetsHostNeighbour: a container (its own eth0, the host's
@@ -162,12 +163,8 @@ func TestAddLater(t *testing.T) {
 		t.Fatalf("before Release: %d pending (want %d), %d workers (want none)", p, n-1, workers)
 	}
 	s.Release()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Pending() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers still pending after 10s", s.Pending())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { return s.Pending() == 0 }) {
+		t.Fatalf("%d containers still pending after 10s", s.Pending())
 	}
 	s.mu.Lock()
 	_, has0 := s.ctrs["c0"]

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // These tests run in the sandbox's "host" namespace, which the test creates
@@ -92,12 +93,9 @@ func collect(t *testing.T, path string) Stats {
 func waitFor(t *testing.T, path, what string, ok func(Stats) bool) Stats {
 	t.Helper()
 	var st Stats
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if st = collect(t, path); ok(st) {
-			return st
-		}
+	if !wait.Until(5*time.Second, func() bool { st = collect(t, path); return ok(st) }) {
+		t.Fatalf("%s: not reached within 5s; last %+v", what, st)
 	}
-	t.Fatalf("%s: not reached within 5s; last %+v", what, st)
 	return st
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // dialFrom opens a TCP connection from 127.0.0.1:src to addr inside ns and
@@ -87,19 +88,16 @@ func TestConnsAndPeerPorts(t *testing.T) {
 	}
 	t.Cleanup(func() { udpConnected.Close(); udpServer.Close() })
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, err := PeerPorts(path, 7100)
-		if err != nil {
+	// the TIME_WAIT transition is asynchronous
+	var got []uint16
+	if !wait.Until(5*time.Second, func() bool {
+		var err error
+		if got, err = PeerPorts(path, 7100); err != nil {
 			t.Fatal(err)
 		}
-		if slices.Equal(got, []uint16{40001, 40002, 40003, 40020}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PeerPorts(7100) = %v, want 40001-40003 (TCP) and 40020 (connected UDP), not 40004 (TIME_WAIT)", got)
-		}
-		time.Sleep(50 * time.Millisecond) // the TIME_WAIT transition is asynchronous
+		return slices.Equal(got, []uint16{40001, 40002, 40003, 40020})
+	}) {
+		t.Fatalf("PeerPorts(7100) = %v, want 40001-40003 (TCP) and 40020 (connected UDP), not 40004 (TIME_WAIT)", got)
 	}
 	if got, err := PeerPorts(path, 7200); err != nil || !slices.Equal(got, []uint16{40010}) {
 		t.Fatalf("PeerPorts(7200) = %v, %v; want [40010] (an AF_INET6 socket)", got, err)

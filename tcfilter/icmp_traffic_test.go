@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // icmpIn reads one ICMP input counter in the namespace of do.
@@ -29,16 +30,10 @@ func icmpIn(t *testing.T, do func(func() error) error, name string) int64 {
 	return v
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or the deadline passes (test/wait).
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, d, what, cond)
 }
 
 // TestICMPErrorsSteered: an ICMP error to the host IP quoting a flow of

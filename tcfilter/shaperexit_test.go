@@ -1,16 +1,10 @@
 package tcfilter
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,123 +12,10 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/isolatord/isolatord/shaping"
+	"github.com/isolatord/isolatord/test/traffic"
 )
 
 // ---- traffic ----
-
-// meter counts bytes received on one TCP connection.
-type meter struct {
-	n    atomic.Int64
-	done chan struct{}
-}
-
-// sample is a (time, bytes) point.
-type sample struct {
-	t time.Time
-	n int64
-}
-
-func (m *meter) sample() sample { return sample{time.Now(), m.n.Load()} }
-
-// rateBetween is the receive rate between two samples, bytes/s.
-func rateBetween(a, b sample) float64 { return float64(b.n-a.n) / b.t.Sub(a.t).Seconds() }
-
-// stream is one bulk TCP connection from the namespace of `from` to a
-// receiver listening on listen in the namespace of `to`, dialled at
-// dialAddr, sending until stop is called. m counts what arrives.
-type stream struct {
-	m    *meter
-	stop func()
-	err  atomic.Value
-}
-
-func startStream(t testing.TB, to, from func(func() error) error, listen, dialAddr string) *stream {
-	t.Helper()
-	var ln net.Listener
-	if err := to(func() (err error) {
-		// A small receive buffer bounds how much a reader that falls behind
-		// (2 busy cores) can catch up on inside a window, which would
-		// inflate a measured rate.
-		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 256<<10)
-			})
-			return errors.Join(err, serr)
-		}}
-		ln, err = lc.Listen(context.Background(), "tcp", listen)
-		return err
-	}); err != nil {
-		t.Fatalf("listen %s: %v", listen, err)
-	}
-	s := &stream{m: &meter{done: make(chan struct{})}}
-	go func() {
-		defer close(s.m.done)
-		c, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 256<<10)
-		for {
-			n, err := c.Read(buf)
-			s.m.n.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var c net.Conn
-	if err := from(func() (err error) {
-		d := net.Dialer{Timeout: 3 * time.Second}
-		c, err = d.Dial("tcp", dialAddr)
-		return err
-	}); err != nil {
-		ln.Close()
-		t.Fatalf("dial %s: %v", dialAddr, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		buf := make([]byte, 64<<10)
-		for ctx.Err() == nil {
-			c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-			if _, err := c.Write(buf); err != nil && !os.IsTimeout(err) {
-				s.err.Store(err)
-				return
-			}
-		}
-	}()
-	s.stop = func() {
-		cancel()
-		<-sent
-		c.Close()
-		select {
-		case <-s.m.done:
-		case <-time.After(3 * time.Second):
-		}
-	}
-	t.Cleanup(s.stop)
-	return s
-}
-
-// measure waits skip (the HTB burst and TCP's start), then returns the
-// receive rate over window.
-func (s *stream) measure(skip, window time.Duration) float64 {
-	time.Sleep(skip)
-	a := s.m.sample()
-	time.Sleep(window)
-	return rateBetween(a, s.m.sample())
-}
-
-func (s *stream) failed() error {
-	if e, ok := s.err.Load().(error); ok {
-		return e
-	}
-	return nil
-}
 
 // within reports whether got is within frac of want.
 func within(got, want, frac float64) bool { return got >= want*(1-frac) && got <= want*(1+frac) }
@@ -201,24 +82,24 @@ func TestShapingTraffic(t *testing.T) {
 	const mb = 1_000_000.0
 	// Each reading right after a change is taken once more if it misses:
 	// on a busy machine TCP can still be ramping after the skipped time.
-	full := func(what string, s *stream, skip, window time.Duration) {
+	full := func(what string, s *traffic.Stream, skip, window time.Duration) {
 		t.Helper()
-		r := s.measure(skip, window)
+		r := s.Measure(skip, window)
 		if r < 12*mb {
 			t.Logf("%s: %.2f MB/s while settling; measuring again", what, r/mb)
-			r = s.measure(0, window)
+			r = s.Measure(0, window)
 		}
 		t.Logf("%s: %.2f MB/s", what, r/mb)
 		if r < 12*mb {
 			t.Errorf("%s: %.2f MB/s, want full speed (> 12 MB/s)", what, r/mb)
 		}
 	}
-	near := func(what string, s *stream, skip, window time.Duration, want float64) {
+	near := func(what string, s *traffic.Stream, skip, window time.Duration, want float64) {
 		t.Helper()
-		r := s.measure(skip, window)
+		r := s.Measure(skip, window)
 		if !within(r, want, 0.15) {
 			t.Logf("%s: %.3f MB/s while settling; measuring again", what, r/mb)
-			r = s.measure(0, window)
+			r = s.Measure(0, window)
 		}
 		t.Logf("%s: %.3f MB/s (want %.1f within 15%%)", what, r/mb, want/mb)
 		if !within(r, want, 0.15) {
@@ -230,7 +111,7 @@ func TestShapingTraffic(t *testing.T) {
 	// the shaper (Retarget on a live connection); the rate is then
 	// measured on a fresh connection (a flow cut from ~1 GB/s to 2 MB/s
 	// first spends a while in TCP loss recovery).
-	s1 := startStream(t, w.s.Client.Do, a.c.Do, "198.18.0.2:9100", "198.18.0.2:9100")
+	s1 := traffic.StartStream(t, w.s.Client.Do, a.c.Do, "198.18.0.2:9100", "198.18.0.2:9100")
 	full("egress unlimited", s1, 500*time.Millisecond, time.Second)
 
 	entry, exit := w.shaperPair(t, 1)
@@ -246,11 +127,11 @@ func TestShapingTraffic(t *testing.T) {
 	if err := vf.Retarget(a.ranges); err != nil {
 		t.Fatal(err)
 	}
-	if r := s1.measure(time.Second, time.Second); r <= 0 || s1.failed() != nil {
-		t.Errorf("the running connection stalled or broke when the limit was switched on: %.0f B/s, %v", r, s1.failed())
+	if r := s1.Measure(time.Second, time.Second); r <= 0 || s1.Err() != nil {
+		t.Errorf("the running connection stalled or broke when the limit was switched on: %.0f B/s, %v", r, s1.Err())
 	}
-	s1.stop()
-	eg := startStream(t, w.s.Client.Do, a.c.Do, "198.18.0.2:9101", "198.18.0.2:9101")
+	s1.Stop()
+	eg := traffic.StartStream(t, w.s.Client.Do, a.c.Do, "198.18.0.2:9101", "198.18.0.2:9101")
 	near("egress 2MB/s", eg, time.Second, 2*time.Second, 2*mb)
 
 	// Every path still works through the shaper.
@@ -290,17 +171,17 @@ func TestShapingTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	full("egress after removal", eg, 300*time.Millisecond, 700*time.Millisecond)
-	if err := eg.failed(); err != nil {
+	if err := eg.Err(); err != nil {
 		t.Errorf("the egress connection broke: %v", err)
 	}
-	eg.stop()
+	eg.Stop()
 
 	// Ingress: client -> container port 20001, HTB on the veth.
 	vs := shaping.Shaper{H: w.h, NS: int(hostNS), Link: a.veth, Leaf: shaping.LeafFIFO}
 	if err := vs.Apply(shaping.Limit{Rate: 2_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	in := startStream(t, a.c.Do, w.s.Client.Do, "0.0.0.0:20001", "198.18.0.1:20001")
+	in := traffic.StartStream(t, a.c.Do, w.s.Client.Do, "0.0.0.0:20001", "198.18.0.1:20001")
 	near("ingress 2MB/s", in, time.Second, 2*time.Second, 2*mb)
 	if err := vs.Drain(time.Second); err != nil {
 		t.Error(err)
@@ -309,7 +190,7 @@ func TestShapingTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	full("ingress after removal", in, 300*time.Millisecond, 700*time.Millisecond)
-	if err := in.failed(); err != nil {
+	if err := in.Err(); err != nil {
 		t.Errorf("the ingress connection broke: %v", err)
 	}
 }

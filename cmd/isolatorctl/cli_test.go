@@ -544,6 +544,7 @@ func TestPrepareAndGet(t *testing.T) {
 		Ports:          []portJSON{{31000, 31099, false}, {31500, 31500, true}, {32000, 32000, false}},
 		CreatedAt:      "2026-11-22T16:00:00Z",
 		Labels:         map[string]string{},
+		NotRecovered:   []string{},
 	}
 	if !reflect.DeepEqual(typed, wantJSON) {
 		t.Errorf("get -o json = %+v, want %+v", typed, wantJSON)

@@ -7,26 +7,6 @@ import (
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
-// hostPortsJSON is the status's host port reservations.
-type hostPortsJSON struct {
-	Enabled   bool                   `json:"enabled"`
-	Reserved  uint32                 `json:"reserved"`
-	Conflicts []hostPortConflictJSON `json:"conflicts"`
-}
-
-type hostPortConflictJSON struct {
-	Port   uint32 `json:"port"`
-	Holder string `json:"holder"`
-}
-
-func toHostPortsJSON(h *isolatordv1.HostPortReservations) hostPortsJSON {
-	out := hostPortsJSON{Enabled: h.GetEnabled(), Reserved: h.GetReserved(), Conflicts: []hostPortConflictJSON{}}
-	for _, c := range h.GetConflicts() {
-		out.Conflicts = append(out.Conflicts, hostPortConflictJSON{Port: c.GetPort(), Holder: c.GetHolder()})
-	}
-	return out
-}
-
 // writeHostPorts adds the host reservation lines to the status table.
 func writeHostPorts(w io.Writer, h *isolatordv1.HostPortReservations) {
 	if !h.GetEnabled() {

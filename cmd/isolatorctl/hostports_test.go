@@ -29,11 +29,12 @@ func TestStatusHostPorts(t *testing.T) {
 			}
 		}
 	}
-	js := toHostPortsJSON(h)
-	if !js.Enabled || js.Reserved != 3 || len(js.Conflicts) != 1 || js.Conflicts[0].Port != 31001 || !strings.Contains(js.Conflicts[0].Holder, "nginx") {
-		t.Errorf("json: %+v", js)
+	js := decodeJSON[statusJSON](t, jsonString(t, statusResult{&isolatordv1.StatusResponse{HostPorts: h}}))
+	if hp := js.HostPorts; !hp.Enabled || hp.Reserved != 3 || len(hp.Conflicts) != 1 || hp.Conflicts[0].Port != 31001 || !strings.Contains(hp.Conflicts[0].Holder, "nginx") {
+		t.Errorf("json: %+v", hp)
 	}
-	if js := toHostPortsJSON(nil); js.Conflicts == nil || js.Enabled {
-		t.Errorf("json of nothing: %+v (conflicts must be [] not null)", js)
+	none := decodeJSON[map[string]any](t, jsonString(t, statusResult{&isolatordv1.StatusResponse{HostPorts: &isolatordv1.HostPortReservations{}}}))
+	if hp, _ := none["host_ports"].(map[string]any); hp == nil || hp["conflicts"] == nil || hp["enabled"] != false {
+		t.Errorf("json of nothing: %v (conflicts must be [] not null)", none["host_ports"])
 	}
 }

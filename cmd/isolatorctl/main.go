@@ -11,8 +11,9 @@
 // Design: run parses and validates the whole command line before it connects
 // (a bad port list or a missing ID exits 2 without touching the daemon),
 // makes exactly one RPC, and prints the answer as a table for people or as
-// JSON for scripts. The JSON is isolatorctl's own, stable shape (snake_case
-// names, states as "prepared"/"isolated"), not protojson. A failed RPC exits
+// JSON for scripts. The JSON is one generic mapping of the response proto
+// (jsonout.go: proto field names, states as "prepared"/"isolated", 64-bit
+// numbers as numbers), not protojson. A failed RPC exits
 // 1 and prints the gRPC code and the daemon's message, e.g.
 // "isolatorctl: FailedPrecondition: port 31001 is held exclusively by c1".
 //

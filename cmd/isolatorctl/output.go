@@ -16,164 +16,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// JSON shapes printed with -o json. They are isolatorctl's own, with
-// snake_case names, so that scripts do not depend on protojson's rendering.
-
-type rangeJSON struct {
-	Begin uint32 `json:"begin"`
-	End   uint32 `json:"end"`
-}
-
-type portJSON struct {
-	Begin  uint32 `json:"begin"`
-	End    uint32 `json:"end"`
-	Shared bool   `json:"shared"`
-}
-
-type containerJSON struct {
-	ContainerID    string            `json:"container_id"`
-	State          string            `json:"state"`
-	EphemeralPorts *rangeJSON        `json:"ephemeral_ports"`
-	Ports          []portJSON        `json:"ports"`
-	Veth           string            `json:"veth"`
-	Netns          string            `json:"netns"`
-	Pid            int32             `json:"pid"`
-	NetnsSource    string            `json:"netns_source"`
-	CreatedAt      string            `json:"created_at,omitempty"`
-	IsolatedAt     string            `json:"isolated_at,omitempty"`
-	EgressLimit    *limitJSON        `json:"egress_limit"`  // null: none
-	IngressLimit   *limitJSON        `json:"ingress_limit"` // null: none
-	Labels         map[string]string `json:"labels"`        // {} when none
-	PinOwned       bool              `json:"pin_owned"`     // false: the runtime's pin (or not isolated)
-	NotRecovered   []string          `json:"not_recovered,omitempty"`
-}
-
-// limitJSON is a bandwidth limit: bytes per second and bytes.
-type limitJSON struct {
-	Rate  int64 `json:"rate"`
-	Burst int64 `json:"burst"`
-	Ceil  int64 `json:"ceil"`
-}
-
-type shapingJSON struct {
-	Limit          *limitJSON `json:"limit"`
-	Enforced       bool       `json:"enforced"`
-	Queue          string     `json:"queue"`
-	Bytes          uint64     `json:"bytes"`
-	Packets        uint64     `json:"packets"`
-	Drops          uint64     `json:"drops"`
-	Overlimits     uint64     `json:"overlimits"`
-	BacklogBytes   uint64     `json:"backlog_bytes"`
-	BacklogPackets uint64     `json:"backlog_packets"`
-}
-
-type trafficJSON struct {
-	RxBytes   uint64 `json:"rx_bytes"`
-	RxPackets uint64 `json:"rx_packets"`
-	RxErrors  uint64 `json:"rx_errors"`
-	RxDropped uint64 `json:"rx_dropped"`
-	TxBytes   uint64 `json:"tx_bytes"`
-	TxPackets uint64 `json:"tx_packets"`
-	TxErrors  uint64 `json:"tx_errors"`
-	TxDropped uint64 `json:"tx_dropped"`
-}
-
-type rttJSON struct {
-	P50Us   uint64 `json:"p50_us"`
-	P90Us   uint64 `json:"p90_us"`
-	P95Us   uint64 `json:"p95_us"`
-	P99Us   uint64 `json:"p99_us"`
-	Samples uint64 `json:"samples"`
-}
-
-type tcpJSON struct {
-	ActiveConnections   uint64   `json:"active_connections"`
-	TimeWaitConnections uint64   `json:"time_wait_connections"`
-	RTT                 *rttJSON `json:"rtt"`
-}
-
-type snmpJSON struct {
-	IP   map[string]uint64 `json:"ip"`
-	ICMP map[string]uint64 `json:"icmp"`
-	TCP  map[string]uint64 `json:"tcp"`
-	UDP  map[string]uint64 `json:"udp"`
-}
-
-type usageJSON struct {
-	ContainerID    string       `json:"container_id"`
-	EphemeralPorts *rangeJSON   `json:"ephemeral_ports"`
-	Traffic        *trafficJSON `json:"traffic"`
-	EgressShaping  *shapingJSON `json:"egress_shaping"`  // null: no egress limit
-	IngressShaping *shapingJSON `json:"ingress_shaping"` // null: no ingress limit
-	TCP            *tcpJSON     `json:"tcp"`
-	SNMP           *snmpJSON    `json:"snmp"`
-	CollectedAt    string       `json:"collected_at,omitempty"`
-	// frames the host refused from the container, by reason (null: not isolated)
-	DroppedPackets map[string]uint64 `json:"dropped_packets"`
-}
-
-type statusJSON struct {
-	Version              string            `json:"version"`
-	HostIP               string            `json:"host_ip"`
-	HostInterface        string            `json:"host_interface"`
-	HostIPv6             []string          `json:"host_ipv6"` // empty: containers have no IPv6
-	EphemeralPool        string            `json:"ephemeral_pool"`
-	BlockSize            uint32            `json:"block_size"`
-	EphemeralBlocksTotal uint32            `json:"ephemeral_blocks_total"`
-	EphemeralBlocksFree  uint32            `json:"ephemeral_blocks_free"`
-	EphemeralBlocksUsed  uint32            `json:"ephemeral_blocks_used"`
-	ManagedPorts         string            `json:"managed_ports"`
-	StaticPortsExclusive string            `json:"static_ports_exclusive"`
-	StaticPortsShared    string            `json:"static_ports_shared"`
-	Features             map[string]bool   `json:"features"`
-	Containers           uint32            `json:"containers"`
-	ContainersByState    map[string]uint32 `json:"containers_by_state"`
-	DefaultEgressLimit   *limitJSON        `json:"default_egress_limit"`
-	DefaultIngressLimit  *limitJSON        `json:"default_ingress_limit"`
-	LinkSpeedMbps        uint64            `json:"link_speed_mbps"` // 0: unknown
-	ShapingQueue         string            `json:"shaping_queue"`   // "": no HTB, limits refused
-	HostPorts            hostPortsJSON     `json:"host_ports"`
-	Unattributed         []string          `json:"unattributed"` // kernel objects of no container, left in place
-	Rebuilt              []string          `json:"rebuilt"`      // containers rebuilt from the kernel at start-up
-	StateMovedAside      string            `json:"state_moved_aside,omitempty"`
-	OrphansReclaimed     uint64            `json:"orphans_reclaimed"`
-}
-
-type cleanupJSON struct {
-	ContainerID string `json:"container_id"`
-}
-
-func toRangeJSON(r *isolatordv1.EphemeralRange) *rangeJSON {
-	if r == nil {
-		return nil
-	}
-	return &rangeJSON{Begin: r.GetBegin(), End: r.GetEnd()}
-}
-
 // timeString renders a timestamp in UTC, or "" when unset.
 func timeString(ts *timestamppb.Timestamp, layout string) string {
 	if ts == nil {
 		return ""
 	}
 	return ts.AsTime().UTC().Format(layout)
-}
-
-func toLimitJSON(l *isolatordv1.BandwidthLimit) *limitJSON {
-	if l == nil || l.GetRate() == 0 {
-		return nil
-	}
-	return &limitJSON{Rate: l.GetRate(), Burst: l.GetBurst(), Ceil: l.GetCeil()}
-}
-
-func toShapingJSON(s *isolatordv1.ShapingStats) *shapingJSON {
-	if s == nil {
-		return nil
-	}
-	return &shapingJSON{
-		Limit: toLimitJSON(s.GetLimit()), Enforced: s.GetEnforced(), Queue: s.GetQueue(),
-		Bytes: s.GetBytes(), Packets: s.GetPackets(), Drops: s.GetDrops(), Overlimits: s.GetOverlimits(),
-		BacklogBytes: s.GetBacklogBytes(), BacklogPackets: s.GetBacklogPackets(),
-	}
 }
 
 // limitString is "2MB/s (16Mbit/s)", with ", burst 64KiB" and ", ceil
@@ -191,33 +39,6 @@ func limitString(l *isolatordv1.BandwidthLimit) string {
 		s += ", ceil " + rate.Format(uint64(l.GetCeil()))
 	}
 	return s
-}
-
-func toContainerJSON(c *isolatordv1.Container) containerJSON {
-	out := containerJSON{
-		ContainerID:    c.GetContainerId(),
-		State:          api.StateName(c.GetState()),
-		EphemeralPorts: toRangeJSON(c.GetEphemeralPorts()),
-		Ports:          []portJSON{},
-		Veth:           c.GetVeth(),
-		Netns:          c.GetNetns(),
-		Pid:            c.GetPid(),
-		NetnsSource:    c.GetNetnsSource(),
-		CreatedAt:      timeString(c.GetCreatedAt(), time.RFC3339Nano),
-		IsolatedAt:     timeString(c.GetIsolatedAt(), time.RFC3339Nano),
-		EgressLimit:    toLimitJSON(c.GetEgressLimit()),
-		IngressLimit:   toLimitJSON(c.GetIngressLimit()),
-		NotRecovered:   c.GetNotRecovered(),
-		Labels:         c.GetLabels(),
-		PinOwned:       c.GetPinOwned(),
-	}
-	if out.Labels == nil {
-		out.Labels = map[string]string{}
-	}
-	for _, p := range c.GetPorts() {
-		out.Ports = append(out.Ports, portJSON{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
-	}
-	return out
 }
 
 // Table helpers.
@@ -303,7 +124,7 @@ func micros(us uint64) string {
 // containerResult prints one container.
 type containerResult struct{ c *isolatordv1.Container }
 
-func (r containerResult) jsonValue() any { return toContainerJSON(r.c) }
+func (r containerResult) jsonValue() any { return jsonOf(r.c) }
 
 func (r containerResult) writeTable(w io.Writer) error {
 	c := r.c
@@ -336,9 +157,9 @@ func (r containerResult) writeTable(w io.Writer) error {
 type listResult []*isolatordv1.Container
 
 func (l listResult) jsonValue() any {
-	out := make([]containerJSON, 0, len(l))
+	out := make([]any, 0, len(l))
 	for _, c := range l {
-		out = append(out, toContainerJSON(c))
+		out = append(out, jsonOf(c))
 	}
 	return out
 }
@@ -362,39 +183,7 @@ type usageResult struct {
 	snmp bool
 }
 
-func (r usageResult) jsonValue() any {
-	u := r.u
-	out := usageJSON{
-		ContainerID:    u.GetContainerId(),
-		EphemeralPorts: toRangeJSON(u.GetEphemeralPorts()),
-		CollectedAt:    timeString(u.GetCollectedAt(), time.RFC3339Nano),
-		EgressShaping:  toShapingJSON(u.GetEgressShaping()),
-		IngressShaping: toShapingJSON(u.GetIngressShaping()),
-		DroppedPackets: u.GetDroppedPackets(),
-	}
-	if t := u.GetTraffic(); t != nil {
-		out.Traffic = &trafficJSON{
-			RxBytes: t.GetRxBytes(), RxPackets: t.GetRxPackets(), RxErrors: t.GetRxErrors(), RxDropped: t.GetRxDropped(),
-			TxBytes: t.GetTxBytes(), TxPackets: t.GetTxPackets(), TxErrors: t.GetTxErrors(), TxDropped: t.GetTxDropped(),
-		}
-	}
-	if t := u.GetTcp(); t != nil {
-		out.TCP = &tcpJSON{ActiveConnections: t.GetActiveConnections(), TimeWaitConnections: t.GetTimeWaitConnections()}
-		if p := t.GetRtt(); p != nil {
-			out.TCP.RTT = &rttJSON{P50Us: p.GetP50Us(), P90Us: p.GetP90Us(), P95Us: p.GetP95Us(), P99Us: p.GetP99Us(), Samples: p.GetSamples()}
-		}
-	}
-	if s := u.GetSnmp(); s != nil {
-		nonNil := func(m map[string]uint64) map[string]uint64 {
-			if m == nil {
-				return map[string]uint64{}
-			}
-			return m
-		}
-		out.SNMP = &snmpJSON{IP: nonNil(s.GetIp()), ICMP: nonNil(s.GetIcmp()), TCP: nonNil(s.GetTcp()), UDP: nonNil(s.GetUdp())}
-	}
-	return out
-}
+func (r usageResult) jsonValue() any { return jsonOf(r.u) }
 
 func (r usageResult) writeTable(w io.Writer) error {
 	u := r.u
@@ -506,42 +295,7 @@ func (r usageResult) writeTable(w io.Writer) error {
 // statusResult prints the daemon's status.
 type statusResult struct{ s *isolatordv1.StatusResponse }
 
-func (r statusResult) jsonValue() any {
-	s := r.s
-	out := statusJSON{
-		Version:              s.GetVersion(),
-		HostIP:               s.GetHostIp(),
-		HostInterface:        s.GetHostInterface(),
-		HostIPv6:             append([]string{}, s.GetHostIpv6()...),
-		EphemeralPool:        s.GetEphemeralPool(),
-		BlockSize:            s.GetBlockSize(),
-		EphemeralBlocksTotal: s.GetEphemeralBlocksTotal(),
-		EphemeralBlocksFree:  s.GetEphemeralBlocksFree(),
-		EphemeralBlocksUsed:  s.GetEphemeralBlocksUsed(),
-		ManagedPorts:         s.GetManagedPorts(),
-		StaticPortsExclusive: s.GetStaticPortsExclusive(),
-		StaticPortsShared:    s.GetStaticPortsShared(),
-		Features:             s.GetFeatures(),
-		Containers:           s.GetContainers(),
-		ContainersByState:    s.GetContainersByState(),
-		DefaultEgressLimit:   toLimitJSON(s.GetDefaultEgressLimit()),
-		DefaultIngressLimit:  toLimitJSON(s.GetDefaultIngressLimit()),
-		LinkSpeedMbps:        s.GetLinkSpeedMbps(),
-		ShapingQueue:         s.GetShapingQueue(),
-		HostPorts:            toHostPortsJSON(s.GetHostPorts()),
-		Unattributed:         append([]string{}, s.GetUnattributed()...),
-		Rebuilt:              append([]string{}, s.GetRebuilt()...),
-		StateMovedAside:      s.GetStateMovedAside(),
-		OrphansReclaimed:     s.GetOrphansReclaimed(),
-	}
-	if out.Features == nil {
-		out.Features = map[string]bool{}
-	}
-	if out.ContainersByState == nil {
-		out.ContainersByState = map[string]uint32{}
-	}
-	return out
-}
+func (r statusResult) jsonValue() any { return jsonOf(r.s) }
 
 func (r statusResult) writeTable(w io.Writer) error {
 	s := r.s
@@ -609,7 +363,8 @@ func (r statusResult) writeTable(w io.Writer) error {
 // cleanupResult confirms a cleanup.
 type cleanupResult struct{ id string }
 
-func (r cleanupResult) jsonValue() any { return cleanupJSON{ContainerID: r.id} }
+// jsonValue names the container: CleanupResponse has no fields.
+func (r cleanupResult) jsonValue() any { return map[string]string{"container_id": r.id} }
 
 func (r cleanupResult) writeTable(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "Container %s cleaned up\n", r.id)

@@ -30,13 +30,7 @@ func init() {
 type removedResult []string
 
 func (r removedResult) jsonValue() any {
-	out := []string(r)
-	if out == nil {
-		out = []string{}
-	}
-	return struct {
-		Removed []string `json:"removed"`
-	}{out}
+	return jsonOf(&isolatordv1.RemoveUnattributedResponse{Removed: r})
 }
 
 func (r removedResult) writeTable(w io.Writer) error {

@@ -1,8 +1,10 @@
 // Package daemonproc runs a long-lived program (isolatord) whose host side
-// is a sandbox's host namespace, for the demo and benchmark programs: it is
-// started with `nsenter --net=<host ns>` (never `ip netns exec`, which would
-// give it a private mount namespace and hide its bind mounts), killed with
-// the parent, and waited for until it logs that it serves.
+// is a sandbox's host namespace, for the end-to-end tests and the demo and
+// benchmark programs: it is started with `nsenter --net=<host ns>` (never
+// `ip netns exec`, which would give it a private mount namespace and hide
+// its bind mounts), killed with the parent, and waited for until it logs
+// that it serves. It has no tests of its own: every end-to-end test, the
+// demo's and the benchmark's start and stop their daemons through it.
 package daemonproc
 
 import (
@@ -28,11 +30,15 @@ type Process struct {
 	HostNS string   // /run/netns/<sandbox>-host
 	Args   []string // isolatord's flags
 	Ready  string   // output that says it is ready; "" = ServingMarker
+	// Wrap, when set, changes the command before each start (socket
+	// activation runs the daemon under a launcher).
+	Wrap func(cmd *exec.Cmd)
 
-	mu   sync.Mutex
-	log  *lockedBuffer
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the current process is reaped
+	mu      sync.Mutex
+	log     *lockedBuffer
+	cmd     *exec.Cmd
+	done    chan struct{} // closed once the current process is reaped
+	waitErr error         // cmd.Wait's result, set before done is closed
 }
 
 // ServingMarker is the log line isolatord prints once its socket accepts calls.
@@ -41,49 +47,17 @@ const ServingMarker = `"msg":"serving"`
 // Start launches the daemon and waits (at most timeout) until it logs that it
 // serves. It returns how long that took.
 func (d *Process) Start(timeout time.Duration) (time.Duration, error) {
-	d.mu.Lock()
-	if d.done != nil {
-		select {
-		case <-d.done:
-		default:
-			d.mu.Unlock()
-			return 0, errors.New("isolatord is already running")
-		}
+	began := time.Now()
+	if err := d.Launch(); err != nil {
+		return 0, err
 	}
-	d.log = &lockedBuffer{}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + d.HostNS, "--", d.Bin}, d.Args...)...)
-	cmd.Stdout = d.log
-	cmd.Stderr = d.log
-	// If the demo dies, so does its daemon. Pdeathsig fires when the thread
-	// that forked exits, so fork from a locked goroutine that outlives the
-	// process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	done := make(chan struct{})
-	d.cmd, d.done = cmd, done
-	log := d.log
+	d.mu.Lock()
+	cmd, done, log := d.cmd, d.done, d.log
 	marker := d.Ready
 	if marker == "" {
 		marker = ServingMarker
 	}
 	d.mu.Unlock()
-
-	began := time.Now()
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(done)
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(done)
-	}()
-	if err := <-started; err != nil {
-		return 0, fmt.Errorf("start isolatord: %w", err)
-	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -100,6 +74,73 @@ func (d *Process) Start(timeout time.Duration) (time.Duration, error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// Launch starts the daemon without waiting for it to serve (Done says when
+// it exits).
+func (d *Process) Launch() error {
+	d.mu.Lock()
+	if d.done != nil {
+		select {
+		case <-d.done:
+		default:
+			d.mu.Unlock()
+			return errors.New("isolatord is already running")
+		}
+	}
+	d.mu.Unlock()
+	log := &lockedBuffer{}
+	cmd := exec.Command("nsenter", append([]string{"--net=" + d.HostNS, "--", d.Bin}, d.Args...)...)
+	cmd.Stdout = log
+	cmd.Stderr = log
+	// If the caller dies, so does its daemon. Pdeathsig fires when the thread
+	// that forked exits, so fork from a locked goroutine that outlives the
+	// process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if d.Wrap != nil {
+		d.Wrap(cmd) // unlocked: it may end the goroutine (t.Skip)
+	}
+	done := make(chan struct{})
+	d.mu.Lock()
+	d.log, d.cmd, d.done, d.waitErr = log, cmd, done, nil
+	d.mu.Unlock()
+
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(done)
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		d.mu.Lock()
+		d.waitErr = err
+		d.mu.Unlock()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start %s: %w", filepath.Base(d.Bin), err)
+	}
+	return nil
+}
+
+// Done is closed once the process Launch (or Start) last started has exited
+// and been reaped; nil before the first start.
+func (d *Process) Done() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.done
+}
+
+// ExitErr is the last process's exit status as exec reports it (nil: exit
+// 0), once Done is closed.
+func (d *Process) ExitErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.waitErr
 }
 
 // Pid is the daemon's process id (nsenter execs isolatord), 0 if not running.

@@ -22,6 +22,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 const criImage = "localhost/isolatord-test/rootfs:1"
@@ -73,7 +74,7 @@ func TestContainerdCRI(t *testing.T) {
 	defer conn.Close()
 	rs := cri.NewRuntimeServiceClient(conn)
 	var status *cri.StatusResponse
-	eventually(t, 30*time.Second, "CRI runtime ready", func() bool {
+	wait.For(t, 30*time.Second, "CRI runtime ready", func() bool {
 		status, err = rs.Status(ctx, &cri.StatusRequest{})
 		return err == nil
 	})
@@ -112,7 +113,7 @@ func TestContainerdCRI(t *testing.T) {
 	if _, err := rs.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: created.GetContainerId()}); err != nil {
 		t.Fatalf("StartContainer: %v", err)
 	}
-	eventually(t, 30*time.Second, "CRI pod reachable on its hostPort 31001", func() bool {
+	wait.For(t, 30*time.Second, "CRI pod reachable on its hostPort 31001", func() bool {
 		s, err := echoFromClient(sb, "tcp", 31001)
 		return err == nil && s == "criweb"
 	})

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 type containerd struct {
@@ -106,7 +107,7 @@ state = %q
 			t.Logf("containerd log:\n%s", tail(string(b), 40))
 		}
 	})
-	eventually(t, 20*time.Second, "containerd serving on "+c.address, func() bool {
+	wait.For(t, 20*time.Second, "containerd serving on "+c.address, func() bool {
 		_, err := c.ctr("version")
 		return err == nil
 	})
@@ -193,7 +194,7 @@ func TestContainerdCtr(t *testing.T) {
 	})
 	fgID := c.ns + "-fg"
 	fgPort := 0
-	eventually(t, 30*time.Second, "foreground ctr container reachable on its first ephemeral port", func() bool {
+	wait.For(t, 30*time.Second, "foreground ctr container reachable on its first ephemeral port", func() bool {
 		select {
 		case err := <-fgDone:
 			out := fgOut.String()
@@ -231,7 +232,7 @@ func TestContainerdCtr(t *testing.T) {
 	}
 	bgID := c.ns + "-bg"
 	bgPort := firstEphemeral(d, bgID)
-	eventually(t, 30*time.Second, "detached ctr container reachable on its first ephemeral port", func() bool {
+	wait.For(t, 30*time.Second, "detached ctr container reachable on its first ephemeral port", func() bool {
 		s, err := echoFromClient(sb, "tcp", bgPort)
 		return err == nil && s == "ctrbg"
 	})

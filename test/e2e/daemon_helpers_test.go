@@ -18,6 +18,7 @@ import (
 
 	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/test/daemonproc"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -68,10 +69,12 @@ func repoRoot() string {
 }
 
 // Daemon is an isolatord process running with its host side in a sandbox's
-// host namespace (nsenter --net, so its bind mounts stay visible).
+// host namespace (test/daemonproc: nsenter --net, so its bind mounts stay
+// visible), with a gRPC client of it.
 type Daemon struct {
 	t        testing.TB
 	sb       *sandbox.Sandbox
+	proc     *daemonproc.Process
 	Dir      string // state, socket and netns dir live here
 	Socket   string
 	StateDir string
@@ -80,9 +83,6 @@ type Daemon struct {
 	// Wrap, when set, changes the command before each start (socket
 	// activation tests run the daemon under a launcher).
 	Wrap   func(d *Daemon, cmd *exec.Cmd)
-	cmd    *exec.Cmd
-	log    *bytes.Buffer
-	mu     sync.Mutex
 	conn   *grpc.ClientConn
 	Client pb.IsolatorClient
 }
@@ -152,39 +152,20 @@ func StartDaemon(t testing.TB, sb *sandbox.Sandbox, o DaemonOptions) *Daemon {
 	return d
 }
 
-// Start (re)starts the daemon process and waits for it to serve.
+// Start (re)starts the daemon process with d.Args and waits for it to
+// serve, then dials it.
 func (d *Daemon) Start() {
 	d.t.Helper()
-	bin := filepath.Join(Binaries(d.t), "isolatord")
-	d.mu.Lock()
-	d.log = &bytes.Buffer{}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + d.sb.Host.Path, "--", bin}, d.Args...)...)
-	cmd.Stdout = d.log
-	cmd.Stderr = d.log
-	d.cmd = cmd
-	d.mu.Unlock()
+	if d.proc == nil {
+		d.proc = &daemonproc.Process{Bin: filepath.Join(Binaries(d.t), "isolatord"), HostNS: d.sb.Host.Path}
+	}
+	d.proc.Args = d.Args
+	d.proc.Wrap = nil
 	if d.Wrap != nil {
-		d.Wrap(d, cmd)
+		d.proc.Wrap = func(cmd *exec.Cmd) { d.Wrap(d, cmd) }
 	}
-	if err := cmd.Start(); err != nil {
-		d.t.Fatalf("start isolatord: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case <-done:
-			d.t.Fatalf("isolatord exited during start-up:\n%s", d.Log())
-		default:
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("isolatord did not serve within 20s:\n%s", d.Log())
-		}
-		if strings.Contains(d.Log(), `"msg":"serving"`) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if _, err := d.proc.Start(20 * time.Second); err != nil {
+		d.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -198,16 +179,18 @@ func (d *Daemon) Start() {
 
 // Log returns what the daemon printed so far.
 func (d *Daemon) Log() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.log == nil {
+	if d.proc == nil {
 		return ""
 	}
-	return d.log.String()
+	return d.proc.Log()
 }
 
-// Pid of the running daemon process (nsenter execs it, so same pid).
-func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+// Pid of the running daemon process (nsenter execs it, so same pid), 0
+// when it is not running.
+func (d *Daemon) Pid() int { return d.proc.Pid() }
+
+// Exited is closed once the daemon process has exited.
+func (d *Daemon) Exited() <-chan struct{} { return d.proc.Done() }
 
 // Kill sends SIGKILL and waits for the process to go.
 func (d *Daemon) Kill() {
@@ -224,26 +207,12 @@ func (d *Daemon) stopWith(sig syscall.Signal) {
 		d.conn.Close()
 		d.conn = nil
 	}
-	if d.cmd == nil || d.cmd.Process == nil {
+	if d.proc == nil {
 		return
 	}
-	if d.cmd.ProcessState == nil {
-		_ = d.cmd.Process.Signal(sig)
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			if err := syscall.Kill(d.cmd.Process.Pid, 0); err != nil {
-				break
-			}
-			// Reap if it is our child and exited.
-			var ws syscall.WaitStatus
-			if pid, _ := syscall.Wait4(d.cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == d.cmd.Process.Pid {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		_ = d.cmd.Process.Kill()
+	if err := d.proc.Stop(sig); err != nil {
+		d.t.Logf("stop isolatord: %v", err)
 	}
-	d.cmd = nil
 }
 
 // Ctl runs isolatorctl against the daemon and returns stdout; it fails the

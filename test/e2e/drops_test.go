@@ -12,6 +12,7 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestDropsCounted: a frame a container may not send (here: from a source
@@ -54,15 +55,12 @@ func TestDropsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var u *pb.UsageResponse
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	wait.Until(5*time.Second, func() bool {
 		if u, err = d.Client.Usage(ctx, &pb.UsageRequest{ContainerId: id}); err != nil {
 			t.Fatal(err)
 		}
-		if u.DroppedPackets["port"] >= n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return u.DroppedPackets["port"] >= n
+	})
 	if len(u.DroppedPackets) != len(dataplane.DropReasons) || u.DroppedPackets["port"] < n {
 		t.Fatalf("usage dropped_packets = %v, want every reason and port >= %d", u.DroppedPackets, n)
 	}

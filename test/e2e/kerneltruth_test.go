@@ -1,25 +1,23 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/test/daemonproc"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // The kernel is the truth: no state fault, second daemon or signal may tear
@@ -161,65 +159,31 @@ func (f *ktFleet) probe(t *testing.T) (stop func()) {
 }
 
 // rawDaemon runs isolatord with args in the sandbox's host namespace
-// without waiting for it to serve; lines receives its log lines.
-type rawDaemon struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	lines []string
-	done  chan struct{}
-	err   error
-}
+// without waiting for it to serve.
+type rawDaemon struct{ p *daemonproc.Process }
 
 func startRaw(t *testing.T, sb *sandbox.Sandbox, args []string) *rawDaemon {
 	t.Helper()
-	bin := filepath.Join(Binaries(t), "isolatord")
-	r := &rawDaemon{done: make(chan struct{})}
-	r.cmd = exec.Command("nsenter", append([]string{"--net=" + sb.Host.Path, "--", bin}, args...)...)
-	pr, pw := io.Pipe()
-	r.cmd.Stdout, r.cmd.Stderr = pw, pw
-	if err := r.cmd.Start(); err != nil {
+	r := &rawDaemon{&daemonproc.Process{Bin: filepath.Join(Binaries(t), "isolatord"), HostNS: sb.Host.Path, Args: args}}
+	if err := r.p.Launch(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			r.mu.Lock()
-			r.lines = append(r.lines, sc.Text())
-			r.mu.Unlock()
-		}
-	}()
-	go func() { r.err = r.cmd.Wait(); pw.Close(); close(r.done) }()
-	t.Cleanup(func() { r.kill() })
+	t.Cleanup(r.kill)
 	return r
 }
 
-func (r *rawDaemon) log() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.lines, "\n")
-}
+func (r *rawDaemon) log() string { return r.p.Log() }
 
-func (r *rawDaemon) nlines() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.lines)
-}
+// nlines is the number of whole lines it printed.
+func (r *rawDaemon) nlines() int { return strings.Count(r.p.Log(), "\n") }
 
-func (r *rawDaemon) kill() {
-	select {
-	case <-r.done:
-	default:
-		_ = r.cmd.Process.Signal(syscall.SIGKILL)
-		<-r.done
-	}
-}
+func (r *rawDaemon) kill() { _ = r.p.Stop(syscall.SIGKILL) }
 
 // wait waits for the process to exit (or fails after timeout).
 func (r *rawDaemon) wait(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	select {
-	case <-r.done:
+	case <-r.p.Done():
 	case <-time.After(timeout):
 		t.Fatalf("isolatord did not exit within %v:\n%s", timeout, r.log())
 	}
@@ -256,7 +220,7 @@ func TestSecondDaemonChangesNothing(t *testing.T) {
 		r := startRaw(t, f.sb, argsWith(f.d.Args, "--state-dir", c.stateDir, "--socket", c.socket))
 		r.wait(t, 20*time.Second)
 		stop()
-		if r.err == nil {
+		if r.p.ExitErr() == nil {
 			t.Fatalf("%s: the second daemon exited 0:\n%s", c.name, r.log())
 		}
 		want := "isolatord pid " + strconv.Itoa(f.d.Pid())
@@ -377,13 +341,7 @@ func TestKillDuringRebuild(t *testing.T) {
 	must(t, os.Remove(dbPath))
 	// how many lines a whole start-up writes
 	r := startRaw(t, f.sb, f.d.Args)
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(r.log(), `"msg":"serving"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no serving line:\n%s", r.log())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, 20*time.Second, "the serving line", func() bool { return strings.Contains(r.log(), daemonproc.ServingMarker) })
 	total := r.nlines()
 	r.kill()
 	stop := f.probe(t)
@@ -396,7 +354,7 @@ func TestKillDuringRebuild(t *testing.T) {
 				t.Fatalf("kill point %d: only %d lines:\n%s", k, r.nlines(), r.log())
 			}
 			select {
-			case <-r.done:
+			case <-r.p.Done():
 				t.Fatalf("kill point %d: exited:\n%s", k, r.log())
 			case <-time.After(time.Millisecond):
 			}
@@ -409,7 +367,7 @@ func TestKillDuringRebuild(t *testing.T) {
 		r2 := startRaw(t, f.sb, f.d.Args)
 		for r2.nlines() < k && time.Now().Before(deadline) {
 			select {
-			case <-r2.done:
+			case <-r2.p.Done():
 			case <-time.After(time.Millisecond):
 			}
 		}
@@ -435,16 +393,10 @@ func TestSignalsNeverTearDown(t *testing.T) {
 		pid := f.d.Pid()
 		must(t, syscall.Kill(pid, sig))
 		waitLog(t, f.d, `"msg":"signal received: shutting down","signal":"`+sig.String()+`"`)
-		deadline := time.Now().Add(20 * time.Second)
-		for syscall.Kill(pid, 0) == nil {
-			var ws syscall.WaitStatus
-			if p, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); p == pid {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%v: daemon still running", sig)
-			}
-			time.Sleep(10 * time.Millisecond)
+		select {
+		case <-f.d.Exited():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%v: daemon (pid %d) still running", sig, pid)
 		}
 		if _, err := os.Stat(f.d.Socket); err == nil {
 			t.Fatalf("%v: socket left behind", sig)
@@ -461,12 +413,8 @@ func TestSignalsNeverTearDown(t *testing.T) {
 
 func waitLog(t *testing.T, d *Daemon, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.Log(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s in the log:\n%s", want, d.Log())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { return strings.Contains(d.Log(), want) }) {
+		t.Fatalf("no %s in the log:\n%s", want, d.Log())
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 const metricsAddr = "127.0.0.1:9617"
@@ -213,11 +214,16 @@ func TestUsageCountsTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	u1, err := d.Client.Usage(ctx, &pb.UsageRequest{ContainerId: id})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The veth's counters and the namespace's SNMP catch up with the last
+	// datagram asynchronously: wait until both count all of them.
+	var u1 *pb.UsageResponse
+	wait.For(t, 5*time.Second, "the usage counts the 64 datagrams", func() bool {
+		u1, err = d.Client.Usage(ctx, &pb.UsageRequest{ContainerId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u1.Traffic.RxPackets-u0.Traffic.RxPackets >= n && u1.Snmp.GetUdp()["InDatagrams"] >= n
+	})
 	// Each datagram: payload + newline + 8 UDP + 20 IP + 14 Ethernet bytes.
 	wantBytes := uint64(n * (size + 1 + 8 + 20 + 14))
 	gotBytes := u1.Traffic.RxBytes - u0.Traffic.RxBytes
@@ -262,12 +268,17 @@ func TestUsageCountsTraffic(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(300 * time.Millisecond)
-	u2, err := d.Client.Usage(ctx, &pb.UsageRequest{ContainerId: id})
+	// Wait until sock_diag has RTT samples of the live connection.
+	var u2 *pb.UsageResponse
+	wait.For(t, 5*time.Second, "RTT figures of the live connection", func() bool {
+		u2, err = d.Client.Usage(ctx, &pb.UsageRequest{ContainerId: id})
+		if err != nil {
+			close(stop)
+			t.Fatal(err)
+		}
+		return u2.Tcp.GetRtt().GetP50Us() != 0 && u2.Tcp.GetActiveConnections() >= 1
+	})
 	close(stop)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if derr := <-done; derr != nil {
 		t.Fatalf("live connection: %v", derr)
 	}

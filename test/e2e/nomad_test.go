@@ -24,6 +24,7 @@ import (
 
 	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 type nomadAgent struct {
@@ -72,7 +73,7 @@ func (n *nomadAgent) start() {
 	}
 	n.cmd, n.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { cmd.Wait(); close(done) }(n.done)
-	eventually(n.t, 90*time.Second, "Nomad node ready", func() bool {
+	wait.For(n.t, 90*time.Second, "Nomad node ready", func() bool {
 		out, err := n.cli("node", "status")
 		return err == nil && strings.Contains(out, "ready")
 	})
@@ -213,12 +214,12 @@ job "static" {
 `, iso)), 0o644)
 	n.mustCLI("job", "run", "-detach", job)
 	var allocs []string
-	eventually(t, 90*time.Second, "static job's alloc running", func() bool {
+	wait.For(t, 90*time.Second, "static job's alloc running", func() bool {
 		allocs = n.runningAllocs("static")
 		return len(allocs) == 1
 	})
 	alloc := allocs[0]
-	eventually(t, 30*time.Second, "static job reachable on 31005", func() bool {
+	wait.For(t, 30*time.Second, "static job reachable on 31005", func() bool {
 		s, err := echoFromClient(sb, "tcp", 31005)
 		return err == nil && s == "nomadweb"
 	})
@@ -237,17 +238,17 @@ job "static" {
 	n.stop()
 	n.start()
 	d.Start()
-	eventually(t, 60*time.Second, "the alloc running after Nomad's restart", func() bool {
+	wait.For(t, 60*time.Second, "the alloc running after Nomad's restart", func() bool {
 		a := n.runningAllocs("static")
 		return len(a) == 1 && a[0] == alloc
 	})
 	mustEcho(t, sb, "tcp", 31005, "nomadweb")
 
 	n.mustCLI("job", "stop", "-purge", "static")
-	eventually(t, 60*time.Second, "isolatord forgets the stopped alloc", func() bool {
+	wait.For(t, 60*time.Second, "isolatord forgets the stopped alloc", func() bool {
 		return cniGet(t, d, alloc) == nil
 	})
-	eventually(t, 30*time.Second, "Nomad removes its pin", func() bool {
+	wait.For(t, 30*time.Second, "Nomad removes its pin", func() bool {
 		_, err := os.Stat(filepath.Join(nspin.DefaultDir, alloc))
 		return os.IsNotExist(err)
 	})
@@ -283,11 +284,11 @@ job "shared" {
 }
 `, iso)), 0o644)
 	n.mustCLI("job", "run", "-detach", shared)
-	eventually(t, 90*time.Second, "shared job's two allocs running", func() bool {
+	wait.For(t, 90*time.Second, "shared job's two allocs running", func() bool {
 		return len(n.runningAllocs("shared")) == 2
 	})
 	seen := map[string]int{}
-	eventually(t, 60*time.Second, "connections to 31443 reach both allocations", func() bool {
+	wait.For(t, 60*time.Second, "connections to 31443 reach both allocations", func() bool {
 		if s, err := echoFromClient(sb, "tcp", 31443); err == nil {
 			seen[s]++
 		}
@@ -296,7 +297,7 @@ job "shared" {
 	t.Logf("shared port 31443 spread: %v", seen)
 	sharedAllocs := n.runningAllocs("shared")
 	n.mustCLI("job", "stop", "-purge", "shared")
-	eventually(t, 60*time.Second, "isolatord forgets the shared job's allocs", func() bool {
+	wait.For(t, 60*time.Second, "isolatord forgets the shared job's allocs", func() bool {
 		for _, a := range sharedAllocs {
 			if cniGet(t, d, a) != nil {
 				return false

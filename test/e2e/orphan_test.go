@@ -16,6 +16,7 @@ import (
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // orphanGrace is the --orphan-grace of the orphan tests: short, so that the
@@ -26,16 +27,14 @@ const orphanGrace = 2 * time.Second
 func waitGone(t *testing.T, d *Daemon, id string, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for deadline := start.Add(within); ; {
-		_, err := d.Client.Get(context.Background(), &pb.GetRequest{ContainerId: id})
-		if err != nil && strings.Contains(err.Error(), "not known") {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still known %v after its namespace was orphaned (err %v)", id, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !wait.Until(within, func() bool {
+		_, err = d.Client.Get(context.Background(), &pb.GetRequest{ContainerId: id})
+		return err != nil && strings.Contains(err.Error(), "not known")
+	}) {
+		t.Fatalf("%s still known %v after its namespace was orphaned (err %v)", id, within, err)
 	}
+	return time.Since(start)
 }
 
 // pinAt bind-mounts the namespace at nsPath on a new file in dir, as a
@@ -171,7 +170,9 @@ func TestOrphanThreadKeepsNamespace(t *testing.T) {
 		close(release)
 		t.Fatal(err)
 	}
-	// Three grace periods: it would have been reclaimed long since.
+	// Three grace periods: it would have been reclaimed long since. The
+	// passing time is what is under test (no reclaim while a thread is in
+	// the namespace), so this loop watches for the whole of it.
 	deadline := time.Now().Add(3 * orphanGrace)
 	for time.Now().Before(deadline) {
 		if _, _, err := d.CtlResult("get", id); err != nil {

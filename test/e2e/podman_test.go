@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 type podman struct {
@@ -103,7 +104,7 @@ func TestPodman(t *testing.T) {
 	id := p.must("inspect", "--format", "{{.Id}}", name)
 
 	var got ctlContainer
-	eventually(t, 20*time.Second, "podman container reachable on 31001", func() bool {
+	wait.For(t, 20*time.Second, "podman container reachable on 31001", func() bool {
 		s, err := echoFromClient(sb, "tcp", 31001)
 		return err == nil && s == "podweb"
 	})

@@ -11,6 +11,7 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // retiredLinks lists the sandbox host's links awaiting deletion.
@@ -75,12 +76,8 @@ func TestDaemonFinishesRetiredAfterKill(t *testing.T) {
 	}
 
 	d.Start()
-	deadline := time.Now().Add(15 * time.Second)
-	for left := retiredLinks(t, sb); len(left) > 0; left = retiredLinks(t, sb) {
-		if time.Now().After(deadline) {
-			t.Fatalf("retired links still there 15s after the restart: %v\n%s", left, d.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !wait.Until(15*time.Second, func() bool { return len(retiredLinks(t, sb)) == 0 }) {
+		t.Fatalf("retired links still there 15s after the restart: %v\n%s", retiredLinks(t, sb), d.Log())
 	}
 	// The namespace takes a container again.
 	setup()

@@ -167,13 +167,3 @@ func runCmd(timeout time.Duration, env []string, name string, args ...string) (s
 	err := cmd.Run()
 	return out.String(), err
 }
-
-// eventually polls cond every 50 ms until it holds or within passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-	}
-}

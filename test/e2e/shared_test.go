@@ -19,6 +19,7 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // Shared static ports (SO_REUSEPORT across containers), end to end through
@@ -319,12 +320,9 @@ func TestSharedPorts(t *testing.T) {
 		for _, f := range flows {
 			f.c.Close()
 		}
-		deadline := time.Now().Add(15 * time.Second) // the reconciler runs every 5 s
-		for pinNodes(t, sb) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d pins left 15s after their connections ended", pinNodes(t, sb))
-			}
-			time.Sleep(250 * time.Millisecond)
+		// the reconciler runs every 5 s
+		if !wait.Until(15*time.Second, func() bool { return pinNodes(t, sb) == 0 }) {
+			t.Fatalf("%d pins left 15s after their connections ended", pinNodes(t, sb))
 		}
 	})
 

@@ -168,13 +168,17 @@ func ensureNetnsDir() error {
 }
 
 // createNamedNS creates a new network namespace and bind-mounts it at
-// /run/netns/<name>, like `ip netns add <name>` (after ensureNetnsDir). The calling thread is not
-// changed: the work happens on a throwaway locked thread.
-func createNamedNS(name string) (NS, error) {
+// /run/netns/<name>, like `ip netns add <name>` (after ensureNetnsDir).
+func createNamedNS(name string) (NS, error) { return CreateNSAt(NetnsDir, name) }
+
+// CreateNSAt creates a new network namespace held by a bind mount on
+// dir/name and no process. The calling thread is not changed: the work
+// happens on a throwaway locked thread. NS.Delete removes it.
+func CreateNSAt(dir, name string) (NS, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return NS{}, fmt.Errorf("invalid netns name %q", name)
 	}
-	path := filepath.Join(NetnsDir, name)
+	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return NS{}, fmt.Errorf("create %s: %w", path, err)
@@ -216,8 +220,11 @@ func createNamedNS(name string) (NS, error) {
 }
 
 // deleteNamedNS unmounts and removes /run/netns/<name>, like `ip netns del`.
-// The namespace (and its veths) goes away once no process or fd holds it.
-func deleteNamedNS(n NS) error {
+func deleteNamedNS(n NS) error { return n.Delete() }
+
+// Delete unmounts and removes the namespace's file. The namespace (and its
+// veths) goes away once no process or fd holds it.
+func (n NS) Delete() error {
 	if n.Path == "" {
 		return nil
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestHelperOwner is not a test: TestDeadOwnerIsSwept runs the test binary
@@ -71,12 +73,9 @@ func TestDeadOwnerIsSwept(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	// Its container dies with it (Pdeathsig)...
-	gone := false
-	for i := 0; i < 200 && !gone; i++ {
-		gone = errors.Is(syscall.Kill(ctrPid, 0), syscall.ESRCH) || isZombie(ctrPid)
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !gone {
+	if !wait.Until(2*time.Second, func() bool {
+		return errors.Is(syscall.Kill(ctrPid, 0), syscall.ESRCH) || isZombie(ctrPid)
+	}) {
 		t.Errorf("container pid %d outlived its dead owner", ctrPid)
 		syscall.Kill(ctrPid, syscall.SIGKILL)
 	}

@@ -1,7 +1,8 @@
 // Package traffic is the small TCP/UDP/ICMP toolkit isolatord's tests use
 // instead of nc, curl or ping: servers that say who answered, a client that
-// can pick its source address and port, benchmark loops and an ICMP echo
-// counter that notices duplicate replies.
+// can pick its source address and port, benchmark loops, an ICMP echo
+// counter that notices duplicate replies, and a bulk stream with a meter on
+// its receiving side for shaping tests (Stream).
 //
 // Protocol. A TCP connection to ServeTCP is in line mode unless its first byte
 // is one of the benchmark mode bytes below: each newline-terminated request R

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/test/sandbox"
 )
 
 // nsPool makes network namespaces for benchmark containers without a
@@ -45,59 +45,22 @@ func newNSPool(dir string) (*nsPool, error) {
 	return p, nil
 }
 
-// create makes a new network namespace bind-mounted at dir/name and returns
-// the path. The work happens on a locked thread that switches back to its
-// original namespace afterwards (if that fails, the thread stays locked
-// and dies with its goroutine).
+// create makes a new network namespace bind-mounted at dir/name
+// (test/sandbox) and returns the path.
 func (p *nsPool) create(name string) (string, error) {
-	path := filepath.Join(p.dir, name)
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	ns, err := sandbox.CreateNSAt(p.dir, name)
 	if err != nil {
 		return "", err
 	}
-	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		merr := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, "")
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns back: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- merr
-	}()
-	if err := <-errc; err != nil {
-		os.Remove(path)
-		return "", fmt.Errorf("namespace %s: %w", path, err)
-	}
 	p.mu.Lock()
-	p.paths = append(p.paths, path)
+	p.paths = append(p.paths, ns.Path)
 	p.mu.Unlock()
-	return path, nil
+	return ns.Path, nil
 }
 
 // remove unmounts and deletes one namespace file.
 func (p *nsPool) remove(path string) error {
-	err := unix.Unmount(path, unix.MNT_DETACH)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		err = nil
-	}
-	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
-		err = rerr
-	}
+	err := sandbox.NS{Path: path}.Delete()
 	p.mu.Lock()
 	for i, q := range p.paths {
 		if q == path {

@@ -24,6 +24,7 @@ import (
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // The demo's port plan. The sandbox host's own ip_local_port_range is
@@ -646,6 +647,14 @@ func (d *demo) stepMetrics(ctx context.Context) error {
 	return nil
 }
 
+// waitSent waits (at most 10 s) until the client has sent n requests.
+func waitSent(sent *atomic.Int64, n int64) error {
+	if !wait.Until(10*time.Second, func() bool { return sent.Load() >= n }) {
+		return fmt.Errorf("the client sent %d requests in 10 s, want %d", sent.Load(), n)
+	}
+	return nil
+}
+
 func (d *demo) stepRestart(ctx context.Context) error {
 	// Client traffic: alternate TCP requests to alpha and to the shared
 	// port, every 10 ms, until told to stop.
@@ -674,7 +683,10 @@ func (d *demo) stepRestart(ctx context.Context) error {
 	}()
 	defer func() { stopTraffic(); wg.Wait() }()
 
-	time.Sleep(300 * time.Millisecond)
+	// Let the client's requests flow before the kill.
+	if err := waitSent(&sent, 20); err != nil {
+		return err
+	}
 	pid := d.d.Pid()
 	d.ui.command("kill", "-9", strconv.Itoa(pid))
 	killedAt := time.Now()
@@ -682,7 +694,9 @@ func (d *demo) stepRestart(ctx context.Context) error {
 		return err
 	}
 	d.ui.linef("     isolatord is gone; the client keeps sending requests every 10 ms")
-	time.Sleep(300 * time.Millisecond)
+	if err := waitSent(&sent, sent.Load()+20); err != nil {
+		return err
+	}
 	d.ui.command(append([]string{"nsenter", "--net=" + d.sb.Host.Path, "isolatord"}, "...same flags...")...)
 	took, err := d.d.Start(daemonStartMax)
 	if err != nil {
@@ -695,7 +709,9 @@ func (d *demo) stepRestart(ctx context.Context) error {
 			d.ui.block("log: " + l)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	if err := waitSent(&sent, sent.Load()+20); err != nil {
+		return err
+	}
 	stopTraffic()
 	wg.Wait()
 	d.ui.linef("     requests sent during the restart window: %d, failed: %d", sent.Load(), failed.Load())
