@@ -117,6 +117,7 @@ func (b *bench) run(ctx context.Context) {
 		{"rebuild", b.phaseRebuild},
 		{"teardown", b.phaseTeardown},
 		{"control", b.phaseControl},
+		{"cni", b.phaseCNI},
 	}
 	for i, p := range phases {
 		if !b.o.runs(p.name) {

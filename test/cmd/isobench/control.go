@@ -21,16 +21,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/containernetworking/cni/libcni"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -59,6 +55,12 @@ type ControlScale struct {
 	// CNI through libcni (plugin process exec to result).
 	CNIAdd *Latency `json:"cni_add"`
 	CNIDel *Latency `json:"cni_del"`
+	// Where the CNI time goes (cni.go): the plugin's process exec to a
+	// VERSION result, and the daemon's share of ADD (Prepare+Isolate) and
+	// DEL (Cleanup) called directly on an open connection.
+	CNIExec   *Latency `json:"cni_exec,omitempty"`
+	CNIAddRPC *Latency `json:"cni_add_rpc,omitempty"`
+	CNIDelRPC *Latency `json:"cni_del_rpc,omitempty"`
 	// Where the SVG was written.
 	SVG string `json:"svg,omitempty"`
 }
@@ -281,7 +283,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	}
 	hs.kill(probePid)
 
-	if err := b.cniFigures(ctx, hs, filepath.Join(b.tmp, "sc", "isolatord.sock"), samples); err != nil {
+	if err := b.cniFigures(ctx, cl, hs, filepath.Join(b.tmp, "sc", "isolatord.sock"), samples); err != nil {
 		b.fail("control: CNI: %v", err)
 	}
 	return nil
@@ -374,66 +376,6 @@ func (r *readProbe) start(ctx context.Context, cl pb.IsolatorClient, id string) 
 		<-finished
 		return summarize(r.lat)
 	}
-}
-
-// cniFigures times CNI ADD and DEL through libcni, which executes the
-// isolator-cni binary as a runtime does.
-func (b *bench) cniFigures(ctx context.Context, hs *holders, socket string, k int) error {
-	bin, err := filepath.Abs(b.o.bin)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(bin, "isolator-cni")); err != nil {
-		return fmt.Errorf("isolator-cni not built (make build): %w", err)
-	}
-	confDir := filepath.Join(b.tmp, "cni-conf")
-	cacheDir := filepath.Join(b.tmp, "cni-cache")
-	for _, d := range []string{confDir, cacheDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": "isobench", "plugins": [{"type": "isolator-cni", "socket": %q, "capabilities": {"portMappings": true}}]}`, socket)
-	if err := os.WriteFile(filepath.Join(confDir, "isobench.conflist"), []byte(conf), 0o644); err != nil {
-		return err
-	}
-	list, err := libcni.LoadConfList(confDir, "isobench")
-	if err != nil {
-		return err
-	}
-	cni := libcni.NewCNIConfigWithCacheDir([]string{bin}, cacheDir, nil)
-	warm := 2
-	var add, del []time.Duration
-	for i := 0; i < warm+k; i++ {
-		pid, err := hs.spawn()
-		if err != nil {
-			return err
-		}
-		rt := &libcni.RuntimeConf{
-			ContainerID: "cni" + strconv.Itoa(i), NetNS: fmt.Sprintf("/proc/%d/ns/net", pid), IfName: "eth0",
-			CapabilityArgs: map[string]any{"portMappings": []map[string]any{{"hostPort": ctlPort, "containerPort": ctlPort, "protocol": "tcp"}}},
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		t0 := time.Now()
-		_, err = cni.AddNetworkList(cctx, list, rt)
-		t1 := time.Now()
-		if err == nil {
-			err = cni.DelNetworkList(cctx, list, rt)
-		}
-		t2 := time.Now()
-		cancel()
-		hs.kill(pid)
-		if err != nil {
-			return fmt.Errorf("attachment %d: %w", i, err)
-		}
-		if i >= warm {
-			add, del = append(add, t1.Sub(t0)), append(del, t2.Sub(t1))
-		}
-	}
-	cs := b.res.Control
-	cs.CNIAdd, cs.CNIDel = summarize(add), summarize(del)
-	b.logf("control: CNI ADD %s, DEL %s", fmtMs(cs.CNIAdd), fmtMs(cs.CNIDel))
-	return nil
 }
 
 // curveSorted returns the curve by number present.

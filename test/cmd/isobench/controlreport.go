@@ -67,6 +67,9 @@ func (c *ControlScale) writeMarkdown(w io.Writer, r *Results) {
 	row("Usage/Get during the bursts", fmtMs(c.ReadsDuringBursts), "p99 <= 5 ms", "Usage/Get p99 during bursts")
 	row(fmt.Sprintf("CNI ADD (libcni exec; bridge+portmap: %d ms)", peerCNIAddMs), fmtMs(c.CNIAdd), "p50 <= 10 ms", "CNI ADD p50")
 	row(fmt.Sprintf("CNI DEL (libcni exec; bridge+portmap: %d ms)", peerCNIDelMs), fmtMs(c.CNIDel), "p50 <= 5 ms", "CNI DEL p50")
+	if c.CNIExec != nil {
+		fmt.Fprintf(w, "\nCNI breakdown: %s.\n", c.cniBreakdown())
+	}
 	if len(c.Curve) > 0 {
 		fmt.Fprint(w, "\n| Present | Setup p50 / p99 | Teardown p50 / p99 |\n|---|---|---|\n")
 		for _, p := range c.curveSorted() {

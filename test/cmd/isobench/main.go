@@ -97,6 +97,7 @@ var phaseNeeds = map[string][]string{
 	"amplification": {"prepare", "daemons", "n_containers", "one_container", "teardown"},
 	"cycles":        {"prepare", "daemons", "n_containers", "teardown"},
 	"control":       {"prepare"}, // its own sandbox and daemon (control.go)
+	"cni":           {"prepare"}, // the control phase's CNI figures alone (cni.go)
 	"restart":       {"prepare", "daemons", "n_containers", "teardown"},
 	"rebuild":       {"prepare", "daemons", "n_containers", "restart", "teardown"}, // both recoveries, one set-up
 }
@@ -128,7 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
 	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
 	fs.StringVar(&o.from, "from", "", "print the tables of an earlier run's JSON `file` (e.g. bench/results/latest.json) and exit")
-	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, amplification, cycles, restart, rebuild (after restart) or control")
+	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, amplification, cycles, restart, rebuild (after restart), control or cni (the CNI figures alone)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -170,7 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--dur %v: must be 10ms..1m", o.dur)
 	}
 	if _, ok := phaseNeeds[o.only]; o.only != "" && !ok {
-		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, shared_ports, amplification, cycles, restart, rebuild, control)", o.only)
+		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, shared_ports, amplification, cycles, restart, rebuild, control, cni)", o.only)
 	}
 	if o.isotraffic == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -1,0 +1,167 @@
+package main
+
+// CNI ADD and DEL through libcni executing the isolator-cni binary exactly
+// as a runtime does (process exec to result, the namespace held by a real
+// process), and where that time goes: the same daemon work called directly
+// on an open gRPC connection, and the plugin's exec alone (a VERSION call).
+// The control phase measures them after its curve; `--only cni` measures
+// them alone in a sandbox and daemon of their own.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/test/sandbox"
+)
+
+// phaseCNI runs the CNI figures alone (--only cni); in a full run the
+// control phase measures them.
+func (b *bench) phaseCNI(ctx context.Context) error {
+	if b.o.only != "cni" {
+		return nil
+	}
+	if b.res.Control == nil {
+		b.res.Control = &ControlScale{Namespaces: "each held by a process (sleep cloned into a fresh network namespace)"}
+	}
+	sb, err := sandbox.NewNamed("isobench-k")
+	if err != nil {
+		return err
+	}
+	b.sbNames = append(b.sbNames, sb.Name)
+	b.undo = append(b.undo, sb.Close)
+	hs := &holders{}
+	b.undo = append(b.undo, hs.close)
+	_, cl, err := b.startDaemon(ctx, sb, "sk")
+	if err != nil {
+		return err
+	}
+	return b.cniFigures(ctx, cl, hs, filepath.Join(b.tmp, "sk", "isolatord.sock"), b.o.cycles)
+}
+
+// cniFigures times k CNI ADDs and DELs through libcni, which executes the
+// isolator-cni binary as a runtime does, each on a fresh namespace held by
+// a process. Interleaved with them, on another fresh namespace each, it
+// times the daemon's part called directly through cl (Prepare+Isolate by
+// path with the same port and labels, then Cleanup) and the plugin's bare
+// process exec (libcni's VERSION call): what ADD and DEL cost beyond the
+// daemon's work is the plugin's.
+func (b *bench) cniFigures(ctx context.Context, cl pb.IsolatorClient, hs *holders, socket string, k int) error {
+	bin, err := filepath.Abs(b.o.bin)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(bin, "isolator-cni")); err != nil {
+		return fmt.Errorf("isolator-cni not built (make build): %w", err)
+	}
+	confDir := filepath.Join(b.tmp, "cni-conf")
+	cacheDir := filepath.Join(b.tmp, "cni-cache")
+	for _, d := range []string{confDir, cacheDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": "isobench", "plugins": [{"type": "isolator-cni", "socket": %q, "capabilities": {"portMappings": true}}]}`, socket)
+	if err := os.WriteFile(filepath.Join(confDir, "isobench.conflist"), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	list, err := libcni.LoadConfList(confDir, "isobench")
+	if err != nil {
+		return err
+	}
+	cni := libcni.NewCNIConfigWithCacheDir([]string{bin}, cacheDir, nil)
+	warm := 2
+	var add, del, exe, addRPC, delRPC []time.Duration
+	for i := 0; i < warm+k; i++ {
+		a, d, err := b.cniSample(ctx, cni, list, hs, "cni"+strconv.Itoa(i))
+		if err != nil {
+			return fmt.Errorf("attachment %d: %w", i, err)
+		}
+		ra, rd, err := b.cniDaemonSample(ctx, cl, hs, "rpc"+strconv.Itoa(i))
+		if err != nil {
+			return fmt.Errorf("direct calls %d: %w", i, err)
+		}
+		t0 := time.Now()
+		if _, err := cni.GetVersionInfo(ctx, "isolator-cni"); err != nil {
+			return fmt.Errorf("VERSION: %w", err)
+		}
+		e := time.Since(t0)
+		if i >= warm {
+			add, del, exe = append(add, a), append(del, d), append(exe, e)
+			addRPC, delRPC = append(addRPC, ra), append(delRPC, rd)
+		}
+	}
+	cs := b.res.Control
+	cs.CNIAdd, cs.CNIDel = summarize(add), summarize(del)
+	cs.CNIExec, cs.CNIAddRPC, cs.CNIDelRPC = summarize(exe), summarize(addRPC), summarize(delRPC)
+	b.logf("control: CNI ADD %s, DEL %s", fmtMs(cs.CNIAdd), fmtMs(cs.CNIDel))
+	b.logf("control: CNI breakdown: %s", cs.cniBreakdown())
+	return nil
+}
+
+// cniSample runs one CNI ADD and DEL on a fresh process-held namespace.
+func (b *bench) cniSample(ctx context.Context, cni *libcni.CNIConfig, list *libcni.NetworkConfigList, hs *holders, id string) (add, del time.Duration, err error) {
+	pid, err := hs.spawn()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer hs.kill(pid)
+	rt := &libcni.RuntimeConf{
+		ContainerID: id, NetNS: fmt.Sprintf("/proc/%d/ns/net", pid), IfName: "eth0",
+		CapabilityArgs: map[string]any{"portMappings": []map[string]any{{"hostPort": ctlPort, "containerPort": ctlPort, "protocol": "tcp"}}},
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := cni.AddNetworkList(cctx, list, rt); err != nil {
+		return 0, 0, err
+	}
+	t1 := time.Now()
+	err = cni.DelNetworkList(cctx, list, rt)
+	return t1.Sub(t0), time.Since(t1), err
+}
+
+// cniDaemonSample calls the daemon's part of a CNI ADD (Prepare with the
+// plugin's labels, Isolate by namespace path) and of a DEL (Cleanup)
+// directly on a fresh process-held namespace.
+func (b *bench) cniDaemonSample(ctx context.Context, cl pb.IsolatorClient, hs *holders, id string) (add, del time.Duration, err error) {
+	pid, err := hs.spawn()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer hs.kill(pid)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	_, err = cl.Prepare(cctx, &pb.PrepareRequest{
+		ContainerId: id,
+		Ports:       []*pb.PortRange{{Begin: ctlPort, End: ctlPort}},
+		Labels:      map[string]string{"cni.network": "isobench", "cni.ifname": "eth0"},
+	})
+	if err == nil {
+		_, err = cl.Isolate(cctx, &pb.IsolateRequest{ContainerId: id, Target: &pb.IsolateRequest_NetnsPath{NetnsPath: fmt.Sprintf("/proc/%d/ns/net", pid)}})
+	}
+	t1 := time.Now()
+	if _, cerr := cl.Cleanup(cctx, &pb.CleanupRequest{ContainerId: id}); err == nil {
+		err = cerr
+	}
+	return t1.Sub(t0), time.Since(t1), err
+}
+
+// cniBreakdown says where the CNI time goes: p50 of the plugin's exec to a
+// VERSION result, and what ADD and DEL cost beyond the daemon's own work.
+func (c *ControlScale) cniBreakdown() string {
+	if c == nil || c.CNIAdd == nil || c.CNIAddRPC == nil || c.CNIExec == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("p50 plugin exec to VERSION result %s ms; ADD %s = daemon Prepare+Isolate %s + plugin %s ms; DEL %s = daemon Cleanup %s + plugin %s ms",
+		fmtNum(c.CNIExec.P50Ms),
+		fmtNum(c.CNIAdd.P50Ms), fmtNum(c.CNIAddRPC.P50Ms), fmtNum(c.CNIAdd.P50Ms-c.CNIAddRPC.P50Ms),
+		fmtNum(c.CNIDel.P50Ms), fmtNum(c.CNIDelRPC.P50Ms), fmtNum(c.CNIDel.P50Ms-c.CNIDelRPC.P50Ms))
+}
