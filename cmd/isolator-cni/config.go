@@ -344,9 +344,7 @@ func mappingPort(m PortMapping, hostIP string) (uint16, error) {
 	default:
 		return 0, fmt.Errorf("protocol %q is not supported: isolatord steers tcp and udp ports", m.Protocol)
 	}
-	switch m.HostIP {
-	case "", "0.0.0.0", "::":
-	default:
+	if !anyHostIP(m.HostIP) {
 		ip := net.ParseIP(m.HostIP)
 		if ip == nil {
 			return 0, fmt.Errorf("hostIP %q is not an IP address", m.HostIP)

@@ -119,11 +119,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	defer closeConn()
 
-	st, err := c.Status(ctx, &pb.StatusRequest{})
+	hip, err := hostIP(ctx, c, conf)
 	if err != nil {
-		return daemonError("Status", err)
+		return err
 	}
-	req, err := requestedPorts(conf, cargs, st.GetHostIp())
+	req, err := requestedPorts(conf, cargs, hip)
 	if err != nil {
 		return err
 	}
@@ -171,9 +171,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return rollback(types.NewError(types.ErrInternal, "isolator-cni: isolatord isolated the container, but reading its interface failed: "+err.Error(), ""))
 	}
-	addr, ok := ifc.address(st.GetHostIp())
+	addr, ok := ifc.address(hip)
 	if !ok {
-		return rollback(types.NewError(types.ErrInternal, fmt.Sprintf("isolator-cni: %s in %s has no address %s after Isolate (has %v)", ContainerIfName, args.Netns, st.GetHostIp(), ifc.Addrs), ""))
+		want := "IPv4 address"
+		if hip != "" {
+			want = "address " + hip
+		}
+		return rollback(types.NewError(types.ErrInternal, fmt.Sprintf("isolator-cni: %s in %s has no %s after Isolate (has %v)", ContainerIfName, args.Netns, want, ifc.Addrs), ""))
 	}
 	result := buildResult(prev, iso.GetContainer(), args.IfName, args.Netns, ifc, addr)
 	out, err := result.GetAsVersion(conf.CNIVersion)
@@ -302,11 +306,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if src := ctr.GetNetnsSource(); src != args.Netns {
 		return checkFailed("container %s is isolated in %s, but the runtime says its namespace is %s", args.ContainerID, src, args.Netns)
 	}
-	st, err := c.Status(ctx, &pb.StatusRequest{})
+	hip, err := hostIP(ctx, c, conf)
 	if err != nil {
-		return daemonError("Status", err)
+		return err
 	}
-	want, err := requestedPorts(conf, cargs, st.GetHostIp())
+	want, err := requestedPorts(conf, cargs, hip)
 	if err != nil {
 		return err
 	}
