@@ -15,9 +15,16 @@ LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
 all: build
 
+# The CNI plugin and the CLI are built without cgo: static binaries start
+# without the dynamic loader and libc (runtimes exec the plugin for every
+# attachment), and run on any host. The daemon is built as before.
+STATIC_CMDS := ./cmd/isolator-cni ./cmd/isolatorctl
+CMDS        := $(patsubst %/main.go,%,$(wildcard ./cmd/*/main.go))
+
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(filter-out $(STATIC_CMDS),$(CMDS))
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(STATIC_CMDS)
 
 # deps installs the system tools tests use (iproute2, util-linux) when missing.
 deps:

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -51,14 +52,17 @@ func (b *bench) phaseCNI(ctx context.Context) error {
 // times the daemon's part called directly through cl (Prepare+Isolate by
 // path with the same port and labels, then Cleanup) and the plugin's bare
 // process exec (libcni's VERSION call): what ADD and DEL cost beyond the
-// daemon's work is the plugin's.
+// daemon's work is the plugin's. It also times `isolatorctl list`, the
+// CLI's start to its answer.
 func (b *bench) cniFigures(ctx context.Context, cl pb.IsolatorClient, hs *holders, socket string, k int) error {
 	bin, err := filepath.Abs(b.o.bin)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(bin, "isolator-cni")); err != nil {
-		return fmt.Errorf("isolator-cni not built (make build): %w", err)
+	for _, exe := range []string{"isolator-cni", "isolatorctl"} {
+		if _, err := os.Stat(filepath.Join(bin, exe)); err != nil {
+			return fmt.Errorf("%s not built (make build): %w", exe, err)
+		}
 	}
 	confDir := filepath.Join(b.tmp, "cni-conf")
 	cacheDir := filepath.Join(b.tmp, "cni-cache")
@@ -77,7 +81,7 @@ func (b *bench) cniFigures(ctx context.Context, cl pb.IsolatorClient, hs *holder
 	}
 	cni := libcni.NewCNIConfigWithCacheDir([]string{bin}, cacheDir, nil)
 	warm := 2
-	var add, del, exe, addRPC, delRPC []time.Duration
+	var add, del, exe, ctl, addRPC, delRPC []time.Duration
 	for i := 0; i < warm+k; i++ {
 		a, d, err := b.cniSample(ctx, cni, list, hs, "cni"+strconv.Itoa(i))
 		if err != nil {
@@ -92,14 +96,20 @@ func (b *bench) cniFigures(ctx context.Context, cl pb.IsolatorClient, hs *holder
 			return fmt.Errorf("VERSION: %w", err)
 		}
 		e := time.Since(t0)
+		t0 = time.Now()
+		if out, err := exec.CommandContext(ctx, filepath.Join(bin, "isolatorctl"), "--socket", socket, "list").CombinedOutput(); err != nil {
+			return fmt.Errorf("isolatorctl list: %w: %s", err, out)
+		}
+		l := time.Since(t0)
 		if i >= warm {
-			add, del, exe = append(add, a), append(del, d), append(exe, e)
+			add, del, exe, ctl = append(add, a), append(del, d), append(exe, e), append(ctl, l)
 			addRPC, delRPC = append(addRPC, ra), append(delRPC, rd)
 		}
 	}
 	cs := b.res.Control
 	cs.CNIAdd, cs.CNIDel = summarize(add), summarize(del)
 	cs.CNIExec, cs.CNIAddRPC, cs.CNIDelRPC = summarize(exe), summarize(addRPC), summarize(delRPC)
+	cs.CtlList = summarize(ctl)
 	b.logf("control: CNI ADD %s, DEL %s", fmtMs(cs.CNIAdd), fmtMs(cs.CNIDel))
 	b.logf("control: CNI breakdown: %s", cs.cniBreakdown())
 	return nil
@@ -155,13 +165,18 @@ func (b *bench) cniDaemonSample(ctx context.Context, cl pb.IsolatorClient, hs *h
 }
 
 // cniBreakdown says where the CNI time goes: p50 of the plugin's exec to a
-// VERSION result, and what ADD and DEL cost beyond the daemon's own work.
+// VERSION result, and what ADD and DEL cost beyond the daemon's own work;
+// and the p50 of `isolatorctl list`.
 func (c *ControlScale) cniBreakdown() string {
 	if c == nil || c.CNIAdd == nil || c.CNIAddRPC == nil || c.CNIExec == nil {
 		return "n/a"
 	}
-	return fmt.Sprintf("p50 plugin exec to VERSION result %s ms; ADD %s = daemon Prepare+Isolate %s + plugin %s ms; DEL %s = daemon Cleanup %s + plugin %s ms",
+	s := fmt.Sprintf("p50 plugin exec to VERSION result %s ms; ADD %s = daemon Prepare+Isolate %s + plugin %s ms; DEL %s = daemon Cleanup %s + plugin %s ms",
 		fmtNum(c.CNIExec.P50Ms),
 		fmtNum(c.CNIAdd.P50Ms), fmtNum(c.CNIAddRPC.P50Ms), fmtNum(c.CNIAdd.P50Ms-c.CNIAddRPC.P50Ms),
 		fmtNum(c.CNIDel.P50Ms), fmtNum(c.CNIDelRPC.P50Ms), fmtNum(c.CNIDel.P50Ms-c.CNIDelRPC.P50Ms))
+	if c.CtlList != nil {
+		s += "; isolatorctl list " + fmtMs(c.CtlList)
+	}
+	return s
 }

@@ -61,6 +61,8 @@ type ControlScale struct {
 	CNIExec   *Latency `json:"cni_exec,omitempty"`
 	CNIAddRPC *Latency `json:"cni_add_rpc,omitempty"`
 	CNIDelRPC *Latency `json:"cni_del_rpc,omitempty"`
+	// `isolatorctl list` exec to answer (the CLI's start).
+	CtlList *Latency `json:"ctl_list,omitempty"`
 	// Where the SVG was written.
 	SVG string `json:"svg,omitempty"`
 }
