@@ -25,9 +25,6 @@ import (
 // phaseCNI runs the CNI figures alone (--only cni); in a full run the
 // control phase measures them.
 func (b *bench) phaseCNI(ctx context.Context) error {
-	if b.o.only != "cni" {
-		return nil
-	}
 	if b.res.Control == nil {
 		b.res.Control = &ControlScale{Namespaces: "each held by a process (sleep cloned into a fresh network namespace)"}
 	}

@@ -25,7 +25,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	sandbox.RequireRoot(t)
 	binDir := t.TempDir()
-	build := exec.Command("go", "build", "-o", binDir+"/", "github.com/isolatord/isolatord/cmd/isolatord", "github.com/isolatord/isolatord/cmd/isolator-cni")
+	build := exec.Command("go", "build", "-o", binDir+"/", "github.com/isolatord/isolatord/cmd/isolatord", "github.com/isolatord/isolatord/cmd/isolator-cni", "github.com/isolatord/isolatord/cmd/isolatorctl")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build isolatord: %v\n%s", err, out)
 	}

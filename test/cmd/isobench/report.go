@@ -67,9 +67,10 @@ type Config struct {
 	Only            []string `json:"only,omitempty"`   // the phases run (--only; empty: all)
 }
 
-// ranBase reports whether the phases before the control phase ran.
+// ranBase reports whether the phases before the control phase ran (not
+// with --only control or --only cni, which run in a sandbox of their own).
 func (c Config) ranBase() bool {
-	return len(c.Only) == 0 || len(c.Only) > 1 || c.Only[0] != "control"
+	return len(c.Only) == 0 || len(c.Only) > 1 || (c.Only[0] != "control" && c.Only[0] != "cni")
 }
 
 // Latency summarizes samples in milliseconds.
