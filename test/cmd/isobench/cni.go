@@ -19,7 +19,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/test/sandbox"
 )
 
 // phaseCNI runs the CNI figures alone (--only cni); in a full run the
@@ -28,15 +27,7 @@ func (b *bench) phaseCNI(ctx context.Context) error {
 	if b.res.Control == nil {
 		b.res.Control = &ControlScale{Namespaces: "each held by a process (sleep cloned into a fresh network namespace)"}
 	}
-	sb, err := sandbox.NewNamed("isobench-k")
-	if err != nil {
-		return err
-	}
-	b.sbNames = append(b.sbNames, sb.Name)
-	b.undo = append(b.undo, sb.Close)
-	hs := &holders{}
-	b.undo = append(b.undo, hs.close)
-	_, cl, err := b.startDaemon(ctx, sb, "sk")
+	hs, cl, err := b.processSandbox(ctx, "isobench-k", "sk")
 	if err != nil {
 		return err
 	}

@@ -150,6 +150,21 @@ func (h *holders) close() error {
 // hold firstStatic+i; burst containers hold only their ephemeral block.
 const ctlPort = cyclePort
 
+// processSandbox makes sandbox name with a daemon of its own (its files
+// under label) and the holders of the namespaces its containers get.
+func (b *bench) processSandbox(ctx context.Context, name, label string) (*holders, pb.IsolatorClient, error) {
+	sb, err := sandbox.NewNamed(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.sbNames = append(b.sbNames, sb.Name)
+	b.undo = append(b.undo, sb.Close)
+	hs := &holders{}
+	b.undo = append(b.undo, hs.close)
+	_, cl, err := b.startDaemon(ctx, sb, label)
+	return hs, cl, err
+}
+
 // phaseControl runs the control figures in their own sandbox and daemon.
 func (b *bench) phaseControl(ctx context.Context) error {
 	n := b.o.n
@@ -158,15 +173,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	if n < cs.BurstSize {
 		cs.BurstSize = n
 	}
-	sb, err := sandbox.NewNamed("isobench-c")
-	if err != nil {
-		return err
-	}
-	b.sbNames = append(b.sbNames, sb.Name)
-	b.undo = append(b.undo, sb.Close)
-	hs := &holders{}
-	b.undo = append(b.undo, hs.close)
-	_, cl, err := b.startDaemon(ctx, sb, "sc")
+	hs, cl, err := b.processSandbox(ctx, "isobench-c", "sc")
 	if err != nil {
 		return err
 	}
