@@ -130,9 +130,11 @@ type DataPlane struct {
 	// filtered by device, so a dump per container would make recovery
 	// quadratic). nil when not valid; every mutating call clears it.
 	rootQdiscs map[int]bool
-	// recoveryLinks (host link name -> ifindex) is filled with rootQdiscs
-	// and valid while it is (rebuild.go).
-	recoveryLinks map[string]int
+	// recoveryLinkList (the host's links) and recoveryLinks (host link name
+	// -> ifindex) are filled with rootQdiscs and valid while it is
+	// (rebuild.go).
+	recoveryLinkList []netlink.Link
+	recoveryLinks    map[string]int
 	// recoveryCurrent: host veths (by name) whose alias says their filters
 	// are of the current layout and point at the current drop sink.
 	recoveryCurrent map[string]bool

@@ -13,6 +13,7 @@ import (
 	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/vishvananda/netlink"
 )
 
 // hostSysctls are the host-namespace settings the traffic paths need. Each
@@ -132,6 +133,27 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		d.log.Warn("cls_bpf programs unavailable: containers' dropped frames go to a sink kept down (the kernel logs rate-limited \"device is down\" notices) and VLAN-tagged frames are not checked",
 			"sink", tcfilter.SinkName, "err", bpfErr)
 	}
+	// The recovery cache's dumps (links and qdiscs, read by the sweep of
+	// retired links and then by recovery) on a socket of their own while
+	// the demuxes read their filters on d.h: with 1,000 containers each
+	// dump takes tens of ms. The demuxes add no link and no root qdisc
+	// (clsact is no root qdisc), so the dumps see what recovery will.
+	type dumped struct {
+		ls  []netlink.Link
+		qs  []netlink.Qdisc
+		err error
+	}
+	dumps := make(chan dumped, 1)
+	go func() {
+		h, err := d.hostNS.Netlink()
+		if err != nil {
+			dumps <- dumped{err: err}
+			return
+		}
+		defer h.Close()
+		ls, qs, err := dumpLinksQdiscs(h)
+		dumps <- dumped{ls, qs, err}
+	}()
 	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
 	if err := eth0.SetIPv6(d.demux6(sink.Index)); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
@@ -196,6 +218,10 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	d.info, d.links, d.copy, d.eth0, d.lo, d.sink, d.v6 = info, hl, cp, eth0, lod, sink, v6
 	d.prepared = true
+	// (without the dumps, recovery makes them itself)
+	if dm := <-dumps; dm.err == nil {
+		d.setRecoveryCache(dm.ls, dm.qs)
+	}
 	d.retired = newRetirer(d)
 	if err := d.sweepRetired(); err != nil {
 		d.log.Warn("links retired by an earlier run not deleted", "err", err)

@@ -78,23 +78,15 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 		return out, err
 	}
 	defer d.mu.Unlock()
-	ls, err := d.hostLinks()
-	if err != nil {
+	// the links and the qdiscs (a qdisc dump is not filtered by device):
+	// one dump each for all, the recovery cache's
+	if err := d.fillRootQdiscs(); err != nil {
 		return out, err
 	}
-	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
-	if err != nil {
-		return out, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
-	}
+	ls := d.recoveryLinkList
 	skip := make(map[string]bool, len(known))
 	for _, id := range known {
 		skip[VethName(id)] = true
-	}
-	byVeth := map[string]string{} // veth name -> ID of a pin with that hash
-	for id := range mounts {
-		if ValidateID(id) == nil {
-			byVeth[VethName(id)] = id
-		}
 	}
 	// exclusive ranges, fan-out and shared holders on eth0, by target, from
 	// the demux's index (PrepareHost read it from the kernel just before)
@@ -114,10 +106,6 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 			x.shared = append(x.shared, e.Range.Begin)
 		}
 	}
-	// one qdisc dump for all (a dump is not filtered by device)
-	if err := d.fillRootQdiscs(); err != nil {
-		return out, err
-	}
 	shapers := map[string]int{}
 	vethIdx := map[int]bool{}
 	for _, l := range ls {
@@ -135,6 +123,21 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 		vethIdx[a.Index] = true
 		if !skip[a.Name] {
 			todo = append(todo, a)
+		}
+	}
+	// the namespace pins, read only when there are veths to rebuild (with
+	// 1,000 containers, the mount table is long)
+	var mounts map[string]uint64
+	byVeth := map[string]string{} // veth name -> ID of a pin with that hash
+	if len(todo) > 0 {
+		var err error
+		if mounts, err = nspin.NsMounts(d.cfg.NetNSDir); err != nil {
+			return out, fmt.Errorf("list mounts in %s: %w", d.cfg.NetNSDir, err)
+		}
+	}
+	for id := range mounts {
+		if ValidateID(id) == nil {
+			byVeth[VethName(id)] = id
 		}
 	}
 	found := d.discoverAll(todo, func(h *netlink.Handle, a *netlink.LinkAttrs) (Found, string) {
@@ -345,26 +348,44 @@ func (d *DataPlane) readLimit(link int) (Limit, error) {
 }
 
 // fillRootQdiscs fills the recovery caches (d.rootQdiscs: links with a
-// root qdisc; d.recoveryLinks: host links by name) from one dump each,
-// unless they are valid; call with d.mu held.
+// root qdisc; d.recoveryLinkList and d.recoveryLinks: the host's links, by
+// name) from one dump each, unless they are valid; call with d.mu held.
 func (d *DataPlane) fillRootQdiscs() error {
 	if d.rootQdiscs != nil {
 		return nil
 	}
-	qs, err := dump("qdiscs", func() ([]netlink.Qdisc, error) { return d.h.QdiscList(nil) })
+	ls, qs, err := dumpLinksQdiscs(d.h)
 	if err != nil {
 		return err
 	}
-	ls, err := d.hostLinks()
+	d.setRecoveryCache(ls, qs)
+	return nil
+}
+
+// dumpLinksQdiscs dumps the links and the qdiscs of h's namespace, each
+// complete.
+func dumpLinksQdiscs(h *netlink.Handle) ([]netlink.Link, []netlink.Qdisc, error) {
+	qs, err := dump("qdiscs", func() ([]netlink.Qdisc, error) { return h.QdiscList(nil) })
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	ls, err := dump("host links", h.LinkList)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ls, qs, nil
+}
+
+// setRecoveryCache fills the recovery caches from dumps of the host's
+// links and qdiscs; call with d.mu held, once the drop sink is known.
+func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 	d.rootQdiscs = map[int]bool{}
 	for _, q := range qs {
 		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && q.Type() != "noqueue" {
 			d.rootQdiscs[a.LinkIndex] = true
 		}
 	}
+	d.recoveryLinkList = ls
 	d.recoveryLinks = make(map[string]int, len(ls))
 	d.recoveryCurrent = map[string]bool{}
 	d.recoveryKnown = map[string]map[uint16][]tcfilter.Entry{}
@@ -375,7 +396,22 @@ func (d *DataPlane) fillRootQdiscs() error {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}
-	return nil
+}
+
+// recoveryHostLinks is the host's links: during recovery, from the
+// recovery cache (one dump serves the start-up's readers: the sweep of
+// retired links, Discover, Check and the report of strays; a dump of the
+// links of 1,000 containers costs tens of ms), filled if it is not valid
+// (every call that makes or deletes a link clears it); after recovery, a
+// fresh dump. Call with d.mu held.
+func (d *DataPlane) recoveryHostLinks() ([]netlink.Link, error) {
+	if d.recoveryOver {
+		return d.hostLinks()
+	}
+	if err := d.fillRootQdiscs(); err != nil {
+		return nil, err
+	}
+	return d.recoveryLinkList, nil
 }
 
 // recoveryLinkOrZero is linkIndex (0 when the link does not exist) that,

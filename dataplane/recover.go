@@ -15,6 +15,7 @@ import (
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/veth"
+	"github.com/vishvananda/netlink"
 )
 
 // Snapshot lists what exists in the kernel and the netns directory that
@@ -95,13 +96,22 @@ func (d *DataPlane) ourVeths() (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return vethsIn(ls), nil
+}
+
+// vethsIn keeps the links of ls named like our host veths (name ->
+// ifindex).
+func vethsIn(ls []netlink.Link) map[string]int { return linksNamed(ls, isVethName) }
+
+// linksNamed keeps the links of ls whose names match (name -> ifindex).
+func linksNamed(ls []netlink.Link, match func(string) bool) map[string]int {
 	out := map[string]int{}
 	for _, l := range ls {
-		if isVethName(l.Attrs().Name) {
+		if match(l.Attrs().Name) {
 			out[l.Attrs().Name] = l.Attrs().Index
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Check reports which expected objects of c are missing: the host veth, the
@@ -225,18 +235,28 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.rootQdiscs = nil // recovery ends here (and qdiscs may change): the cache is no longer valid
+	if err := d.ready(); err != nil {
+		return nil, err
+	}
+	// The report at the end of recovery reads the links recovery read (the
+	// cache, while valid: nothing made or deleted a link since); a removal
+	// dumps them.
+	var ls []netlink.Link
+	var err error
+	if apply {
+		ls, err = d.hostLinks()
+	} else {
+		ls, err = d.recoveryHostLinks()
+	}
+	d.rootQdiscs, d.recoveryLinkList = nil, nil // recovery ends here (and qdiscs may change): the cache is no longer valid
 	d.recoveryOver = true
 	if d.neigh != nil {
 		d.neigh.Release() // adopted containers' neighbours (addNeighLater)
 	}
-	if err := d.ready(); err != nil {
-		return nil, err
-	}
-	veths, err := d.ourVeths()
 	if err != nil {
 		return nil, err
 	}
+	veths := vethsIn(ls)
 	keepBySlot := map[uint16]Container{}
 	keepVeth := map[string]bool{}
 	vethOf := map[uint16]int{}
@@ -318,10 +338,13 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		}
 	}
 
-	// 2. bind mounts of stray veths' IDs, then the veths.
-	mounts, err := nspin.NsMounts(d.cfg.NetNSDir)
-	if err != nil {
-		errs = append(errs, err)
+	// 2. bind mounts of stray veths' IDs, then the veths. (The mount table,
+	// long with 1,000 containers, is read only when a veth is a stray.)
+	var mounts map[string]uint64
+	if !allKept(veths, keepVeth) {
+		if mounts, err = nspin.NsMounts(d.cfg.NetNSDir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for pin := range mounts {
 		name := VethName(strings.TrimSuffix(pin, nspin.Suffix))
@@ -353,11 +376,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	}
 	// egress shaper pairs of containers not kept (a kept container's pair
 	// was put in line with its limits by Adopt)
-	shapers, err := d.ourShapers()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for name, idx := range shapers {
+	for name, idx := range linksNamed(ls, isShaperEntryName) {
 		if keepVeth[VethPrefix+name[len(ShaperEntryPrefix):]] {
 			continue
 		}
@@ -395,6 +414,16 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	}
 	sort.Strings(removed)
 	return removed, errors.Join(errs...)
+}
+
+// allKept reports whether every veth of veths is kept.
+func allKept(veths map[string]int, keep map[string]bool) bool {
+	for name := range veths {
+		if !keep[name] {
+			return false
+		}
+	}
+	return true
 }
 
 func containsRange(rs []ephemeral.Range, r ephemeral.Range) bool {

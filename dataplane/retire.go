@@ -322,7 +322,7 @@ func (d *DataPlane) delLinkBy(attr *nl.RtAttr) error {
 // name, the group is deleted in the background; otherwise only ours are
 // deleted, one by one, and the others are reported and left alone.
 func (d *DataPlane) sweepRetired() error {
-	ls, err := d.hostLinks()
+	ls, err := d.recoveryHostLinks()
 	if err != nil {
 		return err
 	}

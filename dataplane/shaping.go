@@ -102,22 +102,6 @@ func (d *DataPlane) checkLimits(egress, ingress Limit) error {
 	return nil
 }
 
-// ourShapers dumps the host's links and keeps the shaper entries (name ->
-// ifindex).
-func (d *DataPlane) ourShapers() (map[string]int, error) {
-	ls, err := d.hostLinks()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	for _, l := range ls {
-		if isShaperEntryName(l.Attrs().Name) {
-			out[l.Attrs().Name] = l.Attrs().Index
-		}
-	}
-	return out, nil
-}
-
 // linkIndex returns the ifindex of a host link, 0 if there is none.
 func (d *DataPlane) linkIndex(name string) (int, error) {
 	l, err := d.h.LinkByName(name)

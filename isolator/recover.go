@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -89,9 +90,10 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 
 	tClaims := time.Since(start)
 	// 2. Resolve each record against the kernel.
+	owned := s.ownersAlive(recs)
 	var keep []*Record
-	for _, r := range recs {
-		kept, err := s.recoverOne(ctx, r, &rep)
+	for i, r := range recs {
+		kept, err := s.recoverOne(ctx, r, owned[i], &rep)
 		if err != nil {
 			return rep, err
 		}
@@ -148,9 +150,39 @@ func holdRequest(r *Record) ephemeral.Request {
 	return req
 }
 
-// recoverOne decides the fate of one record; it reports whether the
-// container's plumbing is kept.
-func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryReport) (bool, error) {
+// aliveWorkers is how many records ownersAlive reads at once.
+const aliveWorkers = 4
+
+// ownersAlive is alive for each record of recs (false for prepared and
+// cleaning ones, which do not need it), read aliveWorkers at a time: a
+// /proc or namespace file read per container, independent of each other.
+func (s *Isolator) ownersAlive(recs []*Record) []bool {
+	out := make([]bool, len(recs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(aliveWorkers, len(recs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = s.alive(recs[i])
+			}
+		}()
+	}
+	for i, r := range recs {
+		if r.State != StatePrepared && r.State != StateCleaning {
+			next <- i
+		}
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// recoverOne decides the fate of one record, whose namespace's owner was
+// found alive or not (owned); it reports whether the container's plumbing
+// is kept.
+func (s *Isolator) recoverOne(ctx context.Context, r *Record, owned bool, rep *RecoveryReport) (bool, error) {
 	log := s.log.With("container_id", r.ID, "state", string(r.State))
 	switch r.State {
 	case StatePrepared:
@@ -168,7 +200,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, rep *RecoveryRepor
 	}
 
 	// isolating, isolated, updating: the namespace must still have its owner.
-	if !s.alive(r) {
+	if !owned {
 		if err := s.finishCleanup(ctx, r); err != nil {
 			return false, err
 		}

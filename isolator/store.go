@@ -106,6 +106,16 @@ func openChecked(path string) (st *store, err error) {
 		return nil, err
 	}
 	err = guard(func() error {
+		// A file already initialised for this schema is not written (a
+		// write transaction is an fsync at every start).
+		ready := false
+		if err := db.View(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			ready = tx.Bucket(bucketContainers) != nil && meta != nil && string(meta.Get([]byte("schema"))) == schemaVersion
+			return nil
+		}); err != nil || ready {
+			return err
+		}
 		return db.Update(func(tx *bolt.Tx) error {
 			if _, err := tx.CreateBucketIfNotExists(bucketContainers); err != nil {
 				return corruptError{err}
