@@ -239,6 +239,18 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 		rec.c.Egress = egress
 		return nil
 	}
+	xi := 0
+	if ei != 0 {
+		_, exit := ShaperNames(c.ID)
+		if xi, err = d.linkIndex(exit); err != nil {
+			return err
+		}
+		if xi == 0 {
+			// The pair was deleted after the recovery cache's dump (its
+			// two ends go together): it is made again.
+			ei = 0
+		}
+	}
 	created := false
 	if ei == 0 {
 		if ei, err = d.createShaper(c.ID, c.Slot, egress); err != nil {
@@ -246,11 +258,6 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 		}
 		created = true
 	} else {
-		_, exit := ShaperNames(c.ID)
-		xi, err := d.linkIndex(exit)
-		if err != nil {
-			return err
-		}
 		x := d.shaperExit(xi, c.Slot)
 		if err := x.Install(); err != nil {
 			return fmt.Errorf("egress: shaper exit filters: %w", err)
