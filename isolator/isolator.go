@@ -341,11 +341,12 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	if err != nil {
 		return Record{}, err
 	}
-	eg, err := s.resolveLimit("egress_limit", o.Egress, s.cfg.Egress)
+	defEg, defIn := s.DefaultLimits()
+	eg, err := s.resolveLimit("egress_limit", o.Egress, defEg)
 	if err != nil {
 		return Record{}, err
 	}
-	in, err := s.resolveLimit("ingress_limit", o.Ingress, s.cfg.Ingress)
+	in, err := s.resolveLimit("ingress_limit", o.Ingress, defIn)
 	if err != nil {
 		return Record{}, err
 	}

@@ -83,13 +83,13 @@ func uidLabel(ctx context.Context) string {
 
 // authorize admits a call only from an allowed uid; health checks too, since
 // the socket is the daemon's only door.
-func authorize(allowed map[uint32]bool) grpc.UnaryServerInterceptor {
+func authorize(allowed *uidSet) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		uid, ok := peerUID(ctx)
 		if !ok {
 			return nil, status.Error(codes.PermissionDenied, "caller credentials unknown")
 		}
-		if !allowed[uid] {
+		if !allowed.allows(uid) {
 			return nil, status.Errorf(codes.PermissionDenied, "uid %d may not call %s (allowed: --allow-uid)", uid, info.FullMethod)
 		}
 		return handler(ctx, req)

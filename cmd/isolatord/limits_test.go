@@ -105,7 +105,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pb.Isolato
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, []uint32{uint32(os.Getuid())}, log, metrics.New("test"))
+	gs, _ := newGRPCServer(iso, newUIDSet([]uint32{uint32(os.Getuid())}), log, metrics.New("test"))
 	go gs.Serve(lis)
 	conn, err := api.Dial(context.Background(), sock)
 	if err != nil {

@@ -42,6 +42,7 @@ type options struct {
 	blockSize                     int
 	allowUIDs                     string
 	logLevel                      string
+	config                        string // the --config file of the settings that change at run time (reload.go)
 	shutdownTimeout               time.Duration
 	metricsPerContainer           bool
 	orphanGrace                   time.Duration
@@ -53,8 +54,21 @@ type options struct {
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
+	fs := flagSet(o, stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, nil
+}
+
+// flagSet defines isolatord's flags into o.
+func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("isolatord", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&o.config, "config", "", "file of the settings that change at run time (key=value lines: log-level, allow-uid and the default limits, named like their flags, which stay their defaults); SIGHUP reads it again")
 	fs.StringVar(&o.socket, "socket", "/run/isolatord/isolatord.sock", "unix socket to serve gRPC on")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/isolatord", "directory of the state database")
 	fs.StringVar(&o.lockDir, "lock-dir", "/run/isolatord", "directory of the per-host-namespace lock file (one daemon per host network namespace)")
@@ -78,13 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return o, nil
+	return fs
 }
 
 func main() {
@@ -100,13 +108,25 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "isolatord:", err)
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "isolatord: --log-level: %v\n", err)
+	flags := o
+	o, fixed, err := applyConfigFile(flags)
+	if err != nil {
+		fmt.Fprintln(stderr, "isolatord:", err)
 		return 2
 	}
+	live, err := o.live()
+	if err != nil {
+		fmt.Fprintln(stderr, "isolatord:", err)
+		return 2
+	}
+	level := new(slog.LevelVar)
+	level.Set(live.level)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := serve(o, log); err != nil {
+	for _, k := range fixed {
+		logFixed(log, o.config, k)
+	}
+	rl := &reloader{flags: flags, log: log, level: level, uids: newUIDSet(live.uids), cur: live}
+	if err := serve(o, log, rl); err != nil {
 		log.Error("isolatord failed", "err", err.Error())
 		return 1
 	}
@@ -128,20 +148,9 @@ func config(o *options, log *slog.Logger) (isolator.Config, []uint32, error) {
 	if err != nil {
 		return cfg, nil, fmt.Errorf("--ephemeral-ports: %w", err)
 	}
-	var uids []uint32
-	for _, f := range strings.Split(o.allowUIDs, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		u, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
-			return cfg, nil, fmt.Errorf("--allow-uid: %q is not a uid", f)
-		}
-		uids = append(uids, uint32(u))
-	}
-	if len(uids) == 0 {
-		return cfg, nil, errors.New("--allow-uid: at least one uid is required")
+	uids, err := parseUIDs(o.allowUIDs)
+	if err != nil {
+		return cfg, nil, err
 	}
 	egress, err := limitFlags("egress", o.egressRate, o.egressBurst, o.egressCeil)
 	if err != nil {
@@ -166,6 +175,26 @@ func config(o *options, log *slog.Logger) (isolator.Config, []uint32, error) {
 	}
 	cfg.Egress, cfg.Ingress = egress, ingress
 	return cfg, uids, nil
+}
+
+// parseUIDs parses --allow-uid: comma-separated uids, at least one.
+func parseUIDs(s string) ([]uint32, error) {
+	var uids []uint32
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		u, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--allow-uid: %q is not a uid", f)
+		}
+		uids = append(uids, uint32(u))
+	}
+	if len(uids) == 0 {
+		return nil, errors.New("--allow-uid: at least one uid is required")
+	}
+	return uids, nil
 }
 
 // limitFlags parses the default limit of one direction from its flags
@@ -224,12 +253,13 @@ func readHostLocalRange(hostNS string) (ephemeral.Range, error) {
 	return ephemeral.Range{Begin: uint16(lo), End: uint16(hi)}, nil
 }
 
-func serve(o *options, log *slog.Logger) error {
+func serve(o *options, log *slog.Logger, rl *reloader) error {
 	// Signals first (none ends the daemon without a log line), then the
 	// host namespace's lock: before any state is read or the kernel touched.
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	unwatch := watchSignals(log, stop)
+	reloads := make(chan struct{}, 1)
+	unwatch := watchSignals(log, stop, rl.flags.config != "", reloads)
 	defer unwatch()
 	lock, err := lockHostNS(o.lockDir, o.hostNetNS)
 	if err != nil {
@@ -237,7 +267,7 @@ func serve(o *options, log *slog.Logger) error {
 	}
 	defer lock.release()
 
-	cfg, uids, err := config(o, log)
+	cfg, _, err := config(o, log)
 	if err != nil {
 		return err
 	}
@@ -298,7 +328,10 @@ func serve(o *options, log *slog.Logger) error {
 	if ownSocket { // a socket systemd passed stays: it queues calls for the next start
 		defer os.Remove(o.socket)
 	}
-	gs, hs := newGRPCServer(iso, uids, log, m)
+	gs, hs := newGRPCServer(iso, rl.uids, log, m)
+	rl.iso = iso
+	rl.newUIDs = func(uids []uint32) { m.InitRPC(gs, uidLabels(uids)...) }
+	go rl.serve(ctx, reloads)
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
@@ -329,13 +362,7 @@ func serve(o *options, log *slog.Logger) error {
 
 // newGRPCServer builds the gRPC server: peer-credential transport, uid
 // authorization, call logging, the Isolator service and the health service.
-func newGRPCServer(iso *isolator.Isolator, uids []uint32, log *slog.Logger, m *metrics.Metrics) (*grpc.Server, *health.Server) {
-	allowed := map[uint32]bool{}
-	var uidLabels []string
-	for _, u := range uids {
-		allowed[u] = true
-		uidLabels = append(uidLabels, strconv.FormatUint(uint64(u), 10))
-	}
+func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m *metrics.Metrics) (*grpc.Server, *health.Server) {
 	// Metrics first, so refused calls count as PermissionDenied with the caller's uid.
 	gs := grpc.NewServer(
 		grpc.Creds(peerCreds{}),
@@ -346,8 +373,17 @@ func newGRPCServer(iso *isolator.Isolator, uids []uint32, log *slog.Logger, m *m
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(pb.Isolator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	m.InitRPC(gs, uidLabels...)
+	m.InitRPC(gs, uidLabels(allowed.list())...)
 	return gs, hs
+}
+
+// uidLabels are uids as the peer_uid label of the call metrics.
+func uidLabels(uids []uint32) []string {
+	out := make([]string, len(uids))
+	for i, u := range uids {
+		out[i] = strconv.FormatUint(uint64(u), 10)
+	}
+	return out
 }
 
 // listenUnix creates the socket's directory (0750) and the socket (0660),

@@ -52,7 +52,7 @@ func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (p
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, uids, log, metrics.New("test"))
+	gs, _ := newGRPCServer(iso, newUIDSet(uids), log, metrics.New("test"))
 	go gs.Serve(lis)
 	conn, err := api.Dial(context.Background(), sock)
 	if err != nil {

@@ -17,8 +17,10 @@ var (
 )
 
 // watchSignals handles the signals above until the returned function is
-// called: stop runs on the first stop signal (later ones are logged).
-func watchSignals(log *slog.Logger, stop func()) (done func()) {
+// called: stop runs on the first stop signal (later ones are logged);
+// SIGHUP asks for a reload on reloads when there is a --config file
+// (canReload), and is logged and ignored otherwise.
+func watchSignals(log *slog.Logger, stop func(), canReload bool, reloads chan<- struct{}) (done func()) {
 	ch := make(chan os.Signal, 8)
 	signal.Notify(ch, append(append([]os.Signal{}, stopSignals...), ignoreSignals...)...)
 	quit := make(chan struct{})
@@ -38,8 +40,14 @@ func watchSignals(log *slog.Logger, stop func()) (done func()) {
 					stop()
 				case isStop(s):
 					log.Info("signal received while shutting down: still finishing in-flight calls", "signal", s.String())
+				case s == syscall.SIGHUP && canReload:
+					log.Info("signal received: reloading the --config file (once serving)", "signal", s.String())
+					select {
+					case reloads <- struct{}{}:
+					default: // a reload is pending already
+					}
 				case s == syscall.SIGHUP:
-					log.Info("signal received: nothing to reload (flags take effect at restart; container plumbing is unaffected); ignored", "signal", s.String())
+					log.Info("signal received: no --config file, nothing to reload (flags take effect at restart; container plumbing is unaffected); ignored", "signal", s.String())
 				default:
 					log.Info("signal received: ignored", "signal", s.String())
 				}
