@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -102,19 +103,7 @@ func TestIPv6ContainerNamespace(t *testing.T) {
 	ceth, _ := cl.LinkByName("eth0")
 	cl.Close()
 	routerMAC := ceth.Attrs().HardwareAddr.String()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ns, _ := h.NeighList(eth.Attrs().Index, netlink.FAMILY_V6)
-		if slices.ContainsFunc(ns, func(n netlink.Neigh) bool {
-			return n.IP.Equal(e.sb.RouterLL6) && n.HardwareAddr.String() == routerMAC && n.State == netlink.NUD_PERMANENT
-		}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no permanent entry for the router %v (%s) in the container: %v (stats %+v)", e.sb.RouterLL6, routerMAC, ns, e.d.NeighStats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNeighbour(t, e.d, h, eth.Attrs().Index, e.sb.RouterLL6, routerMAC, "the router")
 
 	// One port range for both families.
 	err = a.proc.Do(func() error {
@@ -353,19 +342,7 @@ func TestIPv6NeighboursAfterRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			ns, _ := h.NeighList(eth.Attrs().Index, netlink.FAMILY_V6)
-			if slices.ContainsFunc(ns, func(n netlink.Neigh) bool {
-				return n.IP.Equal(e.sb.ClientIP6) && n.HardwareAddr.String() == clientMAC && n.State == netlink.NUD_PERMANENT
-			}) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no permanent entry for the client %v in the container: %v (stats %+v)", when, e.sb.ClientIP6, ns, d.NeighStats())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitNeighbour(t, d, h, eth.Attrs().Index, e.sb.ClientIP6, clientMAC, when+": the client")
 	}
 	ask(e.d, "first run")
 	if n := snmp6(t, a.proc, "Icmp6OutNeighborSolicits"); n != 0 {
@@ -388,13 +365,26 @@ func TestIPv6NeighboursAfterRestart(t *testing.T) {
 	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !d2.neigh.Serves(a.c.ID); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("neighbour requests of the adopted container not served after 5s (%d pending)", d2.neigh.Pending())
-		}
-	}
+	wait.For(t, 5*time.Second, "the adopted container's neighbour requests served", func() bool { return d2.neigh.Serves(a.c.ID) })
 	ask(d2, "after restart")
 	if n := snmp6(t, a.proc, "Icmp6OutNeighborSolicits"); n != 0 {
 		t.Errorf("the container sent %d neighbour solicitations", n)
+	}
+}
+
+// waitNeighbour waits until the container (handle h, eth0 index idx) has
+// a permanent entry ip -> mac (what names it), which only the data plane's
+// neighbour syncer writes.
+func waitNeighbour(t *testing.T, d *DataPlane, h *netlink.Handle, idx int, ip net.IP, mac, what string) {
+	t.Helper()
+	var ns []netlink.Neigh
+	ok := wait.Until(5*time.Second, func() bool {
+		ns, _ = h.NeighList(idx, netlink.FAMILY_V6)
+		return slices.ContainsFunc(ns, func(n netlink.Neigh) bool {
+			return n.IP.Equal(ip) && n.HardwareAddr.String() == mac && n.State == netlink.NUD_PERMANENT
+		})
+	})
+	if !ok {
+		t.Fatalf("%s: no permanent entry %v -> %s in the container: %v (stats %+v)", what, ip, mac, ns, d.NeighStats())
 	}
 }

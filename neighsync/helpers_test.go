@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // hostSyncer starts a Syncer on the sandbox host's eth0 whose neighbour
@@ -123,12 +124,8 @@ func waitFor(t *testing.T, s *Syncer, what string, cond func() bool) {
 // waitWithin waits (d at most) until cond holds.
 func waitWithin(t *testing.T, s *Syncer, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (stats %+v)", what, s.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(d, cond) {
+		t.Fatalf("timed out waiting for %s (stats %+v)", what, s.Stats())
 	}
 }
 

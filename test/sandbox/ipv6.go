@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/isolatord/isolatord/test/wait"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -110,20 +111,24 @@ func (s *Sandbox) configureIPv6(hostNL, clientNL *netlink.Handle) error {
 // link comes up, and it is tentative until the (immediate, DAD being off)
 // check is done.
 func waitLinkLocal(h *netlink.Handle, l netlink.Link) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		addrs, err := h.AddrList(l, netlink.FAMILY_V6)
-		if err != nil {
-			return err
+	var addrs []netlink.Addr
+	var err error
+	ok := wait.Until(5*time.Second, func() bool {
+		if addrs, err = h.AddrList(l, netlink.FAMILY_V6); err != nil {
+			return true
 		}
 		for _, a := range addrs {
 			if a.IP.IsLinkLocalUnicast() && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 {
-				return nil
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("eth0 has no usable link-local address after 5s: %v", addrs)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return false
+	})
+	if err != nil {
+		return err
 	}
+	if !ok {
+		return fmt.Errorf("eth0 has no usable link-local address after 5s: %v", addrs)
+	}
+	return nil
 }
