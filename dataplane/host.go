@@ -86,6 +86,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return HostInfo{}, err
 	}
 	if v6 != nil {
+		d.ip6 = d.shareIPv6(v6)
 		info.IPv6 = v6.Global
 	}
 

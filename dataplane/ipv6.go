@@ -77,3 +77,32 @@ func (d *DataPlane) IPv6() *hostlink.IPv6 {
 	defer d.mu.Unlock()
 	return d.v6
 }
+
+// shareIPv6 returns the addresses the filters match (filterAddrs6) and
+// trims v6 to them: a container carries only addresses its filters let it
+// use (the rest are not shared; a log line says which).
+func (d *DataPlane) shareIPv6(v6 *hostlink.IPv6) []net.IP {
+	addrs, dropped := filterAddrs6(v6.Global, v6.LinkLocal.IP)
+	if dropped == 0 {
+		return addrs
+	}
+	kept := map[string]bool{}
+	for _, a := range addrs {
+		kept[a.String()] = true
+	}
+	var global, left []net.IPNet
+	for _, n := range v6.Global {
+		if kept[n.IP.String()] {
+			global = append(global, n)
+		} else {
+			left = append(left, n)
+		}
+	}
+	v6.Global = global
+	if !kept[v6.LinkLocal.IP.String()] {
+		v6.LinkLocal = net.IPNet{}
+	}
+	d.log.Warn("IPv6: the host has more addresses than the filters match; containers get the first ones only",
+		"shared", len(addrs), "not_shared", ipNets(left), "link_local_shared", v6.LinkLocal.IP != nil)
+	return addrs
+}

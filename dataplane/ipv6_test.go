@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/hostlink"
+	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 	"github.com/vishvananda/netlink"
@@ -386,5 +388,29 @@ func waitNeighbour(t *testing.T, d *DataPlane, h *netlink.Handle, idx int, ip ne
 	})
 	if !ok {
 		t.Fatalf("%s: no permanent entry %v -> %s in the container: %v (stats %+v)", what, ip, mac, ns, d.NeighStats())
+	}
+}
+
+// TestShareIPv6Trims: a host with more global addresses than the filters
+// match shares the first ones only, with containers and filters alike.
+func TestShareIPv6Trims(t *testing.T) {
+	d := &DataPlane{log: quietLogger(t)}
+	v6 := &hostlink.IPv6{LinkLocal: net.IPNet{IP: net.ParseIP("fe80::1"), Mask: net.CIDRMask(64, 128)}}
+	for i := range tcfilter.MaxHostAddrs6 + 4 {
+		v6.Global = append(v6.Global, net.IPNet{IP: net.ParseIP(fmt.Sprintf("2001:db8:%x::1", i+1)), Mask: net.CIDRMask(64, 128)})
+	}
+	addrs := d.shareIPv6(v6)
+	if len(addrs) != tcfilter.MaxHostAddrs6 || len(v6.Global) != tcfilter.MaxHostAddrs6 || v6.LinkLocal.IP != nil {
+		t.Fatalf("shared %d addresses, containers get %d global and link-local %v; want %d, %d and none",
+			len(addrs), len(v6.Global), v6.LinkLocal.IP, tcfilter.MaxHostAddrs6, tcfilter.MaxHostAddrs6)
+	}
+	for i, a := range addrs {
+		if !a.Equal(v6.Global[i].IP) {
+			t.Errorf("filters match %v, containers get %v", a, v6.Global[i].IP)
+		}
+	}
+	few := &hostlink.IPv6{Global: v6.Global[:2], LinkLocal: net.IPNet{IP: net.ParseIP("fe80::1"), Mask: net.CIDRMask(64, 128)}}
+	if got := d.shareIPv6(few); len(got) != 3 || len(few.Global) != 2 || few.LinkLocal.IP == nil {
+		t.Errorf("two addresses and a link-local one: filters match %v, containers get %v %v", got, few.Global, few.LinkLocal)
 	}
 }

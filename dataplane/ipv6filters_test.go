@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -66,8 +67,7 @@ func newEnv6(t *testing.T) *env {
 	addAddr6(t, sb.Host, sb.HostEth0, host6)
 	addAddr6(t, sb.Client, "eth0", client6)
 	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64)}
-	e.d = e.newDataPlane()
-	e.d.ip6 = []net.IP{host6}
+	e.d = e.newDataPlane() // host preparation shares the host's IPv6 addresses
 	var err error
 	if e.info, err = e.d.PrepareHost(context.Background()); err != nil {
 		t.Fatalf("PrepareHost: %v", err)
@@ -105,7 +105,9 @@ func ipv6Inside(t *testing.T, p *sandbox.Container, clientMAC net.HardwareAddr) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: host6, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
+	// The namespace side gave it the address already (the data plane
+	// shares the sandbox host's IPv6).
+	if err := h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: host6, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}); err != nil && !errors.Is(err, unix.EEXIST) {
 		t.Fatal(err)
 	}
 	waitLocal6(t, h, host6)
@@ -170,7 +172,6 @@ func TestIPv6Filters(t *testing.T) {
 	// A restarted data plane with the same addresses adopts A as it is.
 	before := e.hostState()
 	d2 := e.newDataPlane()
-	d2.ip6 = []net.IP{host6}
 	if _, err := d2.PrepareHost(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -183,12 +184,12 @@ func TestIPv6Filters(t *testing.T) {
 	paths(t)
 
 	// One with another address list re-installs the veth's filters.
-	other := net.ParseIP("2001:db8::77")
-	// deprecated, so that the host's wildcard UDP server keeps answering
-	// from host6
-	e.sb.Host.Run(t, "ip", "-6", "addr", "add", other.String()+"/128", "dev", e.sb.HostEth0, "nodad", "preferred_lft", "0")
+	// (in another /64, so that the host's wildcard UDP server keeps
+	// answering the client from host6, the longer match; not deprecated,
+	// or the host would not share it)
+	other := net.ParseIP("2001:db8:1::77")
+	e.sb.Host.Run(t, "ip", "-6", "addr", "add", other.String()+"/64", "dev", e.sb.HostEth0, "nodad")
 	d3 := e.newDataPlane()
-	d3.ip6 = []net.IP{host6, other}
 	if _, err := d3.PrepareHost(ctx); err != nil {
 		t.Fatal(err)
 	}
