@@ -85,8 +85,14 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err != nil {
 		return HostInfo{}, err
 	}
+	d.ip6 = nil
 	if v6 != nil {
 		info.IPv6 = v6.Global
+		var dropped int
+		if d.ip6, dropped = filterAddrs6(v6.Global, v6.LinkLocal.IP); dropped > 0 {
+			d.log.Warn("IPv6: the filters match the first host IPv6 addresses only; containers cannot send from the others",
+				"matched", len(d.ip6), "left_out", dropped)
+		}
 	}
 
 	// Host lo carries the host MAC: frames redirected from the host's lo to a

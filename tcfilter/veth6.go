@@ -201,6 +201,23 @@ func (v VethFilters) ensureTables6(d dev) error {
 	return nil
 }
 
+// clear6 removes the IPv6 classifier of a veth whose filters no longer
+// have host IPv6 addresses (syncFixed deleted its root nodes): its tables,
+// then the priority. fs is the dump taken before syncFixed.
+func (v VethFilters) clear6(d dev, fs []*netlink.U32) error {
+	if len(v.HostIP6) > 0 || !slices.ContainsFunc(fs, func(f *netlink.U32) bool { return f.Priority == PrioIP6 }) {
+		return nil
+	}
+	var ts []tableRef
+	for _, t := range vethTables6 {
+		ts = append(ts, tableRef{t.kind, t.prio, t.htid})
+	}
+	if _, err := d.delTables(ts, tableBusyTimeout); err != nil {
+		return err
+	}
+	return d.delPrio(KindIP, PrioIP6)
+}
+
 // migrateOther moves the catch-all classifier of an older layout (at
 // priority 4, where the IPv6 classifier goes now, protocol all) to
 // PrioVethOther: the new one is added first, then the old one deleted,
