@@ -85,6 +85,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err != nil {
 		return HostInfo{}, err
 	}
+	d.ip6 = nil
 	if v6 != nil {
 		d.ip6 = d.shareIPv6(v6)
 		info.IPv6 = v6.Global

@@ -12,8 +12,9 @@ import (
 
 // The tc side of IPv6: every filter of the data plane (host demuxes,
 // veths, containers, shaper exits) gets the host IPv6 addresses
-// containers share, d.ip6 (nil: IPv6 off, no IPv6 filter anywhere). They
-// are set by host preparation before the demuxes' Init.
+// containers share, d.ip6 (nil: IPv6 off, no IPv6 filter anywhere): the
+// global and link-local addresses of the host's IPv6 facts (ipv6.go),
+// set by host preparation before the demuxes' Init.
 
 // hostIP6 are the host IPv6 addresses the filters match.
 func (d *DataPlane) hostIP6() []net.IP { return d.ip6 }
@@ -72,6 +73,7 @@ func (d *DataPlane) IPv6ToHost() (uint64, error) {
 // first, duplicates and non-unicast ones left out, at most
 // tcfilter.MaxHostAddrs6 (the rest are not shared; dropped reports how
 // many). Host preparation sets d.ip6 to it when containers get IPv6.
+// Deprecated and temporary addresses are already left out (hostlink).
 func filterAddrs6(global []net.IPNet, linkLocal net.IP) (addrs []net.IP, dropped int) {
 	seen := map[string]bool{}
 	for _, ip := range append(ipsOf(global), linkLocal) {

@@ -229,11 +229,22 @@
 // TableVeth6Host: TCP/UDP right after the header to a host address -> eat
 // 40, owned source port (TableVethLocal, the IPv4 table) -> host lo; other
 // TCP/UDP -> owned source port (TableVethOut) -> eth0 (default DropPort);
-// ICMPv6 -> TableVeth6ICMP (default DropICMP); hop-by-hop, routing,
-// fragment and destination-options headers -> DropIPv6Ext (a fragment or
-// option header could hide the transport header, and nothing the
-// container needs carries one: MLD reports with hop-by-hop are dropped
-// too). TableVeth6Loop: TCP/UDP from owned ports -> host lo. TableVeth6ICMP
+// ICMPv6 -> TableVeth6ICMP (default DropICMP); hop-by-hop, routing and
+// destination-options headers -> DropIPv6Ext (an option header could hide
+// the transport header, and nothing the container needs carries one: MLD
+// reports with hop-by-hop are dropped too). A fragment header right after
+// the fixed header: a first fragment (offset 0) whose TCP, UDP or ICMPv6
+// header follows it is checked like an unfragmented packet after an eat
+// of 48 (the same port tables, the same ICMPv6 table); a first fragment
+// of anything else -> DropIPv6Ext (so no header can hide behind a
+// fragment header); later fragments carry no ports and go by destination
+// (a host address -> host lo, else eth0), as IPv4's do: their first
+// fragment passed the check or nothing can reassemble them, a later one
+// cannot rewrite the ports (the first 8 bytes) and IPv6 receivers drop
+// overlapping fragments. A first fragment too short to hold its ports
+// makes u32 give up on the classifier: the catch-all drops it.
+// TableVeth6Loop: TCP/UDP from owned ports -> host lo (fragments the
+// same way). TableVeth6ICMP
 // (at the ICMPv6 header; the payload length read at -36): echo request
 // and reply -> eth0; errors quoting a TCP/UDP packet sent to a host
 // address -> eat 48, quoted destination port owned (TableVethErr) -> eth0;

@@ -11,7 +11,7 @@ const (
 	DropARP       = "arp"       // ARP other than a request in the host's name
 	DropEthertype = "ethertype" // neither IPv4, ARP nor IPv6 (LLDP, ...; IPv6 too without host IPv6 addresses), or too short to read
 	DropVLAN      = "vlan"      // 802.1Q/802.1ad-tagged frame
-	DropIPv6Ext   = "ipv6_ext"  // IPv6 with an extension header (hop-by-hop, routing, fragment, destination options)
+	DropIPv6Ext   = "ipv6_ext"  // IPv6 with a hop-by-hop, routing or destination-options header, or a first fragment of anything but TCP, UDP and ICMPv6
 	DropNDP       = "ndp"       // neighbour discovery other than solicitations and advertisements in the host's name
 )
 

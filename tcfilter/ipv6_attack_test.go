@@ -176,8 +176,14 @@ func TestIPv6Attacks(t *testing.T) {
 		{"hop-by-hop header hiding an owned port", DropIPv6Ext, func(m []byte) []byte {
 			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_HOPOPTS, hopByHop(ipprotoUDP, udp6(20001, 9000, m)))
 		}},
-		{"fragment header hiding an unowned port", DropIPv6Ext, func(m []byte) []byte {
+		{"first fragment of an unowned port", DropPort, func(m []byte) []byte {
 			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_FRAGMENT, fragment(ipprotoUDP, udp6(40000, 9000, m)))
+		}},
+		{"first fragment of an unowned port to the host", DropPort, func(m []byte) []byte {
+			return frame6(w.mac, w.mac, host6, host6, unix.IPPROTO_FRAGMENT, fragment(ipprotoUDP, udp6(40000, 7000, m)))
+		}},
+		{"fragment header hiding a hop-by-hop header", DropIPv6Ext, func(m []byte) []byte {
+			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_FRAGMENT, fragment(unix.IPPROTO_HOPOPTS, hopByHop(ipprotoUDP, udp6(20001, 9000, m))))
 		}},
 		{"other next header", DropProtocol, func(m []byte) []byte {
 			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_SCTP, m)
@@ -257,6 +263,13 @@ func TestIPv6Attacks(t *testing.T) {
 		}},
 		{"echo request", func(m []byte) []byte {
 			return frame6(w.cmac, w.mac, host6, client6, ipprotoICMPv6, append([]byte{icmp6EchoRequest, 0, 0, 0, 0, 1, 0, 1}, m...))
+		}},
+		{"first fragment from an owned port", func(m []byte) []byte {
+			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_FRAGMENT, fragment(ipprotoUDP, udp6(20001, 9000, m)))
+		}},
+		{"later fragment", func(m []byte) []byte {
+			later := []byte{ipprotoUDP, 0, 0, 0xb9, 0, 0, 0, 42} // offset 23 (184 bytes), last
+			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_FRAGMENT, append(later, m...))
 		}},
 	} {
 		m := make([]byte, 16)

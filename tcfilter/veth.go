@@ -408,7 +408,10 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if fs, err = d.list(); err != nil {
 		return err
 	}
-	return syncFixed(d, v.fixedNodes(), fs)
+	if err := syncFixed(d, v.fixedNodes(), fs); err != nil {
+		return err
+	}
+	return v.clear6(d, fs)
 }
 
 // SetRanges changes the container's ranges from old to new: it adds the

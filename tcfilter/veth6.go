@@ -67,10 +67,58 @@ func (v VethFilters) ip6Nodes() []node {
 		drop(nodeVeth6VLAN, sel(0, macKeys(VLANMarkMAC)...), DropVLAN),
 		drop(nodeVeth6MAC, sel(0), DropMAC),
 	)
+	// extension headers other than a fragment header
 	extDrops := func(t uint32) {
 		for j, e := range ip6ExtHeaders {
-			ns = append(ns, drop(h(t, 0x90+uint32(j)), sel(0, nextHdrKey(e)), DropIPv6Ext))
+			if e != unix.IPPROTO_FRAGMENT {
+				ns = append(ns, drop(h(t, 0x90+uint32(j)), sel(0, nextHdrKey(e)), DropIPv6Ext))
+			}
 		}
+	}
+	// Fragments (a fragment header right after the fixed header): a
+	// first fragment whose transport header follows the fragment header
+	// is checked as if unfragmented (eat 48); a first fragment of
+	// anything else is dropped; later fragments carry no ports and go by
+	// destination (their first passed the check, or nothing can
+	// reassemble them; a later one cannot rewrite the ports, which lie in
+	// the first 8 bytes, and IPv6 receivers drop overlapping fragments).
+	// A first fragment too short to hold the ports makes u32 give up on
+	// the classifier: it falls to the catch-all (DropEthertype).
+	frag := func(first bool, p uint8, extra ...nl.TcU32Key) *nl.TcU32Sel {
+		ks := []nl.TcU32Key{nextHdrKey(unix.IPPROTO_FRAGMENT)}
+		switch {
+		case first && p != 0:
+			ks = append(ks, key(ip6HeaderLen, 0xff00fff8, uint32(p)<<24))
+		case first:
+			ks = append(ks, key(ip6HeaderLen, 0x0000fff8, 0))
+		}
+		return sel(0, append(ks, extra...)...)
+	}
+	fragNodes := func(t uint32, local []net.IP, lo bool) {
+		for i, a := range local {
+			dst := addr6Keys(ip6Dst, a)
+			ns = append(ns,
+				v.drop(link(h(t, 0x100+2*uint32(i)), fixedOffsetEat(frag(true, ipprotoTCP, dst...), ip6HeaderLen+8), vethLocal.hashTable), DropPort),
+				v.drop(link(h(t, 0x101+2*uint32(i)), fixedOffsetEat(frag(true, ipprotoUDP, dst...), ip6HeaderLen+8), vethLocal.hashTable), DropPort))
+		}
+		rest, restTarget := vethOut.hashTable, v.out()
+		if lo {
+			rest, restTarget = vethLocal.hashTable, v.local()
+		}
+		ns = append(ns,
+			v.drop(link(h(t, 0x140), fixedOffsetEat(frag(true, ipprotoTCP), ip6HeaderLen+8), rest), DropPort),
+			v.drop(link(h(t, 0x141), fixedOffsetEat(frag(true, ipprotoUDP), ip6HeaderLen+8), rest), DropPort))
+		if !lo {
+			ns = append(ns, v.drop(node{prio: PrioIP6, handle: h(t, 0x142), link: TableVeth6ICMP, kind: KindICMP,
+				sel: fixedOffsetEat(frag(true, ipprotoICMPv6), ip6HeaderLen+8)}, DropICMP))
+		}
+		ns = append(ns, drop(h(t, 0x143), frag(true, 0), DropIPv6Ext))
+		for i, a := range local {
+			ns = append(ns, node{prio: PrioIP6, handle: h(t, 0x150+uint32(i)), classid: c,
+				sel: sel(nl.TC_U32_TERMINAL, frag(false, 0, addr6Keys(ip6Dst, a)...).Keys...), act: actRedirect, target: v.local()})
+		}
+		ns = append(ns, node{prio: PrioIP6, handle: h(t, 0x160), classid: c,
+			sel: sel(nl.TC_U32_TERMINAL, frag(false, 0).Keys...), act: actRedirect, target: restTarget})
 	}
 	// source = a host address: TCP/UDP to a host address -> host lo,
 	// elsewhere -> eth0, by owned source port; ICMPv6 by type
@@ -86,12 +134,14 @@ func (v VethFilters) ip6Nodes() []node {
 		v.drop(node{prio: PrioIP6, handle: h(TableVeth6Host, 0x82), sel: l4(ipprotoICMPv6), link: TableVeth6ICMP, kind: KindICMP}, DropICMP),
 	)
 	extDrops(TableVeth6Host)
+	fragNodes(TableVeth6Host, v.HostIP6, false)
 	// ::1 to ::1: TCP and UDP to host lo
 	ns = append(ns,
 		v.drop(link(h(TableVeth6Loop, 1), l4(ipprotoTCP), vethLocal.hashTable), DropPort),
 		v.drop(link(h(TableVeth6Loop, 2), l4(ipprotoUDP), vethLocal.hashTable), DropPort),
 	)
 	extDrops(TableVeth6Loop)
+	fragNodes(TableVeth6Loop, nil, true)
 
 	// ICMPv6 (offsets from the ICMPv6 header, 40 bytes after the IPv6
 	// header: the payload length is at -36)
@@ -149,6 +199,23 @@ func (v VethFilters) ensureTables6(d dev) error {
 		}
 	}
 	return nil
+}
+
+// clear6 removes the IPv6 classifier of a veth whose filters no longer
+// have host IPv6 addresses (syncFixed deleted its root nodes): its tables,
+// then the priority. fs is the dump taken before syncFixed.
+func (v VethFilters) clear6(d dev, fs []*netlink.U32) error {
+	if len(v.HostIP6) > 0 || !slices.ContainsFunc(fs, func(f *netlink.U32) bool { return f.Priority == PrioIP6 }) {
+		return nil
+	}
+	var ts []tableRef
+	for _, t := range vethTables6 {
+		ts = append(ts, tableRef{t.kind, t.prio, t.htid})
+	}
+	if _, err := d.delTables(ts, tableBusyTimeout); err != nil {
+		return err
+	}
+	return d.delPrio(KindIP, PrioIP6)
 }
 
 // migrateOther moves the catch-all classifier of an older layout (at

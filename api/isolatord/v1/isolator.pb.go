@@ -1386,8 +1386,9 @@ type UsageResponse struct {
 	//	           containers have no IPv6), or too short
 	//	vlan       VLAN-tagged (802.1Q/802.1ad) frame, or an all-zero
 	//	           Ethernet source
-	//	ipv6_ext   IPv6 with an extension header (hop-by-hop, routing,
-	//	           fragment, destination options)
+	//	ipv6_ext   IPv6 with a hop-by-hop, routing or destination-options
+	//	           header, or a first fragment of anything but TCP, UDP
+	//	           and ICMPv6
 	//	ndp        neighbour discovery other than solicitations and
 	//	           advertisements in the host's name (router solicitations
 	//	           and advertisements, redirects, forged ones)
