@@ -346,15 +346,19 @@
 // TC_ACT_SHOT: the packet dies in dev_queue_xmit before ifb_xmit (which
 // would re-inject it into the veth). The program is loaded with the bpf
 // syscall from hand-written instructions (bpf.go). Per-container,
-// per-reason counters come for free: each drop node's mirred action
-// counts the packets it redirected, read from one dump of the veth's
-// filters (VethFilters.Drops). When the kernel cannot load the program
+// per-reason counters come for free: the drop nodes of one reason on one
+// veth share a mirred action (actindex.go), which counts the packets they
+// redirected, read from one dump of the veth's filters (VethFilters.Drops).
+// The veth's other redirects share the action of their target with every
+// veth (each mirred action costs a step of a machine-wide walk whenever a
+// device goes away). When the kernel cannot load the program
 // the sink is kept down: mirred then drops what is redirected to a down
 // device and still counts it (with a rate-limited "device is down" kernel
 // notice), and the VLAN check is not attached. A redirect to a deleted
 // sink also drops (mirred's device reference is gone). EnsureSink
 // re-creates a missing sink at start-up and Install re-points every drop
-// node at it.
+// node at it (through new actions: the old ones still point at the gone
+// device).
 //
 // VLAN: the receive path moves an 802.1Q/802.1ad tag into skb metadata
 // before tc runs, so u32 sees the inner packet, and a redirect to eth0

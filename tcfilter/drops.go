@@ -20,7 +20,8 @@ var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP
 
 // Drops reads how many frames the container's veth dropped, by reason
 // (every reason present), from one dump of the veth's filters: the packet
-// counters of the nodes that redirect to the sink.
+// counters of the actions of the nodes that redirect to the sink, each
+// action counted once.
 func (v VethFilters) Drops() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for _, r := range DropReasons {
@@ -43,6 +44,7 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 	if err != nil {
 		return out, err
 	}
+	counted := map[int]bool{}
 	for _, f := range fs {
 		htid, _, nid := SplitU32Handle(f.Handle)
 		k := pk{f.Priority, f.Handle}
@@ -54,6 +56,10 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 			continue
 		}
 		for _, a := range f.Actions {
+			if counted[a.Attrs().Index] {
+				continue // an action shared by several nodes (actindex.go)
+			}
+			counted[a.Attrs().Index] = true
 			if s := a.Attrs().Statistics; s != nil && s.Basic != nil {
 				out[r] += uint64(s.Basic.Packets)
 			}

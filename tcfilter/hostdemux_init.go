@@ -249,5 +249,5 @@ func sameNode(want, got *netlink.U32) bool {
 	if mirredTarget(want) != mirredTarget(got) || len(want.Actions) != len(got.Actions) {
 		return false
 	}
-	return true
+	return mirredIndex(want) == 0 || mirredIndex(want) == mirredIndex(got)
 }

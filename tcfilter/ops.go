@@ -113,6 +113,7 @@ type node struct {
 	target  int    // ifindex for actRedirect / actMirror
 	kind    string // metrics kind; "" means kindOf(prio, handle)
 	reason  string // drop reason of a node redirecting to the drop sink
+	index   uint32 // shared mirred action's index (actindex.go); 0: an action of its own
 }
 
 func (n node) metricKind() string {
@@ -141,6 +142,9 @@ func (d dev) build(n node) *netlink.U32 {
 		f.Actions = redirect(n.target)
 	case actMirror:
 		f.Actions = mirrorContinue(n.target)
+	}
+	if n.index != 0 && len(f.Actions) > 0 {
+		f.Actions[0].Attrs().Index = int(n.index)
 	}
 	return f
 }
@@ -350,8 +354,9 @@ func ensureIngressHook(h *netlink.Handle, ifindex int, q netlink.Qdisc) error {
 }
 
 // syncFixed makes the fixed (infrastructure) nodes want exist as described,
-// given a dump fs of the device: missing ones are added, different ones
-// deleted and re-added (a replace would keep the old keys), and unknown
+// given a dump fs of the device: missing ones are added, ones that differ
+// only in their actions replaced, other different ones deleted and re-added
+// (a replace would keep the old keys), and unknown
 // nodes in the root tables of our priorities are deleted. Root nodes are
 // matched by priority and node id, because their table id (800:, 801:, ...)
 // is chosen by the kernel; adding a root node that exists already fails with
@@ -381,6 +386,13 @@ func syncFixed(d dev, want []node, fs []*netlink.U32) error {
 			}
 		case !ok:
 		case sameNode(d.build(n), f):
+			seen[k] = true
+		case sameMatch(d.build(n), f):
+			// only the actions differ: a replace keeps the node matching
+			n.handle = f.Handle
+			if err := d.replace(n.metricKind(), n); err != nil {
+				return err
+			}
 			seen[k] = true
 		default:
 			if err := d.del(n.metricKind(), n.prio, f.Handle); err != nil && !errors.Is(err, unix.ENOENT) {

@@ -143,6 +143,8 @@ type VethFilters struct {
 	MAC     net.HardwareAddr // the host MAC (every frame's source)
 	Slot    uint16
 	Obs     Observer
+	// bank of the drop actions' indexes (dropBank), chosen by Install
+	bank uint32
 }
 
 // out and local are the redirect targets of IP packets that leave the
@@ -237,6 +239,7 @@ func fixedOffsetEat(s *nl.TcU32Sel, off uint16) *nl.TcU32Sel {
 func (v VethFilters) drop(n node, reason string) node {
 	n.sel.Flags |= nl.TC_U32_TERMINAL
 	n.act, n.target, n.reason = actRedirect, v.Sink, reason
+	n.index = dropIndex(v.bank, v.Veth, reason)
 	if n.classid == 0 {
 		n.classid = ClassID(v.Slot)
 	}
@@ -336,8 +339,8 @@ func (v VethFilters) fixedNodes() []node {
 func (v VethFilters) rangeSet() rangeSet {
 	c := ClassID(v.Slot)
 	return rangeSet{d: v.dev(), nodes: func(r ephemeral.Range) []node {
-		return slices.Concat(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out()),
-			vethErr.nodes(r, c, actRedirect, v.out()))
+		return shareRedirects(slices.Concat(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out()),
+			vethErr.nodes(r, c, actRedirect, v.out())))
 	}}
 }
 
@@ -345,7 +348,9 @@ func (v VethFilters) rangeSet() rangeSet {
 // data plane records it next to the veth (its alias) so that a restart can
 // tell a veth that needs no upgrade without dumping its filters; bump it
 // whenever Install would change an existing veth's nodes.
-const VethLayout = 3
+//
+// Layout 4: redirects and drops share their mirred actions (actindex.go).
+const VethLayout = 4
 
 // Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
 // ranges rs. Existing nodes are kept or updated, so it can be re-run (also
@@ -363,6 +368,7 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	// every qdisc of the host, which recovery must not pay per container).
 	fs, err := d.list()
 	fresh := err != nil || len(fs) == 0
+	v.bank = v.dropBank(fs)
 	if fresh {
 		if err := EnsureIngress(v.H, v.Veth); err != nil {
 			return err
@@ -557,7 +563,7 @@ func (c ContainerFilters) eth0Root() []node {
 func (c ContainerFilters) sets() []rangeSet {
 	return []rangeSet{
 		{d: c.lo(), nodes: func(r ephemeral.Range) []node { return ctrLo.nodes(r, ClassStop, actNone, 0) }},
-		{d: c.eth0(), nodes: func(r ephemeral.Range) []node { return ctrEth0.nodes(r, ClassStop, actRedirect, c.Lo) }},
+		{d: c.eth0(), nodes: func(r ephemeral.Range) []node { return shareRedirects(ctrEth0.nodes(r, ClassStop, actRedirect, c.Lo)) }},
 	}
 }
 

@@ -1,0 +1,213 @@
+package tcfilter
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+func TestActionIndexes(t *testing.T) {
+	if redirectIndex(0) != 0 || redirectIndex(redirectIndexBase) != 0 || redirectIndex(7) != redirectIndexBase|7 {
+		t.Errorf("redirectIndex: %x %x %x", redirectIndex(0), redirectIndex(redirectIndexBase), redirectIndex(7))
+	}
+	seen := map[uint32]string{}
+	for _, bank := range []uint32{0, 1} {
+		for _, veth := range []int{1, 2, 0x10, maxDropVeth} {
+			for _, r := range DropReasons {
+				idx := dropIndex(bank, veth, r)
+				if idx == 0 {
+					t.Fatalf("no index for bank %d veth %d reason %s", bank, veth, r)
+				}
+				if other, ok := seen[idx]; ok {
+					t.Fatalf("index %x twice: %s and bank %d veth %d %s", idx, other, bank, veth, r)
+				}
+				seen[idx] = r
+				if b, ok := dropIndexOf(idx, veth); !ok || b != bank {
+					t.Errorf("dropIndexOf(%x, %d) = %d %v", idx, veth, b, ok)
+				}
+				if _, ok := dropIndexOf(idx, veth+1); ok {
+					t.Errorf("dropIndexOf(%x, %d) claims another veth's index", idx, veth+1)
+				}
+				if _, ok := dropIndexOf(redirectIndex(veth), veth); ok {
+					t.Errorf("a redirect index %x taken for a drop index", redirectIndex(veth))
+				}
+			}
+		}
+	}
+	if dropIndex(0, maxDropVeth+1, DropPort) != 0 || dropIndex(0, 1, "nonsense") != 0 || dropIndex(2, 1, DropPort) != 0 {
+		t.Error("dropIndex gave an index outside its scheme")
+	}
+}
+
+// vethActions sorts the mirred actions of a veth's filters: the distinct
+// indexes of those redirecting to the sink and of the others.
+func vethActions(t *testing.T, c *ctr, sink int) (drops, others map[uint32]int) {
+	t.Helper()
+	fs, err := c.vf.dev().list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	drops, others = map[uint32]int{}, map[uint32]int{}
+	for _, f := range fs {
+		for _, a := range f.Actions {
+			m, ok := a.(*netlink.MirredAction)
+			if !ok {
+				continue
+			}
+			if m.Ifindex == sink {
+				drops[uint32(m.Index)]++
+			} else {
+				others[uint32(m.Index)]++
+			}
+		}
+	}
+	return drops, others
+}
+
+// checkShared: a veth of the current layout has one drop action per
+// reason and shares its redirects with the other veths (one action per
+// target: host eth0 and host lo).
+func checkShared(t *testing.T, w *wire, c *ctr) {
+	t.Helper()
+	drops, others := vethActions(t, c, w.sink)
+	if len(drops) != len(DropReasons) {
+		t.Errorf("%s: %d drop actions %v, want one per reason (%d)", c.name, len(drops), drops, len(DropReasons))
+	}
+	for idx := range drops {
+		if _, ok := dropIndexOf(idx, c.veth); !ok {
+			t.Errorf("%s: drop action %x is not one of its veth's", c.name, idx)
+		}
+	}
+	want := map[uint32]bool{redirectIndex(w.eth0): true, redirectIndex(w.lo): true}
+	if len(others) != len(want) {
+		t.Errorf("%s: redirect actions %v, want the shared ones of eth0 and lo", c.name, others)
+	}
+	for idx := range others {
+		if !want[idx] {
+			t.Errorf("%s: redirect action %x is not a shared one", c.name, idx)
+		}
+	}
+}
+
+// dropOne sends one UDP datagram from port 40000 (owned by no container)
+// and waits until the veth's port drops grew, then checks they grew by
+// exactly one (a shared action is counted once, not once per node).
+func dropOne(t *testing.T, w *wire, c *ctr) {
+	t.Helper()
+	before, err := c.vf.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.c.Do(func() error {
+		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: w.s.ClientIP, Port: 9000})
+		if err != nil {
+			return err
+		}
+		defer u.Close()
+		_, err = u.Write([]byte("hi"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		after, err := c.vf.Drops()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := after[DropPort] - before[DropPort]; d == 1 {
+			return
+		} else if d > 1 {
+			t.Fatalf("%s: one datagram counted %d times", c.name, d)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: the datagram was not counted (port drops %d -> %d)", c.name, before[DropPort], after[DropPort])
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// TestVethActionsShared: the veth filters create one drop action per
+// reason and no redirect action of their own, two containers share the
+// redirect actions, traffic flows and a drop is counted once.
+func TestVethActionsShared(t *testing.T) {
+	w := newWire(t)
+	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
+	b := w.plumb(t, "cb", 2, rg(33792, 34047))
+	checkShared(t, w, a)
+	checkShared(t, w, b)
+	da, _ := vethActions(t, a, w.sink)
+	db, _ := vethActions(t, b, w.sink)
+	for idx := range da {
+		if db[idx] > 0 {
+			t.Errorf("drop action %x shared by two veths", idx)
+		}
+	}
+	serve(t, w.s.Client.Do, "client", 9000)
+	client := net.JoinHostPort(w.s.ClientIP.String(), "9000")
+	for _, c := range []*ctr{a, b} {
+		if got, err := echo(c.c.Do, "udp", client); err != nil || got != "client" {
+			t.Fatalf("%s, owned port: %q %v", c.name, got, err)
+		}
+		dropOne(t, w, c)
+	}
+}
+
+// TestInstallSharesOldActions: Install (a restarted daemon's Adopt) brings
+// a veth of layout 2, where every node had a mirred action of its own, to
+// shared actions without a packet going unmatched, and the container's
+// traffic and drop counts stay right.
+func TestInstallSharesOldActions(t *testing.T) {
+	w := newWire(t)
+	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
+	serve(t, w.s.Client.Do, "client", 9000)
+	d := a.vf.dev()
+	fs, err := d.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byHandle := map[[2]uint32]*netlink.U32{}
+	for _, f := range fs {
+		htid, _, nid := SplitU32Handle(f.Handle)
+		k := [2]uint32{uint32(f.Priority), f.Handle}
+		if htid >= 0x800 {
+			k[1] = nid
+		}
+		byHandle[k] = f
+	}
+	want := a.vf.fixedNodes()
+	for _, r := range a.ranges {
+		want = append(want, a.vf.rangeSet().nodes(r)...)
+	}
+	actions := 0
+	for _, n := range want {
+		f, ok := byHandle[[2]uint32{uint32(n.prio), n.handle}]
+		if n.act == actNone || !ok {
+			continue
+		}
+		n.handle, n.index = f.Handle, 0
+		if err := d.replace(n.metricKind(), n); err != nil {
+			t.Fatal(err)
+		}
+		actions++
+	}
+	drops, others := vethActions(t, a, w.sink)
+	if len(drops)+len(others) != actions {
+		t.Fatalf("old layout not built: %d nodes with actions, %d actions", actions, len(drops)+len(others))
+	}
+	dropOne(t, w, a)
+	if err := a.vf.Install(a.ranges); err != nil {
+		t.Fatal(err)
+	}
+	checkShared(t, w, a)
+	client := net.JoinHostPort(w.s.ClientIP.String(), "9000")
+	if got, err := echo(a.c.Do, "udp", client); err != nil || got != "client" {
+		t.Fatalf("owned port after the upgrade: %q %v", got, err)
+	}
+	dropOne(t, w, a)
+}
