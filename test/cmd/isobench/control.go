@@ -52,6 +52,9 @@ type ControlScale struct {
 	BurstSize            int      `json:"burst_size"`
 	// Usage and Get of a probe container while the bursts ran.
 	ReadsDuringBursts *Latency `json:"reads_during_bursts"`
+	// The same, Usage and Get apart.
+	UsageDuringBursts *Latency `json:"usage_during_bursts"`
+	GetDuringBursts   *Latency `json:"get_during_bursts"`
 	// CNI through libcni (plugin process exec to result).
 	CNIAdd *Latency `json:"cni_add"`
 	CNIDel *Latency `json:"cni_del"`
@@ -276,11 +279,13 @@ func (b *bench) phaseControl(ctx context.Context) error {
 		return err
 	})
 	cs.ReadsDuringBursts = stopReads()
+	cs.UsageDuringBursts, cs.GetDuringBursts = summarize(reads.usage), summarize(reads.get)
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
 	cs.DrainSeconds = ptr(took.Seconds())
-	b.logf("control: drain of %d at once %.3fs; reads during the bursts %s", n, *cs.DrainSeconds, fmtMs(cs.ReadsDuringBursts))
+	b.logf("control: drain of %d at once %.3fs; reads during the bursts %s (Usage %s, Get %s)", n, *cs.DrainSeconds,
+		fmtMs(cs.ReadsDuringBursts), fmtMs(cs.UsageDuringBursts), fmtMs(cs.GetDuringBursts))
 	if reads.err != nil {
 		b.fail("control: reads during the bursts: %v", reads.err)
 	}
@@ -346,8 +351,9 @@ func burst(n int, fn func(i int) error) (time.Duration, error) {
 
 // readProbe polls Usage and Get of one container and keeps their latencies.
 type readProbe struct {
-	lat []time.Duration
-	err error
+	lat        []time.Duration
+	usage, get []time.Duration // lat split by call
+	err        error
 }
 
 func (r *readProbe) start(ctx context.Context, cl pb.IsolatorClient, id string) (stop func() *Latency) {
@@ -376,7 +382,13 @@ func (r *readProbe) start(ctx context.Context, cl pb.IsolatorClient, id string) 
 				r.err = err
 				return
 			}
-			r.lat = append(r.lat, time.Since(t0))
+			took := time.Since(t0)
+			r.lat = append(r.lat, took)
+			if i%2 == 0 {
+				r.usage = append(r.usage, took)
+			} else {
+				r.get = append(r.get, took)
+			}
 			time.Sleep(time.Millisecond) // a poll, not a load generator
 		}
 	}()
