@@ -69,6 +69,7 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 		for _, a := range u.Actions {
 			a.Attrs().Index = 0
 		}
+		u.RedirIndex = 0 // set by the dump: it would add a second redirect
 		if err := e.d.h.FilterReplace(u); err != nil {
 			t.Fatalf("unshare %x: %v", u.Handle, err)
 		}

@@ -13,27 +13,30 @@ import (
 // of creating one (the kernel then ignores the parameters it was given).
 // Every mirred action joins one machine-wide list, which the kernel walks
 // each time any device is unregistered (mirred_device_event): with one
-// action per node, deleting a container's veth cost a walk over some forty
-// actions of every container on the machine. The veth and container
-// filters therefore share their actions by index:
+// action per node, deleting a container's veth cost a walk over some fifty
+// actions of every container on the machine (the host demuxes' redirects
+// to its veth, its veth's drops and redirects, its own lo and eth0
+// redirects). Nodes therefore share their actions by index:
 //
-//   - a redirect that is not a drop (to host eth0, host lo, a shaper entry,
-//     or inside a container to its eth0 or lo) uses the action of its
-//     namespace for its target, index redirectIndexBase|ifindex, shared by
-//     every node with that target;
+//   - every redirect that is not a drop (to a container's veth from the
+//     host demuxes, to host eth0, host lo or a shaper entry from a veth or a
+//     shaper exit, inside a container to its eth0 or lo) uses the action of
+//     its namespace for its target, index redirectIndexBase|ifindex (built
+//     by dev.build: node.actionIndex);
 //   - a drop node uses one action per (veth, reason), index
 //     dropIndexBase|bank<<30|veth<<4|reason, shared by the veth's nodes of
 //     that reason, so per-reason counts still come from one dump of the veth
 //     (Drops counts each action once).
 //
-// The index of an action says what it does, so a stale action cannot be
-// bound by mistake: an ifindex is not handed out again while its device
-// lives (and ifindexes are allocated cyclically). The one case where an
-// action at an index can point elsewhere than its index says is a drop
-// action whose sink was deleted and re-created; Install then moves the
-// veth's drop nodes to the other bank (dropBank). Ifindexes too large for
-// the scheme get actions of their own (index 0: the kernel picks one), as
-// before.
+// Mirrors (the ARP fan-out) keep actions of their own. The index of an
+// action says what it does, so a stale action cannot be bound by mistake:
+// an ifindex is not handed out again while its device lives (and ifindexes
+// are allocated cyclically). The one case where an action at an index can
+// point elsewhere than its index says is a drop action whose sink was
+// deleted and re-created; Install then moves the veth's drop nodes to the
+// other bank (dropBank). Ifindexes too large for the scheme get actions of
+// their own (index 0: the kernel picks one), as before. Nodes of older
+// layouts keep their own actions until they are replaced.
 const (
 	redirectIndexBase = 0x40000000
 	dropIndexBase     = 0x80000000
@@ -100,15 +103,14 @@ func (v VethFilters) dropBank(fs []*netlink.U32) uint32 {
 	return 0
 }
 
-// shareRedirects gives every redirect of ns that is not a drop the shared
-// action of its target.
-func shareRedirects(ns []node) []node {
-	for i := range ns {
-		if ns[i].act == actRedirect && ns[i].reason == "" {
-			ns[i].index = redirectIndex(ns[i].target)
-		}
+// actionIndex is the index of n's mirred action: a drop's own (set by the
+// veth filters), the shared action of the target for any other redirect,
+// none (0: the kernel picks one) for mirrors.
+func (n node) actionIndex() uint32 {
+	if n.index != 0 || n.reason != "" || n.act != actRedirect {
+		return n.index
 	}
-	return ns
+	return redirectIndex(n.target)
 }
 
 // sameMatch is sameNode except for the actions: what the kernel holds

@@ -166,33 +166,22 @@ func TestInstallSharesOldActions(t *testing.T) {
 	w := newWire(t)
 	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
 	serve(t, w.s.Client.Do, "client", 9000)
-	d := a.vf.dev()
-	fs, err := d.list()
+	// every node's action its own (a replace keeps the node's keys)
+	fs, err := a.vf.dev().list()
 	if err != nil {
 		t.Fatal(err)
 	}
-	byHandle := map[[2]uint32]*netlink.U32{}
-	for _, f := range fs {
-		htid, _, nid := SplitU32Handle(f.Handle)
-		k := [2]uint32{uint32(f.Priority), f.Handle}
-		if htid >= 0x800 {
-			k[1] = nid
-		}
-		byHandle[k] = f
-	}
-	want := a.vf.fixedNodes()
-	for _, r := range a.ranges {
-		want = append(want, a.vf.rangeSet().nodes(r)...)
-	}
 	actions := 0
-	for _, n := range want {
-		f, ok := byHandle[[2]uint32{uint32(n.prio), n.handle}]
-		if n.act == actNone || !ok {
+	for _, f := range fs {
+		if len(f.Actions) == 0 {
 			continue
 		}
-		n.handle, n.index = f.Handle, 0
-		if err := d.replace(n.metricKind(), n); err != nil {
-			t.Fatal(err)
+		for _, x := range f.Actions {
+			x.Attrs().Index = 0
+		}
+		f.RedirIndex = 0 // set by the dump: it would add a second redirect
+		if err := w.h.FilterReplace(f); err != nil {
+			t.Fatalf("unshare %s: %v", FormatHandle(f.Handle), err)
 		}
 		actions++
 	}

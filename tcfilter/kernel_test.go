@@ -74,9 +74,14 @@ func (e *kernelEnv) index(t testing.TB, name string) int {
 }
 
 // tcShow is `tc filter show dev DEV ingress` in the host namespace.
+// The reference counts of a shared action change with the nodes elsewhere
+// that use it (and lag behind a deletion, released in deferred work), so
+// tcShow leaves them out.
+var actionRefs = regexp.MustCompile(` ref \d+ bind \d+`)
+
 func (e *kernelEnv) tcShow(t testing.TB, dev string) string {
 	t.Helper()
-	return e.s.Host.Run(t, "tc", "filter", "show", "dev", dev, "ingress")
+	return actionRefs.ReplaceAllString(e.s.Host.Run(t, "tc", "filter", "show", "dev", dev, "ingress"), "")
 }
 
 // tables lists the hash tables tc shows ("fh 2: ht divisor 256" -> "2:/256").

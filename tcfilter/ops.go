@@ -113,7 +113,7 @@ type node struct {
 	target  int    // ifindex for actRedirect / actMirror
 	kind    string // metrics kind; "" means kindOf(prio, handle)
 	reason  string // drop reason of a node redirecting to the drop sink
-	index   uint32 // shared mirred action's index (actindex.go); 0: an action of its own
+	index   uint32 // a drop's shared mirred action (dropIndex); 0 for other nodes (actionIndex)
 }
 
 func (n node) metricKind() string {
@@ -143,8 +143,8 @@ func (d dev) build(n node) *netlink.U32 {
 	case actMirror:
 		f.Actions = mirrorContinue(n.target)
 	}
-	if n.index != 0 && len(f.Actions) > 0 {
-		f.Actions[0].Attrs().Index = int(n.index)
+	if idx := n.actionIndex(); idx != 0 && len(f.Actions) > 0 {
+		f.Actions[0].Attrs().Index = int(idx)
 	}
 	return f
 }

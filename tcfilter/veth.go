@@ -339,8 +339,8 @@ func (v VethFilters) fixedNodes() []node {
 func (v VethFilters) rangeSet() rangeSet {
 	c := ClassID(v.Slot)
 	return rangeSet{d: v.dev(), nodes: func(r ephemeral.Range) []node {
-		return shareRedirects(slices.Concat(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out()),
-			vethErr.nodes(r, c, actRedirect, v.out())))
+		return slices.Concat(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out()),
+			vethErr.nodes(r, c, actRedirect, v.out()))
 	}}
 }
 
@@ -563,7 +563,7 @@ func (c ContainerFilters) eth0Root() []node {
 func (c ContainerFilters) sets() []rangeSet {
 	return []rangeSet{
 		{d: c.lo(), nodes: func(r ephemeral.Range) []node { return ctrLo.nodes(r, ClassStop, actNone, 0) }},
-		{d: c.eth0(), nodes: func(r ephemeral.Range) []node { return shareRedirects(ctrEth0.nodes(r, ClassStop, actRedirect, c.Lo)) }},
+		{d: c.eth0(), nodes: func(r ephemeral.Range) []node { return ctrEth0.nodes(r, ClassStop, actRedirect, c.Lo) }},
 	}
 }
 
