@@ -26,7 +26,8 @@ package dataplane
 //     takes it again only to add the host demux entries; Teardown removes
 //     those under mu and retires the veth and unmounts without it. So calls
 //     for different containers overlap as far as the kernel lets them (it
-//     serialises most netlink changes itself). The per-container order is
+//     serialises most netlink changes itself), a few Setups and Teardowns
+//     at a time (admit.go: more would only queue on rtnl, before reads). The per-container order is
 //     the caller's (the lifecycle's per-container lock). SetPorts, SetLimits,
 //     Adopt and the recovery calls hold mu throughout. Stats takes no lock
 //     but hmu (read), which only keeps the handles open against Close;
@@ -107,6 +108,11 @@ type DataPlane struct {
 	// (Stats): Close sets hclosed under it before closing them.
 	hmu     sync.RWMutex
 	hclosed bool
+	// writers holds a token per Setup or Teardown at work (admit.go).
+	writers chan struct{}
+	// vethOf: container ID -> host veth ifindex of the containers in
+	// ctrs, for Stats (admit.go).
+	vethOf sync.Map
 
 	mu       sync.Mutex
 	prepared bool
@@ -224,6 +230,7 @@ func New(cfg Config) (*DataPlane, error) {
 		slots:    map[uint16]string{},
 		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
+		writers:  make(chan struct{}, maxWriters()),
 	}
 	d.hostSysctl = sysctl.Open()
 	return d, nil
@@ -460,6 +467,11 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 	defer d.unclaim(c.ID)
+	release, err := d.admit(ctx)
+	if err != nil {
+		return p, err
+	}
+	defer release()
 	// The container's own objects are made without d.mu, so that setups
 	// of different containers overlap; only the handles must stay open.
 	d.hmu.RLock()
@@ -674,6 +686,7 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 	c.Pin, c.PinOwned = pin.Path, pin.Owned
 	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
 	d.slots[c.Slot] = c.ID
+	d.noteVeth(c.ID, veth)
 	return nil
 }
 

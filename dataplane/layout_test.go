@@ -86,7 +86,7 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 		t.Fatalf("alias %q not ours", l.Attrs().Alias)
 	}
 	m.Layout = 2
-	if err := e.d.h.LinkSetAlias(l, m.alias()); err != nil {
+	if err := e.d.h.LinkSetAlias(l, metaAlias(m)); err != nil {
 		t.Fatal(err)
 	}
 

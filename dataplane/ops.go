@@ -190,18 +190,26 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		return LinkStats{}, err
 	}
 	// A read: it never waits for d.mu (a setup or teardown in progress),
-	// only for the handles to stay open. The links are found by name (the
-	// caller serialises calls for one container, and gives its limits).
+	// only for the handles to stay open. The veth is the one recorded for
+	// the container, else found by name (the caller serialises calls for
+	// one container, and gives its limits): each netlink read queues on
+	// rtnl behind the changes of setups and teardowns, so it makes as few
+	// as it can.
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
 		return LinkStats{}, ErrClosed
 	}
-	l, err := d.hr.LinkByName(VethName(c.ID))
-	if err != nil {
-		return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
+	idx, via := 0, 0
+	if v, ok := d.vethOf.Load(c.ID); ok {
+		idx = v.(int)
+	} else {
+		l, err := d.hr.LinkByName(VethName(c.ID))
+		if err != nil {
+			return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
+		}
+		idx = l.Attrs().Index
 	}
-	idx, via := l.Attrs().Index, 0
 	s, err := hostlink.PeerCounters(d.hr, idx)
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
@@ -237,6 +245,11 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 // and c otherwise (after a restart without Adopt). It is idempotent.
 func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, error) {
 	var rep TeardownReport
+	release, aerr := d.admit(ctx)
+	if aerr != nil {
+		return rep, aerr
+	}
+	defer release()
 	// hmu before mu (see Close); the veth and the mount are removed with
 	// hmu alone.
 	d.hmu.RLock()
@@ -379,6 +392,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if rec, ok := d.ctrs[c.ID]; ok {
 		delete(d.slots, rec.c.Slot)
 		delete(d.ctrs, c.ID)
+		d.noteVeth(c.ID, 0)
 	}
 	return rep, nil
 }
@@ -450,6 +464,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID
+	d.noteVeth(c.ID, veth)
 	err = d.checkLimits(c.Egress, c.Ingress)
 	if err == nil {
 		err = d.applyLimits(rec, c.Egress, c.Ingress)

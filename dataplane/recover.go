@@ -396,6 +396,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		if kc, ok := keepBySlot[rec.c.Slot]; !ok || kc.ID != id {
 			delete(d.ctrs, id)
 			delete(d.slots, rec.c.Slot)
+			d.noteVeth(id, 0)
 			d.dropNeigh(id)
 		}
 	}
