@@ -579,7 +579,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
-	if err := d.vethFilters(c.Slot, vethIdx, via).Install(all); err != nil {
+	vf := d.vethFilters(c.Slot, vethIdx, via)
+	vf.New = true
+	if err := vf.Install(all); err != nil {
 		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
 	}
 	if err := d.step("veth filters"); err != nil {

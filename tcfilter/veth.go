@@ -143,6 +143,9 @@ type VethFilters struct {
 	MAC     net.HardwareAddr // the host MAC (every frame's source)
 	Slot    uint16
 	Obs     Observer
+	// New: the veth was just created and has no filters; Install then
+	// reads none back (each dump waits for rtnl).
+	New bool
 	// bank of the drop actions' indexes (dropBank), chosen by Install
 	bank uint32
 }
@@ -366,7 +369,11 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	d := v.dev()
 	// A veth with our nodes has its ingress (or, made by an older version, clsact) qdisc (checking costs a dump of
 	// every qdisc of the host, which recovery must not pay per container).
-	fs, err := d.list()
+	var fs []*netlink.U32
+	var err error
+	if !v.New {
+		fs, err = d.list()
+	}
 	fresh := err != nil || len(fs) == 0
 	v.bank = v.dropBank(fs)
 	if fresh {
@@ -411,7 +418,11 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if err := v.rangeSet().apply(rs, nil); err != nil {
 		return err
 	}
-	if fs, err = d.list(); err != nil {
+	// The range nodes just added lie in the port tables, which syncFixed
+	// leaves alone: a veth without filters before has none of its nodes.
+	if v.New || err == nil && len(fs) == 0 {
+		fs = nil
+	} else if fs, err = d.list(); err != nil {
 		return err
 	}
 	if err := syncFixed(d, v.fixedNodes(), fs); err != nil {
