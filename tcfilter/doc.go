@@ -330,9 +330,10 @@
 // of containers: a legitimate TCP/UDP packet costs the 4 keys of root
 // node 1 plus what it cost before (its table-014 node and the port lookup).
 // Node ids of the veth follow from their meaning (the drop nodes are fixed
-// nodes, counted per node), so Retarget, Install after a restart and Drops
+// nodes, counted per reason), so Retarget, Install after a restart and Drops
 // find them from handles alone; Install brings a veth of an older layout
-// (ARP at prio 1, default "stop" node) up to date.
+// (ARP at prio 1, default "stop" node; layout 2: an action per node) up
+// to date.
 //
 // With an egress limit every redirect that is not a drop, ARP included,
 // goes to the container's shaper (Via), so an ARP flood is shaped too.
