@@ -38,8 +38,8 @@ func (d *DataPlane) admit(ctx context.Context) (release func(), err error) {
 // Stats, which looks it up without d.mu.
 func (d *DataPlane) noteVeth(id string, veth int) {
 	if veth > 0 {
-		d.vethOf.Store(id, veth)
+		d.statsVeth.Store(id, veth)
 	} else {
-		d.vethOf.Delete(id)
+		d.statsVeth.Delete(id)
 	}
 }

@@ -110,9 +110,9 @@ type DataPlane struct {
 	hclosed bool
 	// writers holds a token per Setup or Teardown at work (admit.go).
 	writers chan struct{}
-	// vethOf: container ID -> host veth ifindex of the containers in
+	// statsVeth: container ID -> host veth ifindex of the containers in
 	// ctrs, for Stats (admit.go).
-	vethOf sync.Map
+	statsVeth sync.Map
 
 	mu       sync.Mutex
 	prepared bool

@@ -201,7 +201,7 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		return LinkStats{}, ErrClosed
 	}
 	idx, via := 0, 0
-	if v, ok := d.vethOf.Load(c.ID); ok {
+	if v, ok := d.statsVeth.Load(c.ID); ok {
 		idx = v.(int)
 	} else {
 		l, err := d.hr.LinkByName(VethName(c.ID))
