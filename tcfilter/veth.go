@@ -353,6 +353,8 @@ func (v VethFilters) rangeSet() rangeSet {
 // whenever Install would change an existing veth's nodes.
 //
 // Layout 4: redirects and drops share their mirred actions (actindex.go).
+// Upgrading a veth of an older layout replaces its drop actions, so its
+// drop counters start again from zero (a counter reset, once).
 const VethLayout = 4
 
 // Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
