@@ -42,8 +42,12 @@ func vethMirreds(t *testing.T, d *DataPlane, veth int) (drops, others, nodes int
 	return len(dr), len(ot), nodes
 }
 
-// TestAdoptUpgradesVethLayout: a container set up under the previous veth
-// layout (layout 2: every filter node with a mirred action of its own) is
+// ipv4DropReasons is how many drop reasons the veth filters of a container
+// without IPv6 use (all but DropIPv6Ext and DropNDP).
+const ipv4DropReasons = 9
+
+// TestAdoptUpgradesVethLayout: a container set up under an older veth
+// layout (every filter node with a mirred action of its own) is
 // brought to shared actions by a restarted data plane's Adopt: one drop
 // action per reason, the redirects shared; its traffic flows and a refused
 // datagram is counted once.
@@ -52,11 +56,11 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 	e := newEnv(t)
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
 	veth := e.d.ctrs[a.c.ID].veth
-	if dr, ot, _ := vethMirreds(t, e.d, veth); dr != len(DropReasons) || ot > 2 {
-		t.Fatalf("current layout: %d drop actions, %d others (want %d and at most 2)", dr, ot, len(DropReasons))
+	if dr, ot, _ := vethMirreds(t, e.d, veth); dr < ipv4DropReasons || dr > len(DropReasons) || ot > 2 {
+		t.Fatalf("current layout: %d drop actions, %d others (want one per reason and at most 2)", dr, ot)
 	}
 
-	// Back to layout 2: every node's action its own (a replace keeps the
+	// Back to an older layout: every node's action its own (a replace keeps the
 	// node's keys), and the alias says so.
 	fs, err := e.d.h.FilterList(linkRefIdx(veth), netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
@@ -86,7 +90,7 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 	if !ok {
 		t.Fatalf("alias %q not ours", l.Attrs().Alias)
 	}
-	m.Layout = 2
+	m.Layout = tcfilter.VethLayout - 1
 	if err := e.d.h.LinkSetAlias(l, metaAlias(m)); err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +103,8 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); err != nil {
 		t.Fatal(err)
 	}
-	if dr, ot, _ := vethMirreds(t, d2, veth); dr != len(DropReasons) || ot > 2 {
-		t.Errorf("after Adopt: %d drop actions, %d others (want %d and at most 2)", dr, ot, len(DropReasons))
+	if dr, ot, _ := vethMirreds(t, d2, veth); dr < ipv4DropReasons || dr > len(DropReasons) || ot > 2 {
+		t.Errorf("after Adopt: %d drop actions, %d others (want one per reason and at most 2)", dr, ot)
 	}
 	if l, err = d2.h.LinkByIndex(veth); err != nil {
 		t.Fatal(err)

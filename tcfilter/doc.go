@@ -332,7 +332,7 @@
 // Node ids of the veth follow from their meaning (the drop nodes are fixed
 // nodes, counted per reason), so Retarget, Install after a restart and Drops
 // find them from handles alone; Install brings a veth of an older layout
-// (ARP at prio 1, default "stop" node; layout 2: an action per node) up
+// (ARP at prio 1, default "stop" node; before layout 4: an action per node) up
 // to date.
 //
 // With an egress limit every redirect that is not a drop, ARP included,
