@@ -47,7 +47,8 @@ type bench struct {
 	sbA, sb1, sbN *sandbox.Sandbox
 	d1, dN        *daemon
 	c1, cN        pb.IsolatorClient
-	targets       map[string]*target
+	targets       map[string]*target // case -> its server over IPv4
+	targets6      map[string]*target // the same servers over IPv6
 }
 
 func newBench(o *options, log io.Writer) *bench {
@@ -58,7 +59,7 @@ func newBench(o *options, log io.Writer) *bench {
 	}
 	return &bench{
 		o: o, log: log, began: now,
-		targets: map[string]*target{},
+		targets: map[string]*target{}, targets6: map[string]*target{},
 		res: &Results{
 			Schema:  1,
 			Date:    now.UTC().Format(time.RFC3339),
@@ -70,10 +71,11 @@ func newBench(o *options, log io.Writer) *bench {
 				HostPortRange: sandbox.HostPortRange, Only: only,
 				Namespaces: "bind-mounted namespace files, isolated by path (the server containers: processes, isolated by pid)",
 			},
-			DataPlane: newDataPlane(),
-			Phases:    map[string]float64{},
-			Errors:    []string{},
-			Micro:     []MicroBenchmark{},
+			DataPlane:  newDataPlane(ipv4),
+			DataPlane6: ptr(newDataPlane(ipv6)),
+			Phases:     map[string]float64{},
+			Errors:     []string{},
+			Micro:      []MicroBenchmark{},
 		},
 	}
 }
@@ -207,7 +209,7 @@ func (b *bench) prepare(ctx context.Context) error {
 	b.undo = append(b.undo, pool.close)
 
 	mk := func(prefix string) (*sandbox.Sandbox, error) {
-		sb, err := sandbox.NewNamed(prefix)
+		sb, err := sandbox.NewNamed(prefix, sandbox.WithIPv6()) // dual-stack: family.go
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +228,6 @@ func (b *bench) prepare(ctx context.Context) error {
 	}
 	b.logf("sandboxes %s, %s, %s", b.sbA.Name, b.sb1.Name, b.sbN.Name)
 
-	hostAddr := net.JoinHostPort(sandbox.HostIP.String(), strconv.Itoa(hostServerPort))
 	for _, h := range []struct {
 		c    string
 		sb   *sandbox.Sandbox
@@ -241,7 +242,7 @@ func (b *bench) prepare(ctx context.Context) error {
 			continue
 		}
 		b.undo = append(b.undo, func() error { return srv.Stop(syscall.SIGTERM) })
-		b.targets[h.c] = &target{client: h.sb.Client, addr: hostAddr, name: h.name}
+		b.setTarget(h.c, h.sb, hostServerPort, h.name)
 	}
 	return nil
 }
@@ -440,7 +441,8 @@ func (b *bench) phaseOne(ctx context.Context) error {
 }
 
 // serverContainer starts a container running isotraffic serve on port,
-// isolates it by pid and registers it as the target of case c.
+// isolates it by pid and registers it as the target of case c (over both
+// families).
 func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pb.IsolatorClient, c, name string, port int) error {
 	ctr, err := sb.Spawn(name, b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(port), "--name", name)
 	if err != nil {
@@ -452,8 +454,25 @@ func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pb.
 	if _, err := b.setup(ctx, cl, name, port, "", ctr.Pid); err != nil {
 		return err
 	}
-	b.targets[c] = &target{client: sb.Client, addr: net.JoinHostPort(sandbox.HostIP.String(), strconv.Itoa(port)), name: name}
+	b.setTarget(c, sb, port, name)
 	return nil
+}
+
+// setTarget registers the server name answering on port of sb's host
+// address as case c, over each family.
+func (b *bench) setTarget(c string, sb *sandbox.Sandbox, port int, name string) {
+	for _, f := range families {
+		addr := net.JoinHostPort(f.hostIP(sb).String(), strconv.Itoa(port))
+		b.targetsOf(f)[c] = &target{client: sb.Client, addr: addr, name: name}
+	}
+}
+
+// targetsOf is the servers of the cases over family f.
+func (b *bench) targetsOf(f family) map[string]*target {
+	if f == ipv6 {
+		return b.targets6
+	}
+	return b.targets
 }
 
 // setup prepares and isolates one container (by netns path, or by pid when
@@ -553,7 +572,7 @@ func (b *bench) phaseN(ctx context.Context) error {
 			b.logf("set up %d/%d containers", i+1, n)
 		}
 	}
-	b.targets[caseC] = &target{client: b.sbN.Client, addr: net.JoinHostPort(sandbox.HostIP.String(), strconv.Itoa(firstStatic+n-1)), name: "ctr-c"}
+	b.setTarget(caseC, b.sbN, firstStatic+n-1, "ctr-c")
 	cp := &b.res.ControlPlane
 	cp.SetupAllSeconds = ptr(total.Seconds())
 	tenth := maxInt(n/10, 1)
@@ -605,26 +624,32 @@ func (b *bench) measure(ctx context.Context, metric string, t *target, dur time.
 	return v, err
 }
 
-// phaseData measures every available case, o.rounds times, rotating the
-// case order each round.
+// phaseData measures every available case over each family, o.rounds
+// times, rotating the order of the cases each round.
 func (b *bench) phaseData(ctx context.Context) error {
-	var avail []string
-	for _, c := range cases {
-		t := b.targets[c]
-		if t == nil {
-			b.fail("data plane case (%s): no server (see the errors above)", c)
-			continue
+	type famCase struct {
+		f family
+		c string
+	}
+	var avail []famCase
+	for _, f := range families {
+		for _, c := range cases {
+			t := b.targetsOf(f)[c]
+			if t == nil {
+				b.fail("data plane case (%s) over %s: no server (see the errors above)", c, f.label())
+				continue
+			}
+			if err := echo(ctx, t); err != nil {
+				b.fail("data plane case (%s) over %s: %v", c, f.label(), err)
+				continue
+			}
+			// Warm up the path (neighbour entries, caches).
+			if _, err := b.measure(ctx, metricRR, t, 50*time.Millisecond); err != nil {
+				b.fail("data plane case (%s) over %s: warm-up: %v", c, f.label(), err)
+				continue
+			}
+			avail = append(avail, famCase{f, c})
 		}
-		if err := echo(ctx, t); err != nil {
-			b.fail("data plane case (%s): %v", c, err)
-			continue
-		}
-		// Warm up the path (neighbour entries, caches).
-		if _, err := b.measure(ctx, metricRR, t, 50*time.Millisecond); err != nil {
-			b.fail("data plane case (%s): warm-up: %v", c, err)
-			continue
-		}
-		avail = append(avail, c)
 	}
 	if len(avail) == 0 {
 		return errors.New("no server reachable")
@@ -651,31 +676,33 @@ func (b *bench) phaseData(ctx context.Context) error {
 	for r := 0; r < b.o.rounds; r++ {
 		for _, m := range metrics {
 			for k := range avail {
-				c := avail[(k+r)%len(avail)]
-				key := m + "/" + c
+				fc := avail[(k+r)%len(avail)]
+				key := m + "/" + fc.c + "/" + string(fc.f)
 				if failed[key] {
 					continue
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				v, err := b.measure(ctx, m, b.targets[c], b.o.dur)
+				v, err := b.measure(ctx, m, b.targetsOf(fc.f)[fc.c], b.o.dur)
 				if err != nil {
 					failed[key] = true
-					b.fail("data plane %s case (%s): %v", m, c, err)
+					b.fail("data plane %s case (%s) over %s: %v", m, fc.c, fc.f.label(), err)
 					continue
 				}
-				rate := b.res.DataPlane.Rates[m][c]
+				rate := b.res.dataPlane(fc.f).Rates[m][fc.c]
 				rate.Samples = append(rate.Samples, v)
 			}
 		}
 		b.logf("data plane round %d/%d done", r+1, b.o.rounds)
 	}
-	for _, m := range metrics {
-		for _, c := range cases {
-			rate := b.res.DataPlane.Rates[m][c]
-			if !failed[m+"/"+c] {
-				rate.Median = median(rate.Samples)
+	for _, f := range families {
+		for _, m := range metrics {
+			for _, c := range cases {
+				rate := b.res.dataPlane(f).Rates[m][c]
+				if !failed[m+"/"+c+"/"+string(f)] {
+					rate.Median = median(rate.Samples)
+				}
 			}
 		}
 	}

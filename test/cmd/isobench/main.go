@@ -17,8 +17,11 @@
 //
 // Every server is `isotraffic serve` and every client loop is the traffic
 // package's RequestResponse, ConnectRate and Bulk, run from the client
-// namespace of the sandbox. Each case is measured in `--rounds` rounds whose
-// case order rotates (a,b,c,d then b,c,d,a ...), and the median is kept.
+// namespace of the sandbox. The sandboxes are dual-stack (IPv6 from
+// 2001:db8::/32, so the daemons give their containers IPv6 too) and every
+// case is measured over IPv4 and over IPv6 (family.go), to the same server.
+// Each case of each family is measured in `--rounds` rounds whose case
+// order rotates (a,b,c,d,a6,b6,c6,d6 then b,c,...), and the median is kept.
 //
 // Control plane. The N containers are set up in SN one by one (the total
 // time is reported); then `--cycles` setups (Prepare + Isolate) and

@@ -37,7 +37,7 @@ func TestQuickRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("isobench --quick exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"| Setup, N=1 |", "| (a) host, no isolator state |", "| (d)/(a) |", "Targets: "} {
+	for _, want := range []string{"| Setup, N=1 |", "| (a) host, no isolator state, IPv4 |", "| (a) host, no isolator state, IPv6 |", "| (d)/(a), IPv4 |", "| (d)/(a), IPv6 |", "Targets: "} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, stdout.String())
 		}
@@ -92,13 +92,15 @@ func checkFields(t *testing.T, doc map[string]any) {
 			positive = append(positive, "control_plane."+l+"."+f)
 		}
 	}
-	for _, m := range metrics {
-		for _, c := range cases {
-			positive = append(positive, fmt.Sprintf("data_plane.rates.%s.%s.median", m, c), fmt.Sprintf("data_plane.rates.%s.%s.best", m, c))
-		}
-		for _, r := range ratioNames {
-			for _, kind := range []string{"ratios", "ratios_paired", "ratios_best"} {
-				positive = append(positive, fmt.Sprintf("data_plane.%s.%s.%s", kind, m, r))
+	for _, dp := range []string{"data_plane", "data_plane_ipv6"} {
+		for _, m := range metrics {
+			for _, c := range cases {
+				positive = append(positive, fmt.Sprintf("%s.rates.%s.%s.median", dp, m, c), fmt.Sprintf("%s.rates.%s.%s.best", dp, m, c))
+			}
+			for _, r := range ratioNames {
+				for _, kind := range []string{"ratios", "ratios_paired", "ratios_best"} {
+					positive = append(positive, fmt.Sprintf("%s.%s.%s.%s", dp, kind, m, r))
+				}
 			}
 		}
 	}
@@ -140,17 +142,19 @@ func checkFields(t *testing.T, doc map[string]any) {
 	if v, _ := lookup(doc, "control_plane.rebuilt_containers"); v != float64(100) {
 		t.Errorf("rebuilt_containers = %v, want 100", v)
 	}
-	for _, m := range metrics {
-		for _, c := range cases {
-			s, _ := lookup(doc, fmt.Sprintf("data_plane.rates.%s.%s.samples", m, c))
-			if l, ok := s.([]any); !ok || len(l) != 2 {
-				t.Errorf("%s/%s samples = %v, want 2 (one per round)", m, c, s)
+	for _, dp := range []string{"data_plane", "data_plane_ipv6"} {
+		for _, m := range metrics {
+			for _, c := range cases {
+				s, _ := lookup(doc, fmt.Sprintf("%s.rates.%s.%s.samples", dp, m, c))
+				if l, ok := s.([]any); !ok || len(l) != 2 {
+					t.Errorf("%s %s/%s samples = %v, want 2 (one per round)", dp, m, c, s)
+				}
 			}
 		}
 	}
 	targets, _ := doc["targets"].([]any)
-	if len(targets) != 29 { // 17, and 12 of the control phase
-		t.Errorf("%d targets, want 29", len(targets))
+	if len(targets) != 37 { // 17, 8 of the IPv6 data plane and 12 of the control phase
+		t.Errorf("%d targets, want 37", len(targets))
 	}
 	for _, x := range targets {
 		tg, _ := x.(map[string]any)
@@ -233,7 +237,7 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestRatios(t *testing.T) {
-	r := &Results{DataPlane: newDataPlane()}
+	r := &Results{DataPlane: newDataPlane(ipv4)}
 	rates := r.DataPlane.Rates[metricRR]
 	// The machine slows down by half in round 2: the paired ratios see
 	// 0.9 every round.
@@ -262,7 +266,7 @@ func TestRatios(t *testing.T) {
 }
 
 func TestEvaluate(t *testing.T) {
-	r := &Results{Config: Config{Containers: 1000}, DataPlane: newDataPlane()}
+	r := &Results{Config: Config{Containers: 1000}, DataPlane: newDataPlane(ipv4)}
 	r.ControlPlane.SetupN1 = &Latency{P50Ms: 2}
 	r.ControlPlane.SetupNN = &Latency{P50Ms: 3}
 	r.ControlPlane.RSSMiB = ptr(80.0)
@@ -316,7 +320,7 @@ func TestControlTargetsAndSVG(t *testing.T) {
 			{Present: 0, Setup: &Latency{P50Ms: 2, P99Ms: 4}, Teardown: &Latency{P50Ms: 1, P99Ms: 2}},
 		},
 	}
-	r := &Results{Config: Config{Containers: 1000, Only: []string{"control"}}, DataPlane: newDataPlane(), Control: c}
+	r := &Results{Config: Config{Containers: 1000, Only: []string{"control"}}, DataPlane: newDataPlane(ipv4), Control: c}
 	r.evaluate()
 	want := map[string]string{
 		"process-held: setup p50, N=1":         "PASS",

@@ -13,15 +13,18 @@ import (
 // bench/results/<date>.json and bench/results/latest.json. Figures that could
 // not be measured are null and the reason is in Errors.
 type Results struct {
-	Schema       int           `json:"schema"`
-	Date         string        `json:"date"` // RFC 3339, UTC
-	Quick        bool          `json:"quick"`
-	Machine      Machine       `json:"machine"`
-	Config       Config        `json:"config"`
-	ControlPlane ControlPlane  `json:"control_plane"`
-	DataPlane    DataPlane     `json:"data_plane"`
-	Shared       *SharedPorts  `json:"shared_ports"`  // see shared.go
-	Control      *ControlScale `json:"control_scale"` // see control.go
+	Schema       int          `json:"schema"`
+	Date         string       `json:"date"` // RFC 3339, UTC
+	Quick        bool         `json:"quick"`
+	Machine      Machine      `json:"machine"`
+	Config       Config       `json:"config"`
+	ControlPlane ControlPlane `json:"control_plane"`
+	DataPlane    DataPlane    `json:"data_plane"` // over IPv4
+	// The same cases over IPv6 (family.go); nil in results of runs made
+	// before IPv6 was measured.
+	DataPlane6 *DataPlane    `json:"data_plane_ipv6"`
+	Shared     *SharedPorts  `json:"shared_ports"`  // see shared.go
+	Control    *ControlScale `json:"control_scale"` // see control.go
 	// ARP/ICMP copies and softirq CPU at 1 and N (amplify.go)
 	Amplification *Amplification     `json:"amplification"`
 	Targets       []Target           `json:"targets"`
@@ -166,7 +169,8 @@ type DataPlane struct {
 	Paths        map[string]string              `json:"paths"` // case -> what it measures
 	// CPU time each daemon used while the data plane was measured (it
 	// should be idle: the data plane is all in the kernel).
-	DaemonCPUSeconds map[string]*float64 `json:"daemon_cpu_seconds"` // "s1", "sn"
+	// Both families' rounds are one measurement: the IPv4 part holds it.
+	DaemonCPUSeconds map[string]*float64 `json:"daemon_cpu_seconds,omitempty"` // "s1", "sn"
 }
 
 var ratioNames = []string{"b/a", "c/b", "c/a", "d/a"}
@@ -188,20 +192,24 @@ type MicroBenchmark struct {
 	Metrics    map[string]float64 `json:"metrics"` // unit -> value, e.g. "ns/op"
 }
 
-func newDataPlane() DataPlane {
+// newDataPlane makes the data-plane figures of family f, all null.
+func newDataPlane(f family) DataPlane {
+	over := " over " + f.label()
 	dp := DataPlane{
-		Units:            map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
-		Rates:            map[string]map[string]*Rate{},
-		Ratios:           map[string]map[string]*float64{},
-		RatiosPaired:     map[string]map[string]*float64{},
-		RatiosBest:       map[string]map[string]*float64{},
-		DaemonCPUSeconds: map[string]*float64{"s1": nil, "sn": nil},
+		Units:        map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
+		Rates:        map[string]map[string]*Rate{},
+		Ratios:       map[string]map[string]*float64{},
+		RatiosPaired: map[string]map[string]*float64{},
+		RatiosBest:   map[string]map[string]*float64{},
 		Paths: map[string]string{
-			caseA: "client -> server in the host namespace, no isolator state (physical limit)",
-			caseB: "client -> server in a container through the isolator, 1 container",
-			caseC: "client -> server in a container through the isolator, N containers",
-			caseD: "client -> server in the host namespace, N containers present",
+			caseA: "client -> server in the host namespace, no isolator state (physical limit)" + over,
+			caseB: "client -> server in a container through the isolator, 1 container" + over,
+			caseC: "client -> server in a container through the isolator, N containers" + over,
+			caseD: "client -> server in the host namespace, N containers present" + over,
 		},
+	}
+	if f == ipv4 {
+		dp.DaemonCPUSeconds = map[string]*float64{"s1": nil, "sn": nil}
 	}
 	for _, m := range metrics {
 		dp.Rates[m] = map[string]*Rate{}
@@ -275,11 +283,27 @@ func ratio(a, b *float64) *float64 {
 	return ptr(*a / *b)
 }
 
+// computeRatios computes the derived figures: those of the data plane of
+// each family, and the control plane's ratios.
+func (r *Results) computeRatios() {
+	r.DataPlane.computeRatios()
+	if r.DataPlane6 != nil {
+		r.DataPlane6.computeRatios()
+	}
+	cp := &r.ControlPlane
+	if cp.SetupN1 != nil && cp.SetupNN != nil {
+		cp.SetupRatio = ratio(&cp.SetupNN.P50Ms, &cp.SetupN1.P50Ms)
+	}
+	if cp.TeardownN1 != nil && cp.TeardownNN != nil {
+		cp.TeardownRatio = ratio(&cp.TeardownNN.P50Ms, &cp.TeardownN1.P50Ms)
+	}
+}
+
 // computeRatios fills the best round and spread of every rate that has a
 // median, and the three kinds of ratios (see DataPlane).
-func (r *Results) computeRatios() {
+func (dp *DataPlane) computeRatios() {
 	for _, m := range metrics {
-		rates := r.DataPlane.Rates[m]
+		rates := dp.Rates[m]
 		for _, c := range cases {
 			rt := rates[c]
 			if rt.Median == nil || len(rt.Samples) == 0 {
@@ -308,17 +332,10 @@ func (r *Results) computeRatios() {
 		}
 		for _, rn := range ratioNames {
 			x, y := rn[:1], rn[2:]
-			r.DataPlane.Ratios[m][rn] = ratio(rates[x].Median, rates[y].Median)
-			r.DataPlane.RatiosPaired[m][rn] = paired(x, y)
-			r.DataPlane.RatiosBest[m][rn] = ratio(rates[x].Best, rates[y].Best)
+			dp.Ratios[m][rn] = ratio(rates[x].Median, rates[y].Median)
+			dp.RatiosPaired[m][rn] = paired(x, y)
+			dp.RatiosBest[m][rn] = ratio(rates[x].Best, rates[y].Best)
 		}
-	}
-	cp := &r.ControlPlane
-	if cp.SetupN1 != nil && cp.SetupNN != nil {
-		cp.SetupRatio = ratio(&cp.SetupNN.P50Ms, &cp.SetupN1.P50Ms)
-	}
-	if cp.TeardownN1 != nil && cp.TeardownNN != nil {
-		cp.TeardownRatio = ratio(&cp.TeardownNN.P50Ms, &cp.TeardownN1.P50Ms)
 	}
 }
 
@@ -362,14 +379,20 @@ func (r *Results) evaluate() {
 	add(fmt.Sprintf("restart recovery with %d", n), cp.RecoverySeconds, "s", true, 0.5)
 	add(fmt.Sprintf("rebuild from the kernel with %d", n), cp.RebuildSeconds, "s", true, 2)
 	add(fmt.Sprintf("daemon RSS with %d", n), cp.RSSMiB, "MiB", true, 64)
-	dr := r.DataPlane.Ratios
-	add("request/response (b)/(a)", dr[metricRR]["b/a"], "x", false, 0.95)
-	add("bulk (b)/(a)", dr[metricBulk]["b/a"], "x", false, 0.95)
-	for _, m := range metrics {
-		add(metricLabel(m)+" (c)/(b)", dr[m]["c/b"], "x", false, 0.9)
-	}
-	for _, m := range metrics {
-		add(metricLabel(m)+" (d)/(a)", dr[m]["d/a"], "x", false, 0.95)
+	for _, f := range families {
+		dp := r.dataPlane(f)
+		if dp == nil {
+			continue
+		}
+		dr, sfx := dp.Ratios, f.targetSuffix()
+		add("request/response (b)/(a)"+sfx, dr[metricRR]["b/a"], "x", false, 0.95)
+		add("bulk (b)/(a)"+sfx, dr[metricBulk]["b/a"], "x", false, 0.95)
+		for _, m := range metrics {
+			add(metricLabel(m)+" (c)/(b)"+sfx, dr[m]["c/b"], "x", false, 0.9)
+		}
+		for _, m := range metrics {
+			add(metricLabel(m)+" (d)/(a)"+sfx, dr[m]["d/a"], "x", false, 0.95)
+		}
 	}
 }
 
@@ -532,7 +555,15 @@ func (r *Results) writeBaseMarkdown(w io.Writer) {
 	}
 	row("Daemon RSS with "+nn, rss, "<= 64 MiB", r.targetStatus(fmt.Sprintf("daemon RSS with %d", n)))
 
-	fmt.Fprintf(w, "\n**Data plane** (from the client namespace, TCP; median of %d interleaved rounds of %gs; ± half the interquartile range of the rounds; in brackets the ratio to (a))\n\n", r.Config.Rounds, r.Config.DurationSeconds)
+	fams := []family{ipv4}
+	if r.DataPlane6 != nil {
+		fams = families
+	}
+	over, same := "", ""
+	if len(fams) > 1 {
+		over, same = ", each case over IPv4 and over IPv6", " of the same family"
+	}
+	fmt.Fprintf(w, "\n**Data plane** (from the client namespace, TCP%s; median of %d interleaved rounds of %gs; ± half the interquartile range of the rounds; in brackets the ratio to (a)%s)\n\n", over, r.Config.Rounds, r.Config.DurationSeconds, same)
 	fmt.Fprintln(w, "| Server | Request/response | New connections | Bulk (1 stream) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	label := map[string]string{
@@ -541,47 +572,61 @@ func (r *Results) writeBaseMarkdown(w io.Writer) {
 		caseC: "(c) container, " + nn + " containers",
 		caseD: "(d) host, " + nn + " containers present",
 	}
-	for _, c := range cases {
-		fmt.Fprintf(w, "| %s |", label[c])
-		for _, mt := range metrics {
-			rt := r.DataPlane.Rates[mt][c]
-			cell := fmtRate(mt, rt.Median)
-			if rt.Spread != nil {
-				cell += fmt.Sprintf(" ±%.0f%%", *rt.Spread*50)
-			}
-			if c != caseA {
-				if v := r.DataPlane.Ratios[mt][c+"/a"]; v != nil {
-					cell += fmt.Sprintf(" (%.2f)", *v)
-				}
-			}
-			fmt.Fprintf(w, " %s |", cell)
+	famLabel := func(f family) string {
+		if len(fams) == 1 {
+			return ""
 		}
-		fmt.Fprintln(w)
+		return ", " + f.label()
+	}
+	for _, c := range cases {
+		for _, f := range fams {
+			dp := r.dataPlane(f)
+			fmt.Fprintf(w, "| %s%s |", label[c], famLabel(f))
+			for _, mt := range metrics {
+				rt := dp.Rates[mt][c]
+				cell := fmtRate(mt, rt.Median)
+				if rt.Spread != nil {
+					cell += fmt.Sprintf(" ±%.0f%%", *rt.Spread*50)
+				}
+				if c != caseA {
+					if v := dp.Ratios[mt][c+"/a"]; v != nil {
+						cell += fmt.Sprintf(" (%.2f)", *v)
+					}
+				}
+				fmt.Fprintf(w, " %s |", cell)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	fmt.Fprintln(w, "\n| Ratio | Request/response | New connections | Bulk | Target |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
 	goals := map[string]string{"b/a": ">= 0.95 (r/r, bulk)", "c/b": ">= 0.9", "c/a": "", "d/a": ">= 0.95"}
 	for _, rn := range ratioNames {
-		fmt.Fprintf(w, "| (%s)/(%s) |", rn[:1], rn[2:])
-		for _, mt := range metrics {
-			v := r.DataPlane.Ratios[mt][rn]
-			cell := fmtOpt(v, "")
-			if v != nil {
-				cell = fmt.Sprintf("%.3f", *v)
+		for _, f := range fams {
+			dp := r.dataPlane(f)
+			fmt.Fprintf(w, "| (%s)/(%s)%s |", rn[:1], rn[2:], famLabel(f))
+			for _, mt := range metrics {
+				v := dp.Ratios[mt][rn]
+				cell := fmtOpt(v, "")
+				if v != nil {
+					cell = fmt.Sprintf("%.3f", *v)
+				}
+				if st := r.targetStatus(fmt.Sprintf("%s (%s)/(%s)%s", metricLabel(mt), rn[:1], rn[2:], f.targetSuffix())); st != "" && v != nil {
+					cell += " " + statusCell(st)
+				}
+				fmt.Fprintf(w, " %s |", cell)
 			}
-			if st := r.targetStatus(fmt.Sprintf("%s (%s)/(%s)", metricLabel(mt), rn[:1], rn[2:])); st != "" && v != nil {
-				cell += " " + statusCell(st)
-			}
-			fmt.Fprintf(w, " %s |", cell)
+			fmt.Fprintf(w, " %s |\n", goals[rn])
 		}
-		fmt.Fprintf(w, " %s |\n", goals[rn])
 	}
 
 	var spreads []float64
-	for _, mt := range metrics {
-		for _, c := range cases {
-			if sp := r.DataPlane.Rates[mt][c].Spread; sp != nil {
-				spreads = append(spreads, *sp*50)
+	for _, f := range fams {
+		for _, mt := range metrics {
+			for _, c := range cases {
+				if sp := r.dataPlane(f).Rates[mt][c].Spread; sp != nil {
+					spreads = append(spreads, *sp*50)
+				}
 			}
 		}
 	}
