@@ -126,6 +126,18 @@ func (f *ktFleet) same(t *testing.T, when string) {
 // called, which fails the test if any echo failed: traffic must keep
 // flowing throughout a fault.
 func (f *ktFleet) probe(t *testing.T) (stop func()) {
+	return startProbe(t, func() error {
+		got, err := echoFromClient(f.sb, "tcp", ktPort1)
+		if err != nil || got != "k1" {
+			return fmt.Errorf("%q, %v", got, err)
+		}
+		return nil
+	})
+}
+
+// startProbe runs check every 50 ms (for 2 minutes at most) until the
+// returned function is called, which fails the test if any check failed.
+func startProbe(t *testing.T, check func() error) (stop func()) {
 	var fails, n atomic.Int64
 	var last atomic.Value
 	quit := make(chan struct{})
@@ -140,11 +152,11 @@ func (f *ktFleet) probe(t *testing.T) (stop func()) {
 				return
 			case <-tick.C:
 			}
-			got, err := echoFromClient(f.sb, "tcp", ktPort1)
+			err := check()
 			n.Add(1)
-			if err != nil || got != "k1" {
+			if err != nil {
 				fails.Add(1)
-				last.Store(fmt.Sprintf("%q, %v", got, err))
+				last.Store(err.Error())
 			}
 		}
 	}()
@@ -153,7 +165,7 @@ func (f *ktFleet) probe(t *testing.T) (stop func()) {
 		close(quit)
 		<-done
 		if fails.Load() > 0 {
-			t.Fatalf("traffic interrupted during the fault: %d of %d echoes failed (last: %v)", fails.Load(), n.Load(), last.Load())
+			t.Fatalf("traffic interrupted during the fault: %d of %d checks failed (last: %v)", fails.Load(), n.Load(), last.Load())
 		}
 	}
 }
