@@ -154,19 +154,28 @@ func (f *v6Fleet) list(t *testing.T) []ctlContainer {
 	return got
 }
 
-// ipv6Filters counts the ETH_P_IPV6 tc filters (every u32 node and hash
-// table) on the ingress and egress of every link of the sandbox host.
-func ipv6Filters(t *testing.T, sb *sandbox.Sandbox) int {
+// hostLinks opens a netlink handle in the sandbox host (the caller closes
+// it) and lists its links.
+func hostLinks(t *testing.T, sb *sandbox.Sandbox) (*netlink.Handle, []netlink.Link) {
 	t.Helper()
 	h, err := sb.Host.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
 	links, err := h.LinkList()
 	if err != nil {
+		h.Close()
 		t.Fatal(err)
 	}
+	return h, links
+}
+
+// ipv6Filters counts the ETH_P_IPV6 tc filters (every u32 node and hash
+// table) on the ingress and egress of every link of the sandbox host.
+func ipv6Filters(t *testing.T, sb *sandbox.Sandbox) int {
+	t.Helper()
+	h, links := hostLinks(t, sb)
+	defer h.Close()
 	n := 0
 	for _, l := range links {
 		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
@@ -205,15 +214,8 @@ type host6 struct {
 
 func readHost6(t *testing.T, sb *sandbox.Sandbox) host6 {
 	t.Helper()
-	h, err := sb.Host.Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, links := hostLinks(t, sb)
 	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var s host6
 	for _, l := range links {
 		addrs, err := h.AddrList(l, netlink.FAMILY_V6)
