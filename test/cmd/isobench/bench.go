@@ -208,8 +208,13 @@ func (b *bench) prepare(ctx context.Context) error {
 	pool := b.pool
 	b.undo = append(b.undo, pool.close)
 
+	sbOpts := []sandbox.Option{sandbox.WithIPv6()} // dual-stack: family.go
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		b.fail("IPv6 rows: the kernel has no IPv6 (%v); the sandboxes are IPv4 only", err)
+		sbOpts = nil
+	}
 	mk := func(prefix string) (*sandbox.Sandbox, error) {
-		sb, err := sandbox.NewNamed(prefix, sandbox.WithIPv6()) // dual-stack: family.go
+		sb, err := sandbox.NewNamed(prefix, sbOpts...)
 		if err != nil {
 			return nil, err
 		}
@@ -459,9 +464,12 @@ func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pb.
 }
 
 // setTarget registers the server name answering on port of sb's host
-// address as case c, over each family.
+// address as case c, over each family sb has.
 func (b *bench) setTarget(c string, sb *sandbox.Sandbox, port int, name string) {
 	for _, f := range families {
+		if f.hostIP(sb) == nil {
+			continue
+		}
 		addr := net.JoinHostPort(f.hostIP(sb).String(), strconv.Itoa(port))
 		b.targetsOf(f)[c] = &target{client: sb.Client, addr: addr, name: name}
 	}
