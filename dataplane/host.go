@@ -131,6 +131,14 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err != nil {
 		return info, err
 	}
+	// The sink is a host link like a veth's host end: no IPv6 (it would
+	// get a link-local address and solicit routers into its own drop
+	// program), no forwarding.
+	if err := d.withHostSysctls(func(sd *sysctl.Dir) error {
+		return hostLinkSettings(sd, sink.Index, tcfilter.SinkName)
+	}); err != nil {
+		return info, fmt.Errorf("drop sink %s settings: %w", tcfilter.SinkName, err)
+	}
 	if bpfErr != nil {
 		d.log.Warn("cls_bpf programs unavailable: containers' dropped frames go to a sink kept down (the kernel logs rate-limited \"device is down\" notices) and VLAN-tagged frames are not checked",
 			"sink", tcfilter.SinkName, "err", bpfErr)

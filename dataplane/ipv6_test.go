@@ -37,6 +37,21 @@ func TestIPv6ContainerNamespace(t *testing.T) {
 	if v6 == nil || !v6.Gateway().Equal(e.sb.RouterLL6) || !v6.LinkLocal.IP.IsLinkLocalUnicast() {
 		t.Fatalf("host IPv6 facts %+v: want the default route via %v and a link-local address", v6, e.sb.RouterLL6)
 	}
+	// The drop sink is a host link without IPv6 (no link-local address,
+	// no router solicitations into its drop program).
+	hh, err := e.sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	sink, err := hh.LinkByName(tcfilter.SinkName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa, err := hh.AddrList(sink, netlink.FAMILY_V6); err != nil || len(sa) != 0 {
+		t.Errorf("drop sink IPv6 addresses %v (%v), want none", sa, err)
+	}
+
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
 
 	h, err := a.proc.Netlink()
@@ -138,11 +153,6 @@ func TestIPv6ContainerNamespace(t *testing.T) {
 	if v, err := e.sb.Host.Sysctl("net/ipv6/conf/" + veth + "/disable_ipv6"); err != nil || v != "1" {
 		t.Errorf("host veth %s disable_ipv6 = %q (%v), want 1", veth, v, err)
 	}
-	hh, err := e.sb.Host.Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hh.Close()
 	hv, err := hh.LinkByName(veth)
 	if err != nil {
 		t.Fatal(err)
