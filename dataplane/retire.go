@@ -79,6 +79,7 @@ type retirer struct {
 	busy   chan struct{} // a setup started: the control plane is not quiet
 	stop   chan struct{}
 	done   chan struct{}
+	sock   retireSocket // of the retire requests (setRetired)
 
 	mu      sync.Mutex
 	waiters chan struct{} // closed at the end of the next pass
@@ -133,6 +134,7 @@ func (r *retirer) wait() {
 func (r *retirer) close() {
 	close(r.stop)
 	<-r.done
+	r.sock.close()
 }
 
 func (r *retirer) loop() {
@@ -244,10 +246,34 @@ func (r *retirer) pass() {
 
 // retire mutes link idx (down) and hands it to the background deletion
 // (renamed, moved to RetiredGroup). It reports whether the link existed.
+// The three changes go in one RTM_SETLINK (retireRequest); when that fails,
+// they are made one request each, so the error names the step.
 func (d *DataPlane) retire(idx int) (bool, error) {
 	if d.retired.unsafe.Load() {
 		return veth.Delete(d.h, idx)
 	}
+	err := d.retired.setRetired(d, idx)
+	if err != nil && veth.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		if existed, err := d.retireStepwise(idx); err != nil || !existed {
+			return existed, err
+		}
+	}
+	d.retired.mu.Lock()
+	d.retired.names = append(d.retired.names, retiredName(idx))
+	d.retired.mu.Unlock()
+	d.retired.pending.Add(1)
+	d.retired.kick()
+	return true, nil
+}
+
+// retireStepwise sets link idx down, renames it and moves it to
+// RetiredGroup, one request each. A link left in RetiredGroup under another
+// name would make the group unsafe to delete (sweepRetired): a failed
+// rename takes it out again.
+func (d *DataPlane) retireStepwise(idx int) (bool, error) {
 	l := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}
 	if err := d.h.LinkSetDown(l); err != nil {
 		if veth.IsNotFound(err) {
@@ -261,6 +287,9 @@ func (d *DataPlane) retire(idx int) (bool, error) {
 		if veth.IsNotFound(err) {
 			return true, nil
 		}
+		if gerr := d.h.LinkSetGroup(l, 0); gerr != nil && !veth.IsNotFound(gerr) {
+			err = errors.Join(err, gerr)
+		}
 		return true, fmt.Errorf("rename link %d for deletion: %w", idx, err)
 	}
 	if err := d.h.LinkSetGroup(l, RetiredGroup); err != nil {
@@ -269,11 +298,6 @@ func (d *DataPlane) retire(idx int) (bool, error) {
 		}
 		return true, fmt.Errorf("move link %d to the deletion group: %w", idx, err)
 	}
-	d.retired.mu.Lock()
-	d.retired.names = append(d.retired.names, retiredName(idx))
-	d.retired.mu.Unlock()
-	d.retired.pending.Add(1)
-	d.retired.kick()
 	return true, nil
 }
 
