@@ -103,6 +103,9 @@ type DataPlane struct {
 	// hr is a second handle for reads (Stats), so that they do not queue
 	// behind the requests of setups and teardowns on h's socket.
 	hr *netlink.Handle
+	// sys reads veth counters without rtnl (Stats); nil when no sysfs
+	// could be mounted for hostNS, and Stats uses hr.
+	sys *hostlink.SysNet
 
 	// hmu guards the handles' lifetime for the calls that do not take mu
 	// (Stats): Close sets hclosed under it before closing them.
@@ -233,6 +236,10 @@ func New(cfg Config) (*DataPlane, error) {
 		writers:  make(chan struct{}, maxWriters()),
 	}
 	d.hostSysctl = sysctl.Open()
+	if d.sys, err = hostlink.OpenSysNet(host); err != nil {
+		log.Info("veth counters read over netlink (behind rtnl): no sysfs for the host namespace", "err", err)
+		d.sys = nil
+	}
 	return d, nil
 }
 
@@ -276,6 +283,9 @@ func (d *DataPlane) closeLocked() error {
 	}
 	d.h.Close()
 	d.hr.Close()
+	if d.sys != nil {
+		d.sys.Close()
+	}
 	d.hostSysctl.Close()
 	var err error
 	if d.hostNS != d.selfNS {

@@ -210,7 +210,13 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		}
 		idx = l.Attrs().Index
 	}
-	s, err := hostlink.PeerCounters(d.hr, idx)
+	var s hostlink.Counters
+	var err error
+	if d.sys != nil {
+		s, err = d.sys.PeerCounters(VethName(c.ID))
+	} else {
+		s, err = hostlink.PeerCounters(d.hr, idx)
+	}
 	if err != nil {
 		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
 	}
