@@ -194,7 +194,8 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	// the container, else found by name (the caller serialises calls for
 	// one container, and gives its limits): each netlink read queues on
 	// rtnl behind the changes of setups and teardowns, so it makes as few
-	// as it can.
+	// as it can. The veth's counters come from d.sys, which takes no
+	// rtnl; the drop counters (a filter dump) and shaping counters do.
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {

@@ -1,7 +1,8 @@
 // Package hostlink reads link facts over netlink: the host namespace's
 // public interface and loopback (name, index, address, MAC, MTU, gateway)
-// that containers copy, and a veth's counters seen from its peer. It
-// changes nothing. It is tested against scratch namespaces (root; the tests
+// that containers copy, and a veth's counters seen from its peer (also
+// from a namespace's own sysfs, without rtnl: SysNet). It changes
+// nothing. It is tested against scratch namespaces (root; the tests
 // skip otherwise).
 package hostlink
 

@@ -140,4 +140,38 @@ func TestPeerCounters(t *testing.T) {
 	if _, err := PeerCounters(hh, 999999); err == nil {
 		t.Fatal("counters of a missing link")
 	}
+
+	// The same through the host namespace's own sysfs (a device of another
+	// namespace, the test's, would not be found): other packets (IPv6
+	// neighbour discovery) may come between the reads, so the netlink
+	// figures are bracketed by two sysfs reads.
+	s, err := OpenSysNet(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first, err := s.PeerCounters("isocnt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := PeerCounters(hh, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := s.PeerCounters("isocnt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.TxPackets < after.TxPackets || first.TxBytes < after.TxBytes ||
+		first.TxPackets > nl.TxPackets || nl.TxPackets > last.TxPackets ||
+		first.TxBytes > nl.TxBytes || nl.TxBytes > last.TxBytes ||
+		first.RxPackets > nl.RxPackets || nl.RxPackets > last.RxPackets {
+		t.Fatalf("sysfs counters %+v then %+v, netlink between %+v", first, last, nl)
+	}
+	if _, err := s.PeerCounters("isocnt-missing"); err == nil {
+		t.Fatal("sysfs counters of a missing link")
+	}
+	if _, err := s.PeerCounters("../isocnt0"); err == nil {
+		t.Fatal("sysfs: a path accepted as a device name")
+	}
 }
