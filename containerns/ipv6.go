@@ -73,15 +73,8 @@ func preIPv6Up(h *netlink.Handle, eth, lo netlink.Link, v6 *hostlink.IPv6) error
 	if err := h.LinkSetIP6AddrGenMode(eth, inet6AddrGenModeNone); err != nil {
 		return fmt.Errorf("container %s IPv6 address generation off: %w", name, err)
 	}
-	addrs := append([]net.IPNet(nil), v6.Global...)
-	if v6.LinkLocal.IP != nil {
-		addrs = append(addrs, v6.LinkLocal)
-	}
-	for _, a := range addrs {
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.IP, Mask: a.Mask}, Flags: unix.IFA_F_NODAD}
-		if err := h.AddrAdd(eth, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("container %s address %s: %w", name, addr.IPNet, err)
-		}
+	if err := addAddrs6(h, eth, v6); err != nil {
+		return err
 	}
 	// lo came up with IPv6 on, so the kernel gave it ::1; a namespace whose
 	// lo was up before IPv6 was turned on gets it here.
@@ -105,6 +98,27 @@ func postIPv6Up(h *netlink.Handle, eth int, v6 *hostlink.IPv6) error {
 		}
 		if err := h.RouteReplace(nr); err != nil {
 			return fmt.Errorf("container IPv6 route %s via %s: %w", nr.Dst, r.Gw, err)
+		}
+	}
+	return nil
+}
+
+// addrs6 are the addresses eth0 carries: the host's global ones and its
+// link-local one.
+func addrs6(v6 *hostlink.IPv6) []net.IPNet {
+	addrs := append([]net.IPNet(nil), v6.Global...)
+	if v6.LinkLocal.IP != nil {
+		addrs = append(addrs, v6.LinkLocal)
+	}
+	return addrs
+}
+
+// addAddrs6 gives eth the host's IPv6 addresses (existing ones are fine).
+func addAddrs6(h *netlink.Handle, eth netlink.Link, v6 *hostlink.IPv6) error {
+	for _, a := range addrs6(v6) {
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.IP, Mask: a.Mask}, Flags: unix.IFA_F_NODAD}
+		if err := h.AddrAdd(eth, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("container %s address %s: %w", eth.Attrs().Name, addr.IPNet, err)
 		}
 	}
 	return nil

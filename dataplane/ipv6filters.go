@@ -29,14 +29,16 @@ func (d *DataPlane) demux6(sink int) *tcfilter.IPv6Demux {
 	return &tcfilter.IPv6Demux{Addrs: d.ip6, Sink: sink}
 }
 
-// ip6Tag names the IPv6 addresses the veth filters were installed with
-// (in the veth's alias): a restart re-installs the filters of a veth
-// whose tag differs ("" without IPv6).
+// ip6Tag names the IPv6 addresses the veth filters were installed with,
+// and the revision of their IPv6 classifier (in the veth's alias): a
+// restart re-installs the filters of a veth whose tag differs ("" without
+// IPv6).
 func (d *DataPlane) ip6Tag() string {
 	if len(d.ip6) == 0 {
 		return ""
 	}
 	h := sha256.New()
+	h.Write([]byte{tcfilter.Veth6Revision})
 	for _, a := range d.ip6 {
 		h.Write(a.To16())
 	}

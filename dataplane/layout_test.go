@@ -43,7 +43,7 @@ func vethMirreds(t *testing.T, d *DataPlane, veth int) (drops, others, nodes int
 }
 
 // ipv4DropReasons is how many drop reasons the veth filters of a container
-// without IPv6 use (all but DropIPv6Ext and DropNDP).
+// without IPv6 use (all but DropIPv6Ext, DropNDP and DropMLD).
 const ipv4DropReasons = 9
 
 // TestAdoptUpgradesVethLayout: a container set up under an older veth

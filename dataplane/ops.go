@@ -456,13 +456,19 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 		}
 	}
 	// A veth whose alias says it has the current layout, pointing at the
-	// current sink, is trusted (as its pair is: a dump per veth would make
-	// recovery of 1,000 containers take seconds).
+	// current sink, with the current host IPv6 addresses, is trusted (as
+	// its pair and the container's inside are: a dump per veth would make
+	// recovery of 1,000 containers take seconds). Otherwise the veth's
+	// filters are re-installed, then the container's inside (its IPv6
+	// addresses, routes and filters) brought in line; the alias is
+	// updated once both are.
 	if !d.recoveryCurrent[VethName(c.ID)] {
 		if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
 			// The container is kept (its traffic flows through the filters it
 			// has); a later Adopt tries again.
 			d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
+		} else if err := d.refreshContainerSide(c, pin.Path); err != nil {
+			d.log.Error("container's inside not brought up to date", "container", c.ID, "err", err)
 		} else if err := d.setAlias(veth, c); err != nil {
 			d.log.Warn("veth alias not updated", "container", c.ID, "err", err)
 		}

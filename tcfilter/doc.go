@@ -231,8 +231,13 @@
 // TCP/UDP -> owned source port (TableVethOut) -> eth0 (default DropPort);
 // ICMPv6 -> TableVeth6ICMP (default DropICMP); hop-by-hop, routing and
 // destination-options headers -> DropIPv6Ext (an option header could hide
-// the transport header, and nothing the container needs carries one: MLD
-// reports with hop-by-hop are dropped too). A fragment header right after
+// the transport header, and nothing the container needs carries one),
+// except the MLD messages a container's kernel sends on its own, in
+// exactly the kernel's form (hop limit 1, hop-by-hop with only a router
+// alert for MLD and a PadN, ICMPv6 131/132/143 code 0, link-local
+// source, ff02::/16) -> DropMLD (nodes 0x88.. of TableVeth6Host; from ::
+// root nodes 0x38.. do the same): expected noise, counted apart so that
+// drops that look like an attack are attacks (mld6.go). A fragment header right after
 // the fixed header: a first fragment (offset 0) whose TCP, UDP or ICMPv6
 // header follows it is checked like an unfragmented packet after an eat
 // of 48 (the same port tables, the same ICMPv6 table); a first fragment
@@ -436,7 +441,8 @@
 //     sets DF). Mesos had the same limit, worse (it classified payload bytes).
 //   - IPv6 packets with extension headers (fragments included) are never
 //     demultiplexed: they go to the host (counted on eth0), and a
-//     container cannot send them (DropIPv6Ext).
+//     container cannot send them (DropIPv6Ext; its own MLD reports are
+//     DropMLD).
 //   - VLAN-tagged frames
 //     (without hardware tag stripping) never match the host demux; the eth0
 //     demux matches one host address.

@@ -13,10 +13,11 @@ const (
 	DropVLAN      = "vlan"      // 802.1Q/802.1ad-tagged frame
 	DropIPv6Ext   = "ipv6_ext"  // IPv6 with a hop-by-hop, routing or destination-options header, or a first fragment of anything but TCP, UDP and ICMPv6
 	DropNDP       = "ndp"       // neighbour discovery other than solicitations and advertisements in the host's name
+	DropMLD       = "mld"       // multicast listener reports and dones the container's kernel sends on its own (expected noise, not an attack)
 )
 
 // DropReasons lists every reason, in a fixed order.
-var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP}
+var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP, DropMLD}
 
 // Drops reads how many frames the container's veth dropped, by reason
 // (every reason present), from one dump of the veth's filters: the packet

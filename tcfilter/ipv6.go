@@ -15,6 +15,13 @@ import (
 // so one set of per-container nodes serves both families.
 const PrioIP6 uint16 = 4
 
+// Veth6Revision numbers the veth's IPv6 classifier's nodes apart from
+// VethLayout: it goes into the tag of the host IPv6 addresses a veth's
+// filters were installed with (its alias), so a restart re-installs the
+// IPv6 classifier of a veth tagged by another revision (or by none: the
+// first tags hashed the addresses alone). 2: MLD drops.
+const Veth6Revision = 2
+
 // Table ids of the IPv6 classifier (below 0x800, clear of the IPv4 ones).
 const (
 	TableICMP6 = 0x007 // host eth0, divisor 1: ICMPv6 to a host address by type

@@ -150,6 +150,20 @@ func TestIPv6Attacks(t *testing.T) {
 	hopByHop := func(next uint8, p []byte) []byte { // 8-byte hop-by-hop header (PadN)
 		return append([]byte{next, 0, 1, 4, 0, 0, 0, 0}, p...)
 	}
+	// mld is an MLD message of type typ as a container's kernel sends it
+	// (hop limit 1, a hop-by-hop header holding only a router alert for
+	// MLD and a PadN) from src to dst, the marker after its first 8
+	// bytes; ra replaces the hop-by-hop header when set.
+	mld := func(src, dst net.IP, typ uint8, ra []byte, m []byte) []byte {
+		if ra == nil {
+			ra = []byte{ipprotoICMPv6, 0, 5, 2, 0, 0, 1, 0}
+		}
+		f := frame6(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 0x16}, w.mac, src, dst, unix.IPPROTO_HOPOPTS,
+			append(append(append([]byte(nil), ra...), typ, 0, 0, 0, 0, 0, 0, 1), m...))
+		f[14+7] = 1
+		return f
+	}
+	mldDst := net.ParseIP("ff02::16")
 	fragment := func(next uint8, p []byte) []byte { // first fragment, more follow
 		return append([]byte{next, 0, 0, 1, 0, 0, 0, 42}, p...)
 	}
@@ -175,6 +189,31 @@ func TestIPv6Attacks(t *testing.T) {
 		}},
 		{"hop-by-hop header hiding an owned port", DropIPv6Ext, func(m []byte) []byte {
 			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_HOPOPTS, hopByHop(ipprotoUDP, udp6(20001, 9000, m)))
+		}},
+		{"MLD report from :: (what a container's kernel sends)", DropMLD, func(m []byte) []byte {
+			return mld(net.IPv6unspecified, mldDst, 143, nil, m)
+		}},
+		{"MLD done from ::", DropMLD, func(m []byte) []byte {
+			return mld(net.IPv6unspecified, net.ParseIP("ff02::2"), 132, nil, m)
+		}},
+		{"MLD report from a global host address", DropIPv6Ext, func(m []byte) []byte {
+			return mld(host6, mldDst, 143, nil, m)
+		}},
+		{"MLD report to a global address", DropSource, func(m []byte) []byte {
+			return mld(net.IPv6unspecified, client6, 143, nil, m)
+		}},
+		{"router alert hiding UDP", DropIPv6Ext, func(m []byte) []byte {
+			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_HOPOPTS,
+				append([]byte{ipprotoUDP, 0, 5, 2, 0, 0, 1, 0}, udp6(20001, 9000, m)...))
+		}},
+		{"MLD report with a longer hop-by-hop header", DropSource, func(m []byte) []byte {
+			return mld(net.IPv6unspecified, mldDst, 143, []byte{ipprotoICMPv6, 1, 5, 2, 0, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0}, m)
+		}},
+		{"MLD report with another router alert value", DropSource, func(m []byte) []byte {
+			return mld(net.IPv6unspecified, mldDst, 143, []byte{ipprotoICMPv6, 0, 5, 2, 0, 1, 1, 0}, m)
+		}},
+		{"MLD query from ::", DropSource, func(m []byte) []byte {
+			return mld(net.IPv6unspecified, mldDst, 130, nil, m)
 		}},
 		{"first fragment of an unowned port", DropPort, func(m []byte) []byte {
 			return frame6(w.cmac, w.mac, host6, client6, unix.IPPROTO_FRAGMENT, fragment(ipprotoUDP, udp6(40000, 9000, m)))

@@ -67,6 +67,7 @@ func (v VethFilters) ip6Nodes() []node {
 		drop(nodeVeth6VLAN, sel(0, macKeys(VLANMarkMAC)...), DropVLAN),
 		drop(nodeVeth6MAC, sel(0), DropMAC),
 	)
+	ns = append(ns, v.mldNodes(mac, v6)...)
 	// extension headers other than a fragment header
 	extDrops := func(t uint32) {
 		for j, e := range ip6ExtHeaders {

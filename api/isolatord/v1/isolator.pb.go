@@ -1392,6 +1392,10 @@ type UsageResponse struct {
 	//	ndp        neighbour discovery other than solicitations and
 	//	           advertisements in the host's name (router solicitations
 	//	           and advertisements, redirects, forged ones)
+	//	mld        multicast listener reports and dones as the container's
+	//	           kernel sends them on its own when its eth0 comes up:
+	//	           expected noise, not an attack (any other hop-by-hop
+	//	           header is ipv6_ext)
 	//
 	// (For IPv6, ip_header, source_ip, port, icmp and protocol read as for
 	// IPv4: not version 6; source not a host IPv6 address or ::1 -> ::1;
