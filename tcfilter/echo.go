@@ -312,12 +312,29 @@ func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
 	return e, nil
 }
 
-func (x *HostDemux) echoFilter(parent uint32, fd int, name string) *netlink.BpfFilter {
-	return &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: x.d.ifindex, Parent: parent, Priority: PrioEcho,
-			Protocol: unix.ETH_P_IP, Handle: echoHandle},
-		Fd: fd, Name: name, DirectAction: true,
+// attachEcho attaches an echo steer program (ingress) and learn program
+// (egress) to eth0 at prio for protocol proto, under names, leaving a
+// filter in place when the kernel already runs that very program there.
+func (x *HostDemux) attachEcho(prio, proto uint16, steerFd, learnFd int, names [2]string) error {
+	for _, f := range []struct {
+		parent uint32
+		fd     int
+		name   string
+	}{{netlink.HANDLE_MIN_INGRESS, steerFd, names[0]}, {netlink.HANDLE_MIN_EGRESS, learnFd, names[1]}} {
+		if id := x.echoFilterID(prio, f.parent, f.name); id != 0 && id == progID(f.fd) {
+			continue
+		}
+		err := x.d.h.FilterReplace(&netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{LinkIndex: x.d.ifindex, Parent: f.parent, Priority: prio,
+				Protocol: proto, Handle: echoHandle},
+			Fd: f.fd, Name: f.name, DirectAction: true,
+		})
+		x.d.observe(OpUpdate, KindICMP, err)
+		if err != nil {
+			return fmt.Errorf("%s: attach %s: %w", x.d.label, f.name, err)
+		}
 	}
+	return nil
 }
 
 // initEcho (eth0, with x.mu held) makes the echo programs run: created
@@ -343,21 +360,10 @@ func (x *HostDemux) initEcho() {
 		}
 		x.echo = e
 	}
-	for _, f := range []struct {
-		parent uint32
-		fd     int
-		name   string
-	}{{netlink.HANDLE_MIN_INGRESS, x.echo.steerFd, names[0]}, {netlink.HANDLE_MIN_EGRESS, x.echo.learnFd, names[1]}} {
-		if id := x.echoFilterID(PrioEcho, f.parent, f.name); id != 0 && id == progID(f.fd) {
-			continue
-		}
-		err := x.d.h.FilterReplace(x.echoFilter(f.parent, f.fd, f.name))
-		x.d.observe(OpUpdate, KindICMP, err)
-		if err != nil {
-			x.echoErr = fmt.Errorf("%s: attach %s: %w", x.d.label, f.name, err)
-			x.dropEcho()
-			return
-		}
+	if err := x.attachEcho(PrioEcho, unix.ETH_P_IP, x.echo.steerFd, x.echo.learnFd, names); err != nil {
+		x.echoErr = err
+		x.dropEcho()
+		return
 	}
 	x.echoErr = nil
 }

@@ -146,14 +146,6 @@ func newEcho6Steer(originFd int) (_ *echo6Steer, err error) {
 	return e, nil
 }
 
-func (x *HostDemux) echo6Filter(parent uint32, fd int, name string) *netlink.BpfFilter {
-	return &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: x.d.ifindex, Parent: parent, Priority: PrioEcho6,
-			Protocol: unix.ETH_P_IPV6, Handle: echoHandle},
-		Fd: fd, Name: name, DirectAction: true,
-	}
-}
-
 // echo6FilterNames are the filter names of the IPv6 steer and learn
 // programs: the program name and a digest of its code (map references
 // zeroed), so that a restarted daemon adopts programs of the same code.
@@ -201,21 +193,10 @@ func (x *HostDemux) syncEcho6() {
 		}
 		x.echo6 = e
 	}
-	for _, f := range []struct {
-		parent uint32
-		fd     int
-		name   string
-	}{{netlink.HANDLE_MIN_INGRESS, x.echo6.steerFd, names[0]}, {netlink.HANDLE_MIN_EGRESS, x.echo6.learnFd, names[1]}} {
-		if id := x.echoFilterID(PrioEcho6, f.parent, f.name); id != 0 && id == progID(f.fd) {
-			continue
-		}
-		err := x.d.h.FilterReplace(x.echo6Filter(f.parent, f.fd, f.name))
-		x.d.observe(OpUpdate, KindICMP, err)
-		if err != nil {
-			x.dropEcho6()
-			x.echo6Err = fmt.Errorf("%s: attach %s: %w", x.d.label, f.name, err)
-			return
-		}
+	if err := x.attachEcho(PrioEcho6, unix.ETH_P_IPV6, x.echo6.steerFd, x.echo6.learnFd, names); err != nil {
+		x.dropEcho6()
+		x.echo6Err = err
+		return
 	}
 }
 
