@@ -1,9 +1,11 @@
-// Package api is isolatord's client-facing protocol. The gRPC service and its
-// messages live in the generated package isolatordv1 (api/isolatord/v1,
-// from isolator.proto); this package adds what every client (isolatorctl,
-// the CNI plugin, runtimes written in Go) needs to reach the daemon: the
-// default socket path and Dial; and StateName, a container state as
-// clients show it.
+// Package api is isolatord's client-facing protocol. The messages live in
+// the generated package isolatordv1 (api/isolatord/v1, from isolator.proto)
+// and the service's grpc-go stubs in isolatordv1grpc; this package adds what
+// every client (isolatorctl, the CNI plugin, runtimes written in Go) needs
+// to reach the daemon: the default socket path; Client, the Isolator
+// service over a small HTTP/2 client (unarygrpc) that links neither grpc-go
+// nor net/http, so that short-lived clients start fast; and StateName, a
+// container state as clients show it.
 //
 // The daemon listens on a unix socket only, so there is no TLS: access is
 // controlled by the socket file's permissions.
@@ -15,13 +17,11 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/unarygrpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // DefaultSocket is where isolatord listens unless configured otherwise.
@@ -30,91 +30,128 @@ const DefaultSocket = "/run/isolatord/isolatord.sock"
 // DefaultDialTimeout bounds Dial when its context has no deadline.
 const DefaultDialTimeout = 5 * time.Second
 
-// Dial connects to isolatord's unix socket at socketPath (a relative path is
-// made absolute) and returns a connection that is ready for calls.
-//
-// Dial fails fast: when nothing listens on the socket (no such file,
-// connection refused, permission denied) it returns at the first failed
-// attempt with an error that names the socket and wraps the system error, so
-// errors.Is(err, syscall.ENOENT) works. Otherwise it waits for the connection
-// until ctx ends, or at most DefaultDialTimeout when ctx has no deadline.
-// Once Dial has returned, the connection reconnects by itself (with backoff)
-// if the daemon restarts. The caller closes the connection.
-func Dial(ctx context.Context, socketPath string) (*grpc.ClientConn, error) {
+// servicePrefix starts the Isolator service's method paths.
+const servicePrefix = "/isolatord.v1.Isolator/"
+
+// AbsSocket checks a socket path and makes it absolute.
+func AbsSocket(socketPath string) (string, error) {
 	if socketPath == "" {
-		return nil, errors.New("isolatord socket path is empty")
+		return "", errors.New("isolatord socket path is empty")
 	}
 	abs, err := filepath.Abs(socketPath)
 	if err != nil {
-		return nil, fmt.Errorf("isolatord socket %q: %w", socketPath, err)
+		return "", fmt.Errorf("isolatord socket %q: %w", socketPath, err)
+	}
+	return abs, nil
+}
+
+// ConnectError is the error for a failed connection to the socket at abs:
+// it names the socket and wraps cause without net.OpError's "dial unix
+// PATH:" prefix, so errors.Is(err, syscall.ENOENT) works.
+func ConnectError(abs string, cause error) error {
+	var op *net.OpError
+	if errors.As(cause, &op) && op.Err != nil {
+		cause = op.Err
+	}
+	return fmt.Errorf("cannot connect to isolatord at %s: %w", abs, cause)
+}
+
+// Client calls isolatord's Isolator service on one connection. Errors are
+// gRPC statuses carrying the daemon's code and message
+// (google.golang.org/grpc/status.FromError reads them). Calls take no
+// options: a deadline comes from the context.
+type Client struct {
+	conn *unarygrpc.Conn
+}
+
+// Dial connects to isolatord's unix socket at socketPath (a relative path
+// is made absolute) and returns a client that is ready for calls.
+//
+// Dial fails fast: when nothing listens on the socket (no such file,
+// connection refused, permission denied) it returns at once with an error
+// that names the socket and wraps the system error. Otherwise it waits for
+// the daemon's HTTP/2 greeting until ctx ends, or at most
+// DefaultDialTimeout when ctx has no deadline. The connection does not
+// reconnect: a client for a long-lived program dials again, or uses
+// isolatordv1grpc.Dial. The caller closes the client.
+func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	abs, err := AbsSocket(socketPath)
+	if err != nil {
+		return nil, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultDialTimeout)
 		defer cancel()
 	}
-
-	// Dial the socket ourselves to keep the last system error: gRPC's
-	// connectivity states do not carry it.
-	var (
-		mu      sync.Mutex
-		lastErr error
-	)
-	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", abs)
-		if err != nil {
-			mu.Lock()
-			lastErr = err
-			mu.Unlock()
-		}
-		return c, err
-	}
-	conn, err := grpc.NewClient("unix://"+abs,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dialer),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay:  100 * time.Millisecond,
-				Multiplier: 1.6,
-				Jitter:     0.2,
-				MaxDelay:   2 * time.Second,
-			},
-			MinConnectTimeout: DefaultDialTimeout,
-		}),
-	)
+	conn, err := unarygrpc.Dial(ctx, abs)
 	if err != nil {
-		return nil, fmt.Errorf("isolatord at %s: %w", abs, err)
+		return nil, ConnectError(abs, err)
 	}
-	conn.Connect()
-	for {
-		st := conn.GetState()
-		switch st {
-		case connectivity.Ready:
-			return conn, nil
-		case connectivity.TransientFailure, connectivity.Shutdown:
-			mu.Lock()
-			cause := lastErr
-			mu.Unlock()
-			conn.Close()
-			if cause == nil {
-				cause = errors.New("connection failed")
-			}
-			return nil, fmt.Errorf("cannot connect to isolatord at %s: %w", abs, unwrapOpError(cause))
-		}
-		if !conn.WaitForStateChange(ctx, st) {
-			conn.Close()
-			return nil, fmt.Errorf("cannot connect to isolatord at %s: %w", abs, ctx.Err())
-		}
-	}
+	return &Client{conn: conn}, nil
 }
 
-// unwrapOpError drops net.OpError's "dial unix PATH:" prefix, which would
-// repeat the path the caller's message already names.
-func unwrapOpError(err error) error {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		return op.Err
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// invoke calls method with req and returns its reply.
+func invoke[R any, PR interface {
+	*R
+	proto.Message
+}](ctx context.Context, c *Client, method string, req proto.Message) (*R, error) {
+	reply := PR(new(R))
+	if err := c.conn.Invoke(ctx, servicePrefix+method, req, reply); err != nil {
+		return nil, err
 	}
-	return err
+	return reply, nil
+}
+
+// Prepare reserves a new container's ports.
+func (c *Client) Prepare(ctx context.Context, r *pb.PrepareRequest) (*pb.PrepareResponse, error) {
+	return invoke[pb.PrepareResponse](ctx, c, "Prepare", r)
+}
+
+// Isolate plumbs a prepared container's namespace.
+func (c *Client) Isolate(ctx context.Context, r *pb.IsolateRequest) (*pb.IsolateResponse, error) {
+	return invoke[pb.IsolateResponse](ctx, c, "Isolate", r)
+}
+
+// Attach is Prepare then Isolate in one call.
+func (c *Client) Attach(ctx context.Context, r *pb.AttachRequest) (*pb.AttachResponse, error) {
+	return invoke[pb.AttachResponse](ctx, c, "Attach", r)
+}
+
+// Update changes a container's static ports or limits.
+func (c *Client) Update(ctx context.Context, r *pb.UpdateRequest) (*pb.UpdateResponse, error) {
+	return invoke[pb.UpdateResponse](ctx, c, "Update", r)
+}
+
+// Usage reports a container's traffic.
+func (c *Client) Usage(ctx context.Context, r *pb.UsageRequest) (*pb.UsageResponse, error) {
+	return invoke[pb.UsageResponse](ctx, c, "Usage", r)
+}
+
+// Cleanup removes a container.
+func (c *Client) Cleanup(ctx context.Context, r *pb.CleanupRequest) (*pb.CleanupResponse, error) {
+	return invoke[pb.CleanupResponse](ctx, c, "Cleanup", r)
+}
+
+// Get returns one container.
+func (c *Client) Get(ctx context.Context, r *pb.GetRequest) (*pb.GetResponse, error) {
+	return invoke[pb.GetResponse](ctx, c, "Get", r)
+}
+
+// List returns every container.
+func (c *Client) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+	return invoke[pb.ListResponse](ctx, c, "List", r)
+}
+
+// Status describes the daemon.
+func (c *Client) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return invoke[pb.StatusResponse](ctx, c, "Status", r)
+}
+
+// RemoveUnattributed removes kernel objects that belong to no container.
+func (c *Client) RemoveUnattributed(ctx context.Context, r *pb.RemoveUnattributedRequest) (*pb.RemoveUnattributedResponse, error) {
+	return invoke[pb.RemoveUnattributedResponse](ctx, c, "RemoveUnattributed", r)
 }

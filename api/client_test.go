@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 type statusServer struct {
-	isolatordv1.UnimplementedIsolatorServer
+	isolatordv1grpc.UnimplementedIsolatorServer
 }
 
 func (statusServer) Status(context.Context, *isolatordv1.StatusRequest) (*isolatordv1.StatusResponse, error) {
@@ -34,7 +36,7 @@ func serve(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	isolatordv1.RegisterIsolatorServer(srv, statusServer{})
+	isolatordv1grpc.RegisterIsolatorServer(srv, statusServer{})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })
@@ -45,12 +47,12 @@ func TestDialCallsTheServer(t *testing.T) {
 	serve(t, sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := Dial(ctx, sock)
+	conn, err := api.Dial(ctx, sock)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
 	defer conn.Close()
-	c := isolatordv1.NewIsolatorClient(conn)
+	c := conn
 	st, err := c.Status(ctx, &isolatordv1.StatusRequest{})
 	if err != nil {
 		t.Fatalf("Status: %v", err)
@@ -70,9 +72,9 @@ func TestDialRelativePath(t *testing.T) {
 	dir := t.TempDir()
 	serve(t, filepath.Join(dir, "rel.sock"))
 	t.Chdir(dir)
-	conn, err := Dial(context.Background(), "rel.sock")
+	conn, err := api.Dial(context.Background(), "rel.sock")
 	if err != nil {
-		t.Fatalf("Dial(relative): %v", err)
+		t.Fatalf("api.Dial(relative): %v", err)
 	}
 	conn.Close()
 }
@@ -83,7 +85,7 @@ func TestDialMissingSocketFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	conn, err := Dial(ctx, sock)
+	conn, err := api.Dial(ctx, sock)
 	if err == nil {
 		conn.Close()
 		t.Fatal("Dial of a missing socket succeeded")
@@ -114,7 +116,7 @@ func TestDialRefused(t *testing.T) {
 	if _, err := os.Stat(sock); err != nil {
 		t.Fatalf("stale socket file not left behind: %v", err)
 	}
-	conn, err := Dial(context.Background(), sock)
+	conn, err := api.Dial(context.Background(), sock)
 	if err == nil {
 		conn.Close()
 		t.Fatal("Dial of a stale socket succeeded")
@@ -144,7 +146,7 @@ func TestDialHonoursContext(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	conn, err := Dial(ctx, sock)
+	conn, err := api.Dial(ctx, sock)
 	if err == nil {
 		conn.Close()
 		t.Fatal("Dial succeeded against a server that never answers")
@@ -155,7 +157,7 @@ func TestDialHonoursContext(t *testing.T) {
 }
 
 func TestDialEmptyPath(t *testing.T) {
-	if _, err := Dial(context.Background(), ""); err == nil {
-		t.Fatal("Dial(\"\") succeeded")
+	if _, err := api.Dial(context.Background(), ""); err == nil {
+		t.Fatal("api.Dial(\"\") succeeded")
 	}
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the gRPC code in api/isolatord/v1 from isolator.proto.
+# Regenerates the gRPC code in api/isolatord/v1 (messages, from isolator.proto)
+# and api/isolatord/v1/isolatordv1grpc (the service, from service.proto).
 #
 # Installs what it needs when missing:
 #   protoc + the well-known .proto files   Debian: protobuf-compiler, libprotobuf-dev

@@ -79,7 +79,7 @@ func daemonError(rpc string, err error) error {
 	if st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded {
 		msg = "isolatord did not answer " + rpc + ": " + msg
 	}
-	return types.NewError(cniCode(st.Code(), rpc == "Isolate"), msg, fmt.Sprintf("isolatord %s: %s", rpc, st.Code()))
+	return types.NewError(cniCode(st.Code(), rpc == "Isolate" || rpc == "Attach"), msg, fmt.Sprintf("isolatord %s: %s", rpc, st.Code()))
 }
 
 // connectError is the CNI error for a daemon that cannot be reached: try

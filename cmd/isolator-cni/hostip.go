@@ -31,7 +31,7 @@ func namesHostIP(conf *NetConf) bool {
 // but only when a port mapping names a host address to check against it:
 // otherwise ADD and CHECK need no round trip beyond their own calls, and
 // it returns "".
-func hostIP(ctx context.Context, c pb.IsolatorClient, conf *NetConf) (string, error) {
+func hostIP(ctx context.Context, c daemon, conf *NetConf) (string, error) {
 	if !namesHostIP(conf) {
 		return "", nil
 	}

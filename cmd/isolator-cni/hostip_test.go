@@ -14,8 +14,8 @@ func TestAddCallsStatusOnlyForANamedHostIP(t *testing.T) {
 	if err := e.plugin.Add(cmdArgs("c1", e.conf("1.1.0", twoMappings))); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.daemon.callLog(); got != "Prepare c1; Isolate c1" {
-		t.Errorf("ADD without hostIP called %q, want Prepare and Isolate only", got)
+	if got := e.daemon.callLog(); got != "Attach c1" {
+		t.Errorf("ADD without hostIP called %q, want Attach only", got)
 	}
 
 	named := `,"runtimeConfig":{"portMappings":[{"hostPort":31003,"containerPort":31003,"hostIP":"198.18.0.1"},{"hostPort":31004,"hostIP":"0.0.0.0"}]}`
@@ -23,7 +23,7 @@ func TestAddCallsStatusOnlyForANamedHostIP(t *testing.T) {
 	if err := e.plugin.Add(cmdArgs("c2", e.conf("1.1.0", named))); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.daemon.callLog(); got != "Status; Prepare c2; Isolate c2" {
+	if got := e.daemon.callLog(); got != "Status; Attach c2" {
 		t.Errorf("ADD with hostIP 198.18.0.1 called %q, want Status first", got)
 	}
 

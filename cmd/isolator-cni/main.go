@@ -2,7 +2,8 @@
 // container runtimes speaking CNI (containerd/CRI, CRI-O, Nomad's cni/NAME
 // networks) execute, and that turns each CNI verb into calls to isolatord's
 // gRPC API on its unix socket, the way the CNI dhcp plugin talks to its
-// daemon. It keeps no state of its own: isolatord holds everything, and
+// daemon (through api.Client, which links no grpc-go or net/http, so that
+// the plugin starts fast). It keeps no state of its own: isolatord holds everything, and
 // every container the plugin prepares carries the labels cni.network (the
 // network name) and cni.ifname, so DEL, CHECK and GC only ever touch this
 // network's containers.
@@ -10,16 +11,18 @@
 // Verbs (CNI spec 1.1; versions 0.4.0, 1.0.0 and 1.1.0 are supported where
 // the verb exists):
 //
-//   - ADD: Prepare(CNI_CONTAINERID, ports, labels) then Isolate(netns_path =
-//     CNI_NETNS). The ports are the configuration's "ports" and
+//   - ADD: Attach, isolatord's Prepare(CNI_CONTAINERID, ports, labels) then
+//     Isolate(netns_path = CNI_NETNS) in one call. The ports are the configuration's "ports" and
 //     "sharedPorts", runtimeConfig.portMappings (one port per hostPort,
 //     whatever the protocols) and CNI_ARGS ISOLATOR_SHARED_PORTS. There is
 //     no NAT: a mapping whose containerPort differs from its hostPort is
-//     refused (code 7). If Isolate fails, the prepared container is cleaned
-//     up. The result reports the host end of the veth and eth0 inside the
+//     refused (code 7). If Isolate fails, isolatord cleans the prepared
+//     container up again (and the plugin does if reading the result fails).
+//     The result reports the host end of the veth and eth0 inside the
 //     namespace with the host's address, prefix, MAC and gateway, read from
 //     the namespace. A retried ADD (same ports, same namespace) succeeds.
-//   - DEL: Cleanup. Succeeds when the daemon does not know the container,
+//   - DEL: Cleanup, which isolatord carries out only if the container has
+//     this network's labels (require_labels). Succeeds when the daemon does not know the container,
 //     when it belongs to another network, or when its namespace is gone.
 //     Fails (code 11, try again later) when the daemon cannot be reached,
 //     because then nobody knows whether its ports are still held.

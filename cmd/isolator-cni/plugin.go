@@ -17,12 +17,21 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
+// daemon is what the plugin asks isolatord (api.Client).
+type daemon interface {
+	Attach(context.Context, *pb.AttachRequest) (*pb.AttachResponse, error)
+	Cleanup(context.Context, *pb.CleanupRequest) (*pb.CleanupResponse, error)
+	Get(context.Context, *pb.GetRequest) (*pb.GetResponse, error)
+	List(context.Context, *pb.ListRequest) (*pb.ListResponse, error)
+	Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
+}
+
 // Plugin carries out the CNI verbs against isolatord. Its fields are the
 // seams the tests replace; newPlugin gives the real ones.
 type Plugin struct {
 	// Dial connects to isolatord's socket; the returned func closes the
 	// connection.
-	Dial func(ctx context.Context, socket string) (pb.IsolatorClient, func() error, error)
+	Dial func(ctx context.Context, socket string) (daemon, func() error, error)
 	// ReadNS reads an interface inside a network namespace (readNSIface).
 	ReadNS func(nsPath, ifname string) (nsIface, error)
 	// Stdout receives the ADD result.
@@ -37,12 +46,12 @@ type Plugin struct {
 
 func newPlugin(stdout io.Writer) *Plugin {
 	return &Plugin{
-		Dial: func(ctx context.Context, socket string) (pb.IsolatorClient, func() error, error) {
-			conn, err := api.Dial(ctx, socket)
+		Dial: func(ctx context.Context, socket string) (daemon, func() error, error) {
+			c, err := api.Dial(ctx, socket)
 			if err != nil {
 				return nil, nil, err
 			}
-			return pb.NewIsolatorClient(conn), conn.Close, nil
+			return c, c.Close, nil
 		},
 		ReadNS:        readNSIface,
 		Stdout:        stdout,
@@ -68,6 +77,12 @@ func owner(c *pb.Container, network, ifname string) error {
 		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is attached to network %q as %q, not %q", c.GetContainerId(), network, l[LabelIfName], ifname), "")
 	}
 	return nil
+}
+
+// ownerLabels are the labels of a container that network attached as
+// ifname: what owner checks, for isolatord to check in the same call.
+func ownerLabels(network, ifname string) map[string]string {
+	return map[string]string{LabelNetwork: network, LabelIfName: ifname}
 }
 
 // parseAttach checks what ADD and CHECK get from the runtime: the
@@ -127,22 +142,30 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	prep, err := c.Prepare(ctx, &pb.PrepareRequest{
-		ContainerId: args.ContainerID,
-		Ports:       req.Proto(),
-		Labels:      cargs.labels(conf.Name, args.IfName),
+	att, err := c.Attach(ctx, &pb.AttachRequest{
+		Prepare: &pb.PrepareRequest{
+			ContainerId: args.ContainerID,
+			Ports:       req.Proto(),
+			Labels:      cargs.labels(conf.Name, args.IfName),
+		},
+		Target:        &pb.AttachRequest_NetnsPath{NetnsPath: args.Netns},
+		RequireLabels: ownerLabels(conf.Name, args.IfName),
 	})
 	if err != nil {
-		return daemonError("Prepare", err)
+		return daemonError("Attach", err)
 	}
-	if err := owner(prep.GetContainer(), conf.Name, args.IfName); err != nil {
-		return err
+	if att.GetLabelsDiffer() {
+		if err := owner(att.GetContainer(), conf.Name, args.IfName); err != nil {
+			return err
+		}
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord with other labels", args.ContainerID), "")
 	}
-	wasIsolated := prep.GetContainer().GetState() == pb.ContainerState_CONTAINER_STATE_ISOLATED
+	wasIsolated := att.GetWasIsolated()
 
-	// rollback undoes this ADD's Prepare after a later step failed. A
-	// container that was already isolated (a retried ADD) is left alone: it
-	// works, and the runtime's DEL removes it.
+	// rollback undoes this ADD after a later step failed (isolatord undid
+	// a failed Attach itself). A container that was already isolated (a
+	// retried ADD) is left alone: it works, and the runtime's DEL removes
+	// it.
 	rollback := func(cause error) error {
 		if wasIsolated {
 			return cause
@@ -160,13 +183,6 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cause
 	}
 
-	iso, err := c.Isolate(ctx, &pb.IsolateRequest{
-		ContainerId: args.ContainerID,
-		Target:      &pb.IsolateRequest_NetnsPath{NetnsPath: args.Netns},
-	})
-	if err != nil {
-		return rollback(daemonError("Isolate", err))
-	}
 	ifc, err := p.ReadNS(args.Netns, ContainerIfName)
 	if err != nil {
 		return rollback(types.NewError(types.ErrInternal, "isolator-cni: isolatord isolated the container, but reading its interface failed: "+err.Error(), ""))
@@ -179,7 +195,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		return rollback(types.NewError(types.ErrInternal, fmt.Sprintf("isolator-cni: %s in %s has no %s after Isolate (has %v)", ContainerIfName, args.Netns, want, ifc.Addrs), ""))
 	}
-	result := buildResult(prev, iso.GetContainer(), args.IfName, args.Netns, ifc, addr)
+	result := buildResult(prev, att.GetContainer(), args.IfName, args.Netns, ifc, addr)
 	out, err := result.GetAsVersion(conf.CNIVersion)
 	if err != nil {
 		return rollback(types.NewError(types.ErrIncompatibleCNIVersion, "isolator-cni: "+err.Error(), ""))
@@ -252,17 +268,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	defer closeConn()
 
-	got, err := c.Get(ctx, &pb.GetRequest{ContainerId: args.ContainerID})
-	if isCode(err, codes.NotFound) {
-		return nil
-	}
-	if err != nil {
-		return daemonError("Get", err)
-	}
-	if owner(got.GetContainer(), conf.Name, args.IfName) != nil {
-		return nil // not this network's: leave it to its owner
-	}
-	if _, err := c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: args.ContainerID}); err != nil && !isCode(err, codes.NotFound) {
+	// One call: isolatord cleans the container up only if it is this
+	// network's and interface's; otherwise it leaves it to its owner.
+	_, err = c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)})
+	if err != nil && !isCode(err, codes.NotFound) {
 		return daemonError("Cleanup", err)
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // fakeDaemon is an in-memory isolatord with the API's semantics that matter
@@ -31,7 +32,7 @@ import (
 // ports or another namespace, exclusive port conflicts, Cleanup of unknown
 // containers succeeding. It serves real gRPC on a unix socket.
 type fakeDaemon struct {
-	pb.UnimplementedIsolatorServer
+	pbgrpc.UnimplementedIsolatorServer
 	mu         sync.Mutex
 	ctrs       map[string]*pb.Container
 	calls      []string
@@ -54,6 +55,10 @@ func (f *fakeDaemon) Prepare(ctx context.Context, r *pb.PrepareRequest) (*pb.Pre
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("Prepare " + r.GetContainerId())
+	return f.prepare(r)
+}
+
+func (f *fakeDaemon) prepare(r *pb.PrepareRequest) (*pb.PrepareResponse, error) {
 	want := portRequestFromProto(r.GetPorts())
 	if c, ok := f.ctrs[r.GetContainerId()]; ok {
 		if have := portRequestFromProto(c.GetPorts()); !have.Equal(want) {
@@ -82,6 +87,10 @@ func (f *fakeDaemon) Isolate(ctx context.Context, r *pb.IsolateRequest) (*pb.Iso
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("Isolate " + r.GetContainerId())
+	return f.isolate(r)
+}
+
+func (f *fakeDaemon) isolate(r *pb.IsolateRequest) (*pb.IsolateResponse, error) {
 	c, ok := f.ctrs[r.GetContainerId()]
 	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "container_id: %s is not prepared", r.GetContainerId())
@@ -102,12 +111,49 @@ func (f *fakeDaemon) Isolate(ctx context.Context, r *pb.IsolateRequest) (*pb.Iso
 	return &pb.IsolateResponse{Container: clone(c)}, nil
 }
 
+// Attach is Prepare then Isolate with the daemon's require_labels and
+// rollback.
+func (f *fakeDaemon) Attach(ctx context.Context, r *pb.AttachRequest) (*pb.AttachResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Attach " + r.GetPrepare().GetContainerId())
+	prep, err := f.prepare(r.GetPrepare())
+	if err != nil {
+		return nil, err
+	}
+	c := prep.GetContainer()
+	if !hasLabels(c, r.GetRequireLabels()) {
+		return &pb.AttachResponse{Container: c, LabelsDiffer: true}, nil
+	}
+	was := c.GetState() == pb.ContainerState_CONTAINER_STATE_ISOLATED
+	iso, err := f.isolate(&pb.IsolateRequest{ContainerId: c.GetContainerId(), Target: &pb.IsolateRequest_NetnsPath{NetnsPath: r.GetNetnsPath()}})
+	if err != nil {
+		if !was {
+			delete(f.ctrs, c.GetContainerId())
+		}
+		return nil, err
+	}
+	return &pb.AttachResponse{Container: iso.GetContainer(), WasIsolated: was}, nil
+}
+
+func hasLabels(c *pb.Container, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := c.GetLabels()[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
 func (f *fakeDaemon) Cleanup(ctx context.Context, r *pb.CleanupRequest) (*pb.CleanupResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("Cleanup " + r.GetContainerId())
 	if f.cleanupErr != nil {
 		return nil, f.cleanupErr
+	}
+	if c, ok := f.ctrs[r.GetContainerId()]; ok && !hasLabels(c, r.GetRequireLabels()) {
+		return &pb.CleanupResponse{Kept: true}, nil
 	}
 	delete(f.ctrs, r.GetContainerId())
 	return &pb.CleanupResponse{}, nil
@@ -186,7 +232,7 @@ func newEnv(t *testing.T) *env {
 	}
 	d := &fakeDaemon{ctrs: map[string]*pb.Container{}}
 	srv := grpc.NewServer()
-	pb.RegisterIsolatorServer(srv, d)
+	pbgrpc.RegisterIsolatorServer(srv, d)
 	go srv.Serve(lis)
 	stopped := false
 	stop := func() {
@@ -302,8 +348,9 @@ func TestAddRollsBackWhenIsolateFails(t *testing.T) {
 	if e.daemon.has("c1") {
 		t.Errorf("c1 still held after failed ADD; calls: %s", e.daemon.callLog())
 	}
-	if !strings.Contains(e.daemon.callLog(), "Cleanup c1") {
-		t.Errorf("no rollback: %s", e.daemon.callLog())
+	// The daemon undid its own Attach: one call.
+	if got := e.daemon.callLog(); got != "Attach c1" {
+		t.Errorf("calls = %q, want Attach c1 alone", got)
 	}
 
 	// Netns missing: code 8 from the daemon's NOT_FOUND on netns_path.
@@ -590,8 +637,8 @@ func TestAddRollsBackWhenResultCannotBeGiven(t *testing.T) {
 	if e.daemon.has("c1") {
 		t.Errorf("c1 still held after its result could not be converted; calls: %s", e.daemon.callLog())
 	}
-	if !strings.Contains(e.daemon.callLog(), "Cleanup c1") {
-		t.Errorf("no rollback: %s", e.daemon.callLog())
+	if got := e.daemon.callLog(); got != "Attach c1; Cleanup c1" {
+		t.Errorf("no rollback: %s", got)
 	}
 
 	e.plugin.Stdout = failWriter{}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"syscall"
 	"time"
-
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
 // DefaultDaemonWait is how long the plugin waits for isolatord to come
@@ -73,7 +71,7 @@ func daemonDown(err error) bool {
 // attempt that reaches a socket nobody accepts on yet (systemd holds it
 // while the daemon restarts and recovers) waits up to DialTimeout beyond
 // wait for the daemon to take the connection.
-func (p *Plugin) connect(ctx context.Context, socket string, wait time.Duration) (pb.IsolatorClient, func() error, error) {
+func (p *Plugin) connect(ctx context.Context, socket string, wait time.Duration) (daemon, func() error, error) {
 	deadline := time.Now().Add(wait)
 	dialDeadline := deadline.Add(p.DialTimeout)
 	delay := 50 * time.Millisecond

@@ -13,7 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"google.golang.org/grpc"
 
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // TestVerbsWaitForRestartingDaemon: with the daemon down (no socket, or a
@@ -42,7 +42,7 @@ func TestVerbsWaitForRestartingDaemon(t *testing.T) {
 	})
 	dial := e.plugin.Dial
 	failures := 0
-	e.plugin.Dial = func(ctx context.Context, socket string) (pb.IsolatorClient, func() error, error) {
+	e.plugin.Dial = func(ctx context.Context, socket string) (daemon, func() error, error) {
 		c, closeConn, err := dial(ctx, socket)
 		mu.Lock()
 		defer mu.Unlock()
@@ -55,7 +55,7 @@ func TestVerbsWaitForRestartingDaemon(t *testing.T) {
 					return c, closeConn, err
 				}
 				srv = grpc.NewServer()
-				pb.RegisterIsolatorServer(srv, e.daemon)
+				pbgrpc.RegisterIsolatorServer(srv, e.daemon)
 				go srv.Serve(lis)
 			}
 		}

@@ -60,7 +60,7 @@ type result interface {
 }
 
 // call makes a command's RPC.
-type call func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error)
+type call func(ctx context.Context, c *api.Client) (result, error)
 
 // command is one isolatorctl command.
 type command struct {
@@ -92,7 +92,7 @@ var commands = []*command{
 				if err != nil {
 					return nil, err
 				}
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.Prepare(ctx, &isolatordv1.PrepareRequest{ContainerId: id, Ports: ports, EgressLimit: egress, IngressLimit: ingress})
 					return containerResult{resp.GetContainer()}, err
 				}, nil
@@ -131,7 +131,7 @@ var commands = []*command{
 				default:
 					return nil, errors.New("give the container's network namespace with --pid or --netns")
 				}
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.Isolate(ctx, req)
 					return containerResult{resp.GetContainer()}, err
 				}, nil
@@ -161,7 +161,7 @@ var commands = []*command{
 				if err != nil {
 					return nil, err
 				}
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.Update(ctx, &isolatordv1.UpdateRequest{ContainerId: id, Ports: ports, KeepPorts: keep, EgressLimit: egress, IngressLimit: ingress})
 					return containerResult{resp.GetContainer()}, err
 				}, nil
@@ -176,7 +176,7 @@ var commands = []*command{
 		setup: func(fs *flag.FlagSet) func(string) (call, error) {
 			snmp := fs.Bool("snmp", false, "also list the SNMP counters in the table (JSON always has them)")
 			return func(id string) (call, error) {
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.Usage(ctx, &isolatordv1.UsageRequest{ContainerId: id})
 					return usageResult{resp, *snmp}, err
 				}, nil
@@ -190,7 +190,7 @@ var commands = []*command{
 		takesID:  true,
 		setup: func(*flag.FlagSet) func(string) (call, error) {
 			return func(id string) (call, error) {
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					_, err := c.Cleanup(ctx, &isolatordv1.CleanupRequest{ContainerId: id})
 					return cleanupResult{id}, err
 				}, nil
@@ -204,7 +204,7 @@ var commands = []*command{
 		takesID:  true,
 		setup: func(*flag.FlagSet) func(string) (call, error) {
 			return func(id string) (call, error) {
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.Get(ctx, &isolatordv1.GetRequest{ContainerId: id})
 					return containerResult{resp.GetContainer()}, err
 				}, nil
@@ -219,7 +219,7 @@ var commands = []*command{
 			var want labelFilter
 			fs.Var(&want, "label", "only containers with label `KEY=VALUE` (repeat: all of them)")
 			return func(string) (call, error) {
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.List(ctx, &isolatordv1.ListRequest{})
 					return listResult(want.filter(resp.GetContainers())), err
 				}, nil
@@ -231,7 +231,7 @@ var commands = []*command{
 		summary: "show the daemon's version, port pools, features and container counts",
 		setup: func(*flag.FlagSet) func(string) (call, error) {
 			return func(string) (call, error) {
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.Status(ctx, &isolatordv1.StatusRequest{})
 					return statusResult{resp}, err
 				}, nil
@@ -476,13 +476,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
-	conn, err := api.Dial(ctx, g.socket)
+	client, err := api.Dial(ctx, g.socket)
 	if err != nil {
 		fmt.Fprintf(stderr, "isolatorctl: %v\n", err)
 		return exitError
 	}
-	defer conn.Close()
-	res, err := do(ctx, isolatordv1.NewIsolatorClient(conn))
+	defer client.Close()
+	res, err := do(ctx, client)
 	if err != nil {
 		fmt.Fprintf(stderr, "isolatorctl: %s\n", describeError(err))
 		return exitError

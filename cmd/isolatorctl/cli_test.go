@@ -17,6 +17,7 @@ import (
 
 	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,7 +29,7 @@ import (
 // containers, hands out 1024-port ephemeral blocks, refuses exclusive port
 // conflicts, and records every request it gets.
 type fakeServer struct {
-	isolatordv1.UnimplementedIsolatorServer
+	isolatordv1grpc.UnimplementedIsolatorServer
 
 	mu         sync.Mutex
 	containers map[string]*isolatordv1.Container
@@ -289,7 +290,7 @@ func startFake(t *testing.T) (string, *fakeServer) {
 	}
 	f := &fakeServer{containers: map[string]*isolatordv1.Container{}}
 	srv := grpc.NewServer()
-	isolatordv1.RegisterIsolatorServer(srv, f)
+	isolatordv1grpc.RegisterIsolatorServer(srv, f)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })

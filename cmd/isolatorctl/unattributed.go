@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
@@ -18,7 +19,7 @@ func init() {
 		summary: "remove kernel objects of isolatord's shape that belong to no container (listed by status)",
 		setup: func(*flag.FlagSet) func(string) (call, error) {
 			return func(string) (call, error) {
-				return func(ctx context.Context, c isolatordv1.IsolatorClient) (result, error) {
+				return func(ctx context.Context, c *api.Client) (result, error) {
 					resp, err := c.RemoveUnattributed(ctx, &isolatordv1.RemoveUnattributedRequest{})
 					return removedResult(resp.GetRemoved()), err
 				}, nil

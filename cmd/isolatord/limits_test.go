@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
@@ -76,7 +76,7 @@ func TestLimitFlags(t *testing.T) {
 
 // startLimitServer is startServer with default limits and a host with a
 // 1000 Mbit/s link and HTB.
-func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pb.IsolatorClient, *isolatortest.DataPlane) {
+func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.IsolatorClient, *isolatortest.DataPlane) {
 	t.Helper()
 	dp := isolatortest.New()
 	dp.Host.LinkSpeed = 1000
@@ -107,7 +107,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pb.Isolato
 	}
 	gs, _ := newGRPCServer(iso, newUIDSet([]uint32{uint32(os.Getuid())}), log, metrics.New("test"))
 	go gs.Serve(lis)
-	conn, err := api.Dial(context.Background(), sock)
+	conn, err := pbgrpc.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pb.Isolato
 		gs.Stop()
 		iso.Close()
 	})
-	return pb.NewIsolatorClient(conn), dp
+	return pbgrpc.NewIsolatorClient(conn), dp
 }
 
 func TestLimitsOverGRPC(t *testing.T) {

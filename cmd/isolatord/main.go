@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
@@ -368,11 +368,11 @@ func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m 
 		grpc.Creds(peerCreds{}),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(uidLabel), logCalls(log), authorize(allowed)),
 	)
-	pb.RegisterIsolatorServer(gs, &server{iso: iso, log: log})
+	pbgrpc.RegisterIsolatorServer(gs, &server{iso: iso, log: log})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(pb.Isolator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(pbgrpc.Isolator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	m.InitRPC(gs, uidLabels(allowed.list())...)
 	return gs, hs
 }

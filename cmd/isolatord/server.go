@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/isolator"
 )
@@ -20,7 +21,7 @@ import (
 // lifecycle (so every front end gets the same messages); this layer only
 // converts messages and errors.
 type server struct {
-	pb.UnimplementedIsolatorServer
+	pbgrpc.UnimplementedIsolatorServer
 	iso *isolator.Isolator
 	log *slog.Logger
 }
@@ -116,29 +117,44 @@ func (s *server) Prepare(ctx context.Context, req *pb.PrepareRequest) (*pb.Prepa
 }
 
 func (s *server) Isolate(ctx context.Context, req *pb.IsolateRequest) (*pb.IsolateResponse, error) {
-	var t isolator.IsolateTarget
-	switch x := req.GetTarget().(type) {
-	case *pb.IsolateRequest_Pid:
-		if x.Pid <= 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "pid: must be > 0, got %d", x.Pid)
-		}
-		t.Pid = int(x.Pid)
-	case *pb.IsolateRequest_NetnsPath:
-		if x.NetnsPath == "" {
-			return nil, status.Error(codes.InvalidArgument, "netns_path: must not be empty")
-		}
-		t.NetNSPath = x.NetnsPath
-	default:
-		if req.GetContainerId() == "" {
-			return nil, status.Error(codes.InvalidArgument, "container_id: must not be empty")
-		}
-		return nil, status.Error(codes.InvalidArgument, "target: give pid or netns_path")
+	t, err := isolateTarget(req.GetContainerId(), req.GetTarget())
+	if err != nil {
+		return nil, err
 	}
 	r, err := s.iso.Isolate(ctx, req.GetContainerId(), t)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.IsolateResponse{Container: toProto(r)}, nil
+}
+
+// isolateTarget checks an Isolate target: IsolateRequest's or
+// AttachRequest's oneof, each a pid or a netns_path.
+func isolateTarget(id string, target any) (isolator.IsolateTarget, error) {
+	var t isolator.IsolateTarget
+	path := false
+	switch x := target.(type) {
+	case *pb.IsolateRequest_Pid:
+		t.Pid = int(x.Pid)
+	case *pb.AttachRequest_Pid:
+		t.Pid = int(x.Pid)
+	case *pb.IsolateRequest_NetnsPath:
+		t.NetNSPath, path = x.NetnsPath, true
+	case *pb.AttachRequest_NetnsPath:
+		t.NetNSPath, path = x.NetnsPath, true
+	default:
+		if id == "" {
+			return t, status.Error(codes.InvalidArgument, "container_id: must not be empty")
+		}
+		return t, status.Error(codes.InvalidArgument, "target: give pid or netns_path")
+	}
+	switch {
+	case path && t.NetNSPath == "":
+		return t, status.Error(codes.InvalidArgument, "netns_path: must not be empty")
+	case !path && t.Pid <= 0:
+		return t, status.Errorf(codes.InvalidArgument, "pid: must be > 0, got %d", t.Pid)
+	}
+	return t, nil
 }
 
 func (s *server) Update(ctx context.Context, req *pb.UpdateRequest) (*pb.UpdateResponse, error) {
@@ -186,6 +202,9 @@ func (s *server) Usage(ctx context.Context, req *pb.UsageRequest) (*pb.UsageResp
 }
 
 func (s *server) Cleanup(ctx context.Context, req *pb.CleanupRequest) (*pb.CleanupResponse, error) {
+	if len(req.GetRequireLabels()) > 0 {
+		return s.cleanupUnlessLabelsDiffer(ctx, req)
+	}
 	if err := s.iso.Cleanup(ctx, req.GetContainerId()); err != nil {
 		return nil, toStatus(err)
 	}

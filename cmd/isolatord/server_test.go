@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/isolator/isolatortest"
@@ -25,11 +25,11 @@ import (
 
 // startServer runs the real gRPC server over the lifecycle with a fake data
 // plane on a unix socket, and returns a real client.
-func startServer(t *testing.T, uids []uint32) (pb.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
+func startServer(t *testing.T, uids []uint32) (pbgrpc.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
 	return startServerWith(t, uids, isolatortest.New())
 }
 
-func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (pb.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
+func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (pbgrpc.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -54,7 +54,7 @@ func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (p
 	}
 	gs, _ := newGRPCServer(iso, newUIDSet(uids), log, metrics.New("test"))
 	go gs.Serve(lis)
-	conn, err := api.Dial(context.Background(), sock)
+	conn, err := pbgrpc.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (p
 		gs.Stop()
 		iso.Close()
 	})
-	return pb.NewIsolatorClient(conn), dp, &grpcConn{sock: sock, health: healthpb.NewHealthClient(conn)}
+	return pbgrpc.NewIsolatorClient(conn), dp, &grpcConn{sock: sock, health: healthpb.NewHealthClient(conn)}
 }
 
 type grpcConn struct {
@@ -88,7 +88,7 @@ func TestSocketModeAndHealth(t *testing.T) {
 	if di.Mode().Perm() != 0o750 {
 		t.Fatalf("socket dir mode %v, want 0750", di.Mode().Perm())
 	}
-	resp, err := gc.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: pb.Isolator_ServiceDesc.ServiceName})
+	resp, err := gc.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: pbgrpc.Isolator_ServiceDesc.ServiceName})
 	if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", resp, err)
 	}

@@ -16,8 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/isolatord/isolatord/api"
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/test/daemonproc"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
@@ -84,7 +83,7 @@ type Daemon struct {
 	// activation tests run the daemon under a launcher).
 	Wrap   func(d *Daemon, cmd *exec.Cmd)
 	conn   *grpc.ClientConn
-	Client pb.IsolatorClient
+	Client pbgrpc.IsolatorClient
 }
 
 // DaemonOptions tune StartDaemon.
@@ -169,12 +168,12 @@ func (d *Daemon) Start() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := api.Dial(ctx, d.Socket)
+	conn, err := pbgrpc.Dial(ctx, d.Socket)
 	if err != nil {
 		d.t.Fatalf("dial: %v\n%s", err, d.Log())
 	}
 	d.conn = conn
-	d.Client = pb.NewIsolatorClient(conn)
+	d.Client = pbgrpc.NewIsolatorClient(conn)
 }
 
 // Log returns what the daemon printed so far.

@@ -1499,8 +1499,12 @@ func (x *UsageResponse) GetDroppedPackets() map[string]uint64 {
 }
 
 type CleanupRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// When set, the container is cleaned up only if it carries each of
+	// these labels with that value (the CNI plugin's network and interface);
+	// otherwise nothing changes and CleanupResponse.kept is true.
+	RequireLabels map[string]string `protobuf:"bytes,50,rep,name=require_labels,json=requireLabels,proto3" json:"require_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1542,8 +1546,18 @@ func (x *CleanupRequest) GetContainerId() string {
 	return ""
 }
 
+func (x *CleanupRequest) GetRequireLabels() map[string]string {
+	if x != nil {
+		return x.RequireLabels
+	}
+	return nil
+}
+
 type CleanupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The container exists but lacks one of require_labels (or has another
+	// value): it was left as it was.
+	Kept          bool `protobuf:"varint,50,opt,name=kept,proto3" json:"kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1578,6 +1592,185 @@ func (*CleanupResponse) Descriptor() ([]byte, []int) {
 	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{18}
 }
 
+func (x *CleanupResponse) GetKept() bool {
+	if x != nil {
+		return x.Kept
+	}
+	return false
+}
+
+// AttachRequest asks for Prepare then Isolate: what the two calls would do,
+// with their errors, in one round trip.
+type AttachRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Prepare: container_id, ports, limits, labels. Repeating Attach
+	// with the same ports and target returns the same container.
+	Prepare *PrepareRequest `protobuf:"bytes,1,opt,name=prepare,proto3" json:"prepare,omitempty"`
+	// The Isolate's target, as in IsolateRequest.
+	//
+	// Types that are valid to be assigned to Target:
+	//
+	//	*AttachRequest_Pid
+	//	*AttachRequest_NetnsPath
+	Target isAttachRequest_Target `protobuf_oneof:"target"`
+	// When set, a container that exists already (a retried Attach) must
+	// carry each of these labels with that value; otherwise nothing changes
+	// and AttachResponse.labels_differ is true. A container this call
+	// prepares gets prepare.labels, which should include these.
+	RequireLabels map[string]string `protobuf:"bytes,4,rep,name=require_labels,json=requireLabels,proto3" json:"require_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRequest) Reset() {
+	*x = AttachRequest{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRequest) ProtoMessage() {}
+
+func (x *AttachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
+func (*AttachRequest) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AttachRequest) GetPrepare() *PrepareRequest {
+	if x != nil {
+		return x.Prepare
+	}
+	return nil
+}
+
+func (x *AttachRequest) GetTarget() isAttachRequest_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *AttachRequest) GetPid() int32 {
+	if x != nil {
+		if x, ok := x.Target.(*AttachRequest_Pid); ok {
+			return x.Pid
+		}
+	}
+	return 0
+}
+
+func (x *AttachRequest) GetNetnsPath() string {
+	if x != nil {
+		if x, ok := x.Target.(*AttachRequest_NetnsPath); ok {
+			return x.NetnsPath
+		}
+	}
+	return ""
+}
+
+func (x *AttachRequest) GetRequireLabels() map[string]string {
+	if x != nil {
+		return x.RequireLabels
+	}
+	return nil
+}
+
+type isAttachRequest_Target interface {
+	isAttachRequest_Target()
+}
+
+type AttachRequest_Pid struct {
+	Pid int32 `protobuf:"varint,2,opt,name=pid,proto3,oneof"`
+}
+
+type AttachRequest_NetnsPath struct {
+	NetnsPath string `protobuf:"bytes,3,opt,name=netns_path,json=netnsPath,proto3,oneof"`
+}
+
+func (*AttachRequest_Pid) isAttachRequest_Target() {}
+
+func (*AttachRequest_NetnsPath) isAttachRequest_Target() {}
+
+type AttachResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The container after Isolate (after Prepare when labels_differ).
+	Container *Container `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	// The container was ISOLATED before this call (a retry): nothing
+	// changed.
+	WasIsolated bool `protobuf:"varint,2,opt,name=was_isolated,json=wasIsolated,proto3" json:"was_isolated,omitempty"`
+	// The existing container lacks one of require_labels: nothing changed.
+	LabelsDiffer  bool `protobuf:"varint,3,opt,name=labels_differ,json=labelsDiffer,proto3" json:"labels_differ,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachResponse) Reset() {
+	*x = AttachResponse{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachResponse) ProtoMessage() {}
+
+func (x *AttachResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
+func (*AttachResponse) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AttachResponse) GetContainer() *Container {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
+func (x *AttachResponse) GetWasIsolated() bool {
+	if x != nil {
+		return x.WasIsolated
+	}
+	return false
+}
+
+func (x *AttachResponse) GetLabelsDiffer() bool {
+	if x != nil {
+		return x.LabelsDiffer
+	}
+	return false
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
@@ -1587,7 +1780,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1792,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[19]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1805,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{19}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRequest) GetContainerId() string {
@@ -1631,7 +1824,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1836,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[20]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1849,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{20}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetResponse) GetContainer() *Container {
@@ -1674,7 +1867,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1879,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1892,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{21}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{23}
 }
 
 type ListResponse struct {
@@ -1712,7 +1905,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1917,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1930,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{22}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetContainers() []*Container {
@@ -1755,7 +1948,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1960,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1973,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{23}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{25}
 }
 
 // StatusResponse describes the daemon. Port sets are strings in the
@@ -1847,7 +2040,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2052,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2065,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{24}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -2060,7 +2253,7 @@ type HostPortReservations struct {
 
 func (x *HostPortReservations) Reset() {
 	*x = HostPortReservations{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2265,7 @@ func (x *HostPortReservations) String() string {
 func (*HostPortReservations) ProtoMessage() {}
 
 func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2278,7 @@ func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPortReservations.ProtoReflect.Descriptor instead.
 func (*HostPortReservations) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{25}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HostPortReservations) GetEnabled() bool {
@@ -2122,7 +2315,7 @@ type HostPortConflict struct {
 
 func (x *HostPortConflict) Reset() {
 	*x = HostPortConflict{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2327,7 @@ func (x *HostPortConflict) String() string {
 func (*HostPortConflict) ProtoMessage() {}
 
 func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2340,7 @@ func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPortConflict.ProtoReflect.Descriptor instead.
 func (*HostPortConflict) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{26}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HostPortConflict) GetPort() uint32 {
@@ -2172,7 +2365,7 @@ type RemoveUnattributedRequest struct {
 
 func (x *RemoveUnattributedRequest) Reset() {
 	*x = RemoveUnattributedRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2377,7 @@ func (x *RemoveUnattributedRequest) String() string {
 func (*RemoveUnattributedRequest) ProtoMessage() {}
 
 func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2390,7 @@ func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnattributedRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnattributedRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{29}
 }
 
 type RemoveUnattributedResponse struct {
@@ -2210,7 +2403,7 @@ type RemoveUnattributedResponse struct {
 
 func (x *RemoveUnattributedResponse) Reset() {
 	*x = RemoveUnattributedResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2415,7 @@ func (x *RemoveUnattributedResponse) String() string {
 func (*RemoveUnattributedResponse) ProtoMessage() {}
 
 func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2428,7 @@ func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnattributedResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnattributedResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveUnattributedResponse) GetRemoved() []string {
@@ -2379,10 +2572,29 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x0fdropped_packets\x18\x14 \x03(\v2/.isolatord.v1.UsageResponse.DroppedPacketsEntryR\x0edroppedPackets\x1aA\n" +
 	"\x13DroppedPacketsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"3\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xcd\x01\n" +
 	"\x0eCleanupRequest\x12!\n" +
-	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"\x11\n" +
-	"\x0fCleanupResponse\"/\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12V\n" +
+	"\x0erequire_labels\x182 \x03(\v2/.isolatord.v1.CleanupRequest.RequireLabelsEntryR\rrequireLabels\x1a@\n" +
+	"\x12RequireLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"%\n" +
+	"\x0fCleanupResponse\x12\x12\n" +
+	"\x04kept\x182 \x01(\bR\x04kept\"\x9f\x02\n" +
+	"\rAttachRequest\x126\n" +
+	"\aprepare\x18\x01 \x01(\v2\x1c.isolatord.v1.PrepareRequestR\aprepare\x12\x12\n" +
+	"\x03pid\x18\x02 \x01(\x05H\x00R\x03pid\x12\x1f\n" +
+	"\n" +
+	"netns_path\x18\x03 \x01(\tH\x00R\tnetnsPath\x12U\n" +
+	"\x0erequire_labels\x18\x04 \x03(\v2..isolatord.v1.AttachRequest.RequireLabelsEntryR\rrequireLabels\x1a@\n" +
+	"\x12RequireLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06target\"\x8f\x01\n" +
+	"\x0eAttachResponse\x125\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\x12!\n" +
+	"\fwas_isolated\x18\x02 \x01(\bR\vwasIsolated\x12#\n" +
+	"\rlabels_differ\x18\x03 \x01(\bR\flabelsDiffer\"/\n" +
 	"\n" +
 	"GetRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"D\n" +
@@ -2444,17 +2656,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x0eContainerState\x12\x1f\n" +
 	"\x1bCONTAINER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONTAINER_STATE_PREPARED\x10\x01\x12\x1c\n" +
-	"\x18CONTAINER_STATE_ISOLATED\x10\x022\x92\x05\n" +
-	"\bIsolator\x12F\n" +
-	"\aPrepare\x12\x1c.isolatord.v1.PrepareRequest\x1a\x1d.isolatord.v1.PrepareResponse\x12F\n" +
-	"\aIsolate\x12\x1c.isolatord.v1.IsolateRequest\x1a\x1d.isolatord.v1.IsolateResponse\x12C\n" +
-	"\x06Update\x12\x1b.isolatord.v1.UpdateRequest\x1a\x1c.isolatord.v1.UpdateResponse\x12@\n" +
-	"\x05Usage\x12\x1a.isolatord.v1.UsageRequest\x1a\x1b.isolatord.v1.UsageResponse\x12F\n" +
-	"\aCleanup\x12\x1c.isolatord.v1.CleanupRequest\x1a\x1d.isolatord.v1.CleanupResponse\x12:\n" +
-	"\x03Get\x12\x18.isolatord.v1.GetRequest\x1a\x19.isolatord.v1.GetResponse\x12=\n" +
-	"\x04List\x12\x19.isolatord.v1.ListRequest\x1a\x1a.isolatord.v1.ListResponse\x12C\n" +
-	"\x06Status\x12\x1b.isolatord.v1.StatusRequest\x1a\x1c.isolatord.v1.StatusResponse\x12g\n" +
-	"\x12RemoveUnattributed\x12'.isolatord.v1.RemoveUnattributedRequest\x1a(.isolatord.v1.RemoveUnattributedResponseB=Z;github.com/isolatord/isolatord/api/isolatord/v1;isolatordv1b\x06proto3"
+	"\x18CONTAINER_STATE_ISOLATED\x10\x02B=Z;github.com/isolatord/isolatord/api/isolatord/v1;isolatordv1b\x06proto3"
 
 var (
 	file_isolatord_v1_isolator_proto_rawDescOnce sync.Once
@@ -2469,7 +2671,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),                // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),                  // 1: isolatord.v1.PortRange
@@ -2491,40 +2693,44 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(*UsageResponse)(nil),              // 17: isolatord.v1.UsageResponse
 	(*CleanupRequest)(nil),             // 18: isolatord.v1.CleanupRequest
 	(*CleanupResponse)(nil),            // 19: isolatord.v1.CleanupResponse
-	(*GetRequest)(nil),                 // 20: isolatord.v1.GetRequest
-	(*GetResponse)(nil),                // 21: isolatord.v1.GetResponse
-	(*ListRequest)(nil),                // 22: isolatord.v1.ListRequest
-	(*ListResponse)(nil),               // 23: isolatord.v1.ListResponse
-	(*StatusRequest)(nil),              // 24: isolatord.v1.StatusRequest
-	(*StatusResponse)(nil),             // 25: isolatord.v1.StatusResponse
-	(*HostPortReservations)(nil),       // 26: isolatord.v1.HostPortReservations
-	(*HostPortConflict)(nil),           // 27: isolatord.v1.HostPortConflict
-	(*RemoveUnattributedRequest)(nil),  // 28: isolatord.v1.RemoveUnattributedRequest
-	(*RemoveUnattributedResponse)(nil), // 29: isolatord.v1.RemoveUnattributedResponse
-	nil,                                // 30: isolatord.v1.Container.LabelsEntry
-	nil,                                // 31: isolatord.v1.PrepareRequest.LabelsEntry
-	nil,                                // 32: isolatord.v1.SnmpStats.IpEntry
-	nil,                                // 33: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                                // 34: isolatord.v1.SnmpStats.TcpEntry
-	nil,                                // 35: isolatord.v1.SnmpStats.UdpEntry
-	nil,                                // 36: isolatord.v1.UsageResponse.DroppedPacketsEntry
-	nil,                                // 37: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                                // 38: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil),      // 39: google.protobuf.Timestamp
+	(*AttachRequest)(nil),              // 20: isolatord.v1.AttachRequest
+	(*AttachResponse)(nil),             // 21: isolatord.v1.AttachResponse
+	(*GetRequest)(nil),                 // 22: isolatord.v1.GetRequest
+	(*GetResponse)(nil),                // 23: isolatord.v1.GetResponse
+	(*ListRequest)(nil),                // 24: isolatord.v1.ListRequest
+	(*ListResponse)(nil),               // 25: isolatord.v1.ListResponse
+	(*StatusRequest)(nil),              // 26: isolatord.v1.StatusRequest
+	(*StatusResponse)(nil),             // 27: isolatord.v1.StatusResponse
+	(*HostPortReservations)(nil),       // 28: isolatord.v1.HostPortReservations
+	(*HostPortConflict)(nil),           // 29: isolatord.v1.HostPortConflict
+	(*RemoveUnattributedRequest)(nil),  // 30: isolatord.v1.RemoveUnattributedRequest
+	(*RemoveUnattributedResponse)(nil), // 31: isolatord.v1.RemoveUnattributedResponse
+	nil,                                // 32: isolatord.v1.Container.LabelsEntry
+	nil,                                // 33: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                                // 34: isolatord.v1.SnmpStats.IpEntry
+	nil,                                // 35: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                                // 36: isolatord.v1.SnmpStats.TcpEntry
+	nil,                                // 37: isolatord.v1.SnmpStats.UdpEntry
+	nil,                                // 38: isolatord.v1.UsageResponse.DroppedPacketsEntry
+	nil,                                // 39: isolatord.v1.CleanupRequest.RequireLabelsEntry
+	nil,                                // 40: isolatord.v1.AttachRequest.RequireLabelsEntry
+	nil,                                // 41: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                                // 42: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	39, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	39, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	30, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	43, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	43, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	32, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	1,  // 8: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
 	2,  // 9: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 10: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	31, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	33, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
 	4,  // 12: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
 	4,  // 13: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
 	1,  // 14: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
@@ -2532,10 +2738,10 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	2,  // 16: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	4,  // 17: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
 	13, // 18: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	32, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	33, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	34, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	35, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	34, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	35, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	36, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	37, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
 	2,  // 23: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
 	3,  // 24: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	12, // 25: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
@@ -2543,39 +2749,25 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
 	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
 	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	39, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	36, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
-	4,  // 32: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	4,  // 33: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	37, // 34: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	38, // 35: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	2,  // 36: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 37: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	26, // 38: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
-	27, // 39: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
-	5,  // 40: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
-	7,  // 41: isolatord.v1.Isolator.Isolate:input_type -> isolatord.v1.IsolateRequest
-	9,  // 42: isolatord.v1.Isolator.Update:input_type -> isolatord.v1.UpdateRequest
-	11, // 43: isolatord.v1.Isolator.Usage:input_type -> isolatord.v1.UsageRequest
-	18, // 44: isolatord.v1.Isolator.Cleanup:input_type -> isolatord.v1.CleanupRequest
-	20, // 45: isolatord.v1.Isolator.Get:input_type -> isolatord.v1.GetRequest
-	22, // 46: isolatord.v1.Isolator.List:input_type -> isolatord.v1.ListRequest
-	24, // 47: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
-	28, // 48: isolatord.v1.Isolator.RemoveUnattributed:input_type -> isolatord.v1.RemoveUnattributedRequest
-	6,  // 49: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	8,  // 50: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	10, // 51: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	17, // 52: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	19, // 53: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	21, // 54: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	23, // 55: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	25, // 56: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	29, // 57: isolatord.v1.Isolator.RemoveUnattributed:output_type -> isolatord.v1.RemoveUnattributedResponse
-	49, // [49:58] is the sub-list for method output_type
-	40, // [40:49] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	43, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	38, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
+	39, // 32: isolatord.v1.CleanupRequest.require_labels:type_name -> isolatord.v1.CleanupRequest.RequireLabelsEntry
+	5,  // 33: isolatord.v1.AttachRequest.prepare:type_name -> isolatord.v1.PrepareRequest
+	40, // 34: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
+	4,  // 35: isolatord.v1.AttachResponse.container:type_name -> isolatord.v1.Container
+	4,  // 36: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	4,  // 37: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	41, // 38: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	42, // 39: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	2,  // 40: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 41: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	28, // 42: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	29, // 43: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -2587,15 +2779,19 @@ func file_isolatord_v1_isolator_proto_init() {
 		(*IsolateRequest_Pid)(nil),
 		(*IsolateRequest_NetnsPath)(nil),
 	}
+	file_isolatord_v1_isolator_proto_msgTypes[19].OneofWrappers = []any{
+		(*AttachRequest_Pid)(nil),
+		(*AttachRequest_NetnsPath)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   42,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   0,
 		},
 		GoTypes:           file_isolatord_v1_isolator_proto_goTypes,
 		DependencyIndexes: file_isolatord_v1_isolator_proto_depIdxs,

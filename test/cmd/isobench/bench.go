@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -46,7 +46,7 @@ type bench struct {
 
 	sbA, sb1, sbN *sandbox.Sandbox
 	d1, dN        *daemon
-	c1, cN        pb.IsolatorClient
+	c1, cN        pbgrpc.IsolatorClient
 	targets       map[string]*target // case -> its server over IPv4
 	targets6      map[string]*target // the same servers over IPv6
 }
@@ -254,7 +254,7 @@ func (b *bench) prepare(ctx context.Context) error {
 
 // startDaemon starts an isolatord for sb, its files under tmp/<label>, and
 // dials it.
-func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label string) (*daemon, pb.IsolatorClient, error) {
+func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label string) (*daemon, pbgrpc.IsolatorClient, error) {
 	dir := filepath.Join(b.tmp, label)
 	netnsDir := filepath.Join(dir, "netns")
 	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
@@ -288,13 +288,13 @@ func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label stri
 	if err != nil {
 		return nil, nil, err
 	}
-	return d, pb.NewIsolatorClient(conn), nil
+	return d, pbgrpc.NewIsolatorClient(conn), nil
 }
 
 func (b *bench) dial(ctx context.Context, socket string) (*grpc.ClientConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := api.Dial(dctx, socket)
+	conn, err := pbgrpc.Dial(dctx, socket)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +347,7 @@ func (b *bench) phaseDaemons(ctx context.Context) error {
 // between the two daemons cycle by cycle so that both see the same machine.
 func (b *bench) phaseCycles(ctx context.Context) error {
 	type side struct {
-		cl    pb.IsolatorClient
+		cl    pbgrpc.IsolatorClient
 		label string
 		ct    *cycleTimes
 		err   error
@@ -448,7 +448,7 @@ func (b *bench) phaseOne(ctx context.Context) error {
 // serverContainer starts a container running isotraffic serve on port,
 // isolates it by pid and registers it as the target of case c (over both
 // families).
-func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pb.IsolatorClient, c, name string, port int) error {
+func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pbgrpc.IsolatorClient, c, name string, port int) error {
 	ctr, err := sb.Spawn(name, b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(port), "--name", name)
 	if err != nil {
 		return err
@@ -486,13 +486,13 @@ func (b *bench) targetsOf(f family) map[string]*target {
 // setup prepares and isolates one container (by netns path, or by pid when
 // pid > 0) and returns the time the two calls took together. On failure it
 // cleans the container up again.
-func (b *bench) setup(ctx context.Context, cl pb.IsolatorClient, id string, port int, nsPath string, pid int) (time.Duration, error) {
+func (b *bench) setup(ctx context.Context, cl pbgrpc.IsolatorClient, id string, port int, nsPath string, pid int) (time.Duration, error) {
 	p, i, err := b.setupSplit(ctx, cl, id, port, nsPath, pid)
 	return p + i, err
 }
 
 // setupSplit is setup returning the time of Prepare and of Isolate.
-func (b *bench) setupSplit(ctx context.Context, cl pb.IsolatorClient, id string, port int, nsPath string, pid int) (prep, iso time.Duration, err error) {
+func (b *bench) setupSplit(ctx context.Context, cl pbgrpc.IsolatorClient, id string, port int, nsPath string, pid int) (prep, iso time.Duration, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := &pb.IsolateRequest{ContainerId: id}
@@ -517,7 +517,7 @@ func (b *bench) setupSplit(ctx context.Context, cl pb.IsolatorClient, id string,
 	return t1.Sub(t0), time.Since(t1), nil
 }
 
-func (b *bench) teardown(ctx context.Context, cl pb.IsolatorClient, id string) (time.Duration, error) {
+func (b *bench) teardown(ctx context.Context, cl pbgrpc.IsolatorClient, id string) (time.Duration, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	t0 := time.Now()

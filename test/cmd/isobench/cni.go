@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // phaseCNI runs the CNI figures alone (--only cni); in a full run the
@@ -42,7 +43,7 @@ func (b *bench) phaseCNI(ctx context.Context) error {
 // process exec (libcni's VERSION call): what ADD and DEL cost beyond the
 // daemon's work is the plugin's. It also times `isolatorctl list`, the
 // CLI's start to its answer.
-func (b *bench) cniFigures(ctx context.Context, cl pb.IsolatorClient, hs *holders, socket string, k int) error {
+func (b *bench) cniFigures(ctx context.Context, cl pbgrpc.IsolatorClient, hs *holders, socket string, k int) error {
 	bin, err := filepath.Abs(b.o.bin)
 	if err != nil {
 		return err
@@ -128,7 +129,7 @@ func (b *bench) cniSample(ctx context.Context, cni *libcni.CNIConfig, list *libc
 // cniDaemonSample calls the daemon's part of a CNI ADD (Prepare with the
 // plugin's labels, Isolate by namespace path) and of a DEL (Cleanup)
 // directly on a fresh process-held namespace.
-func (b *bench) cniDaemonSample(ctx context.Context, cl pb.IsolatorClient, hs *holders, id string) (add, del time.Duration, err error) {
+func (b *bench) cniDaemonSample(ctx context.Context, cl pbgrpc.IsolatorClient, hs *holders, id string) (add, del time.Duration, err error) {
 	pid, err := hs.spawn()
 	if err != nil {
 		return 0, 0, err

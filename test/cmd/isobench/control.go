@@ -29,6 +29,7 @@ import (
 	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -155,7 +156,7 @@ const ctlPort = cyclePort
 
 // processSandbox makes sandbox name with a daemon of its own (its files
 // under label) and the holders of the namespaces its containers get.
-func (b *bench) processSandbox(ctx context.Context, name, label string) (*holders, pb.IsolatorClient, error) {
+func (b *bench) processSandbox(ctx context.Context, name, label string) (*holders, pbgrpc.IsolatorClient, error) {
 	sb, err := sandbox.NewNamed(name)
 	if err != nil {
 		return nil, nil, err
@@ -304,7 +305,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 }
 
 // curvePoint times k setups and teardowns of one more container.
-func (b *bench) curvePoint(ctx context.Context, cl pb.IsolatorClient, hs *holders, present, k, point int) (CurvePoint, error) {
+func (b *bench) curvePoint(ctx context.Context, cl pbgrpc.IsolatorClient, hs *holders, present, k, point int) (CurvePoint, error) {
 	warm := 2
 	pids, err := hs.spawnN(warm + k)
 	if err != nil {
@@ -356,7 +357,7 @@ type readProbe struct {
 	err        error
 }
 
-func (r *readProbe) start(ctx context.Context, cl pb.IsolatorClient, id string) (stop func() *Latency) {
+func (r *readProbe) start(ctx context.Context, cl pbgrpc.IsolatorClient, id string) (stop func() *Latency) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+
+	"google.golang.org/grpc/status"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/isolator"
+)
+
+// hasLabels reports whether r carries each of want's labels with its value.
+func hasLabels(r isolator.Record, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := r.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Attach is Prepare then Isolate in one call. A container that existed
+// without require_labels is returned unchanged; one this call could not
+// isolate is cleaned up again unless it was isolated before.
+func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachResponse, error) {
+	p := req.GetPrepare()
+	id := p.GetContainerId()
+	t, err := isolateTarget(id, req.GetTarget())
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.iso.PrepareWith(ctx, id, isolator.PrepareOptions{
+		Ports: portSpecs(p.GetPorts()), Labels: p.GetLabels(),
+		Egress: limitSpec(p.GetEgressLimit()), Ingress: limitSpec(p.GetIngressLimit()),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !hasLabels(r, req.GetRequireLabels()) {
+		return &pb.AttachResponse{Container: toProto(r), LabelsDiffer: true}, nil
+	}
+	wasIsolated := r.State == isolator.StateIsolated
+	r, err = s.iso.Isolate(ctx, id, t)
+	if err != nil {
+		if wasIsolated {
+			return nil, toStatus(err)
+		}
+		// Clean up even if the caller has gone: a prepared container
+		// nobody attached would hold its ports.
+		if cerr := s.iso.Cleanup(context.WithoutCancel(ctx), id); cerr != nil {
+			st := status.Convert(toStatus(err))
+			return nil, status.Error(st.Code(), st.Message()+"; rollback (Cleanup) also failed: "+cerr.Error())
+		}
+		return nil, toStatus(err)
+	}
+	return &pb.AttachResponse{Container: toProto(r), WasIsolated: wasIsolated}, nil
+}
+
+// cleanupUnlessLabelsDiffer is Cleanup with require_labels: a container
+// lacking one of them is kept.
+func (s *server) cleanupUnlessLabelsDiffer(ctx context.Context, req *pb.CleanupRequest) (*pb.CleanupResponse, error) {
+	r, err := s.iso.Get(ctx, req.GetContainerId())
+	if isolator.KindOf(err) == isolator.ErrNotFound {
+		return &pb.CleanupResponse{}, nil // as Cleanup of an unknown container
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !hasLabels(r, req.GetRequireLabels()) {
+		return &pb.CleanupResponse{Kept: true}, nil
+	}
+	if err := s.iso.Cleanup(ctx, req.GetContainerId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CleanupResponse{}, nil
+}
