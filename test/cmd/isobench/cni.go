@@ -38,8 +38,8 @@ func (b *bench) phaseCNI(ctx context.Context) error {
 // cniFigures times k CNI ADDs and DELs through libcni, which executes the
 // isolator-cni binary as a runtime does, each on a fresh namespace held by
 // a process. Interleaved with them, on another fresh namespace each, it
-// times the daemon's part called directly through cl (Prepare+Isolate by
-// path with the same port and labels, then Cleanup) and the plugin's bare
+// times the daemon's part called directly through cl (Attach by path
+// with the same port and labels, then Cleanup) and the plugin's bare
 // process exec (libcni's VERSION call): what ADD and DEL cost beyond the
 // daemon's work is the plugin's. It also times `isolatorctl list`, the
 // CLI's start to its answer.
@@ -126,9 +126,10 @@ func (b *bench) cniSample(ctx context.Context, cni *libcni.CNIConfig, list *libc
 	return t1.Sub(t0), time.Since(t1), err
 }
 
-// cniDaemonSample calls the daemon's part of a CNI ADD (Prepare with the
-// plugin's labels, Isolate by namespace path) and of a DEL (Cleanup)
-// directly on a fresh process-held namespace.
+// cniDaemonSample calls the daemon's part of a CNI ADD (Attach: Prepare
+// with the plugin's labels and Isolate by namespace path) and of a DEL
+// (Cleanup of a container with those labels) directly on a fresh
+// process-held namespace.
 func (b *bench) cniDaemonSample(ctx context.Context, cl pbgrpc.IsolatorClient, hs *holders, id string) (add, del time.Duration, err error) {
 	pid, err := hs.spawn()
 	if err != nil {
@@ -137,17 +138,15 @@ func (b *bench) cniDaemonSample(ctx context.Context, cl pbgrpc.IsolatorClient, h
 	defer hs.kill(pid)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	labels := map[string]string{"cni.network": "isobench", "cni.ifname": "eth0"}
 	t0 := time.Now()
-	_, err = cl.Prepare(cctx, &pb.PrepareRequest{
-		ContainerId: id,
-		Ports:       []*pb.PortRange{{Begin: ctlPort, End: ctlPort}},
-		Labels:      map[string]string{"cni.network": "isobench", "cni.ifname": "eth0"},
+	_, err = cl.Attach(cctx, &pb.AttachRequest{
+		Prepare:       &pb.PrepareRequest{ContainerId: id, Ports: []*pb.PortRange{{Begin: ctlPort, End: ctlPort}}, Labels: labels},
+		Target:        &pb.AttachRequest_NetnsPath{NetnsPath: fmt.Sprintf("/proc/%d/ns/net", pid)},
+		RequireLabels: labels,
 	})
-	if err == nil {
-		_, err = cl.Isolate(cctx, &pb.IsolateRequest{ContainerId: id, Target: &pb.IsolateRequest_NetnsPath{NetnsPath: fmt.Sprintf("/proc/%d/ns/net", pid)}})
-	}
 	t1 := time.Now()
-	if _, cerr := cl.Cleanup(cctx, &pb.CleanupRequest{ContainerId: id}); err == nil {
+	if _, cerr := cl.Cleanup(cctx, &pb.CleanupRequest{ContainerId: id, RequireLabels: labels}); err == nil {
 		err = cerr
 	}
 	return t1.Sub(t0), time.Since(t1), err
@@ -160,7 +159,7 @@ func (c *ControlScale) cniBreakdown() string {
 	if c == nil || c.CNIAdd == nil || c.CNIAddRPC == nil || c.CNIExec == nil {
 		return "n/a"
 	}
-	s := fmt.Sprintf("p50 plugin exec to VERSION result %s ms; ADD %s = daemon Prepare+Isolate %s + plugin %s ms; DEL %s = daemon Cleanup %s + plugin %s ms",
+	s := fmt.Sprintf("p50 plugin exec to VERSION result %s ms; ADD %s = daemon Attach %s + plugin %s ms; DEL %s = daemon Cleanup %s + plugin %s ms",
 		fmtNum(c.CNIExec.P50Ms),
 		fmtNum(c.CNIAdd.P50Ms), fmtNum(c.CNIAddRPC.P50Ms), fmtNum(c.CNIAdd.P50Ms-c.CNIAddRPC.P50Ms),
 		fmtNum(c.CNIDel.P50Ms), fmtNum(c.CNIDelRPC.P50Ms), fmtNum(c.CNIDel.P50Ms-c.CNIDelRPC.P50Ms))

@@ -15,7 +15,7 @@ func TestCNIBreakdown(t *testing.T) {
 	got := c.cniBreakdown()
 	for _, want := range []string{
 		"plugin exec to VERSION result 3.00 ms",
-		"ADD 12.0 = daemon Prepare+Isolate 7.50 + plugin 4.50 ms",
+		"ADD 12.0 = daemon Attach 7.50 + plugin 4.50 ms",
 		"DEL 6.00 = daemon Cleanup 2.00 + plugin 4.00 ms",
 		"isolatorctl list 4.00 / 9.00 ms",
 	} {

@@ -60,7 +60,7 @@ type ControlScale struct {
 	CNIAdd *Latency `json:"cni_add"`
 	CNIDel *Latency `json:"cni_del"`
 	// Where the CNI time goes (cni.go): the plugin's process exec to a
-	// VERSION result, and the daemon's share of ADD (Prepare+Isolate) and
+	// VERSION result, and the daemon's share of ADD (Attach) and
 	// DEL (Cleanup) called directly on an open connection.
 	CNIExec   *Latency `json:"cni_exec,omitempty"`
 	CNIAddRPC *Latency `json:"cni_add_rpc,omitempty"`
