@@ -128,9 +128,15 @@ func (c *Conn) Close() error { return c.nc.Close() }
 func (c *Conn) watch(ctx context.Context) func() {
 	d, _ := ctx.Deadline()
 	c.nc.SetDeadline(d)
-	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.nc.SetDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	return func() {
-		stop()
+		if !stop() {
+			<-fired // let it finish before the deadline is cleared
+		}
 		c.nc.SetDeadline(time.Time{})
 	}
 }
