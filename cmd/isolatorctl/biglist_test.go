@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
+)
+
+// TestListThousand: `isolatorctl list` of 1,000 containers whose reply
+// (labels included) is larger than the flow-control window the client
+// announces, so the reply arrives in several windows.
+func TestListThousand(t *testing.T) {
+	sock, f := startFake(t)
+	labels := map[string]string{"cni.network": "isobench", "cni.ifname": "eth0", "note": strings.Repeat("n", 2000)}
+	f.mu.Lock()
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprintf("c%04d", i)
+		f.containers[id] = &isolatordv1.Container{
+			ContainerId: id, State: isolatordv1.ContainerState_CONTAINER_STATE_PREPARED,
+			EphemeralPorts: &isolatordv1.EphemeralRange{Begin: 32768, End: 32769}, Labels: labels,
+		}
+	}
+	f.mu.Unlock()
+	out := mustCtl(t, sock, "list")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 1001 || !strings.HasPrefix(lines[1], "c0000 ") || !strings.HasPrefix(lines[1000], "c0999 ") {
+		t.Fatalf("list of 1,000 has %d lines (first %q, last %q)", len(lines), lines[1], lines[len(lines)-1])
+	}
+	list := decodeJSON[[]containerJSON](t, mustCtl(t, sock, "-o", "json", "list"))
+	if len(list) != 1000 || list[999].ContainerID != "c0999" {
+		t.Fatalf("list -o json: %d containers", len(list))
+	}
+}
