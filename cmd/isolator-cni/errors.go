@@ -79,7 +79,11 @@ func daemonError(rpc string, err error) error {
 	if st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded {
 		msg = "isolatord did not answer " + rpc + ": " + msg
 	}
-	return types.NewError(cniCode(st.Code(), rpc == "Isolate" || rpc == "Attach"), msg, fmt.Sprintf("isolatord %s: %s", rpc, st.Code()))
+	details := fmt.Sprintf("isolatord %s: %s", rpc, st.Code())
+	if st.Code() == codes.Unimplemented {
+		details += " (isolatord is older than isolator-cni: restart it after an upgrade)"
+	}
+	return types.NewError(cniCode(st.Code(), rpc == "Isolate" || rpc == "Attach"), msg, details)
 }
 
 // connectError is the CNI error for a daemon that cannot be reached: try

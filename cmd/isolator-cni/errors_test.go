@@ -54,6 +54,16 @@ func TestDaemonErrorKeepsMessage(t *testing.T) {
 	if !strings.Contains(e.Msg, "netns_path") {
 		t.Errorf("message = %q", e.Msg)
 	}
+	e = cniErr(t, daemonError("Attach", status.Error(codes.NotFound, "netns_path: /proc/9/ns/net: no such file or directory")), types.ErrInvalidNetNS)
+	if !strings.Contains(e.Details, "Attach") {
+		t.Errorf("details = %q", e.Details)
+	}
+	// A daemon older than the plugin does not know Attach: the details say
+	// what to do.
+	e = cniErr(t, daemonError("Attach", status.Error(codes.Unimplemented, "unknown method Attach for service isolatord.v1.Isolator")), types.ErrIncompatibleCNIVersion)
+	if !strings.Contains(e.Details, "older") {
+		t.Errorf("details = %q", e.Details)
+	}
 	e = cniErr(t, daemonError("Get", status.Error(codes.Unavailable, "connection refused")), types.ErrTryAgainLater)
 	if !strings.Contains(e.Msg, "did not answer Get") {
 		t.Errorf("message = %q", e.Msg)
