@@ -573,7 +573,11 @@ func encodeTimeout(d time.Duration) string {
 		s string
 	}{{time.Nanosecond, "n"}, {time.Microsecond, "u"}, {time.Millisecond, "m"}, {time.Second, "S"}, {time.Minute, "M"}, {time.Hour, "H"}}
 	for _, u := range units {
-		if v := (d + u.d - 1) / u.d; v <= 99999999 {
+		v := d / u.d
+		if d%u.d != 0 {
+			v++
+		}
+		if v <= 99999999 {
 			return strconv.FormatInt(int64(v), 10) + u.s
 		}
 	}
