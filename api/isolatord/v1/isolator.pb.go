@@ -1,13 +1,14 @@
 // isolatord's gRPC protocol, served on a unix socket (default
-// /run/isolatord/isolatord.sock).
+// /run/isolatord/isolatord.sock): the messages. The service Isolator is in
+// isolatordv1grpc/service.proto.
 //
 // A container's life: Prepare reserves its ports (an aligned power-of-two
 // block of ephemeral ports plus the static ports it asked for) before the
 // container's process exists; Isolate, given the process's pid or network
 // namespace, wires that namespace to the host (veth, tc filters, addresses,
 // sysctls); Update changes its static ports while it runs; Usage reports its
-// traffic; Cleanup undoes everything and releases the ports. Get, List and
-// Status only read.
+// traffic; Cleanup undoes everything and releases the ports. Attach is
+// Prepare then Isolate in one call. Get, List and Status only read.
 //
 // Bandwidth: each container may have an egress limit (what it sends) and an
 // ingress limit (what it receives), enforced on the host side (HTB on host
