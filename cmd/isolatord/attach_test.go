@@ -6,10 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
@@ -123,5 +125,30 @@ func TestCleanupRequireLabels(t *testing.T) {
 	}
 	if _, err := c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: "d1", RequireLabels: mine}); err != nil {
 		t.Fatalf("Cleanup of an unknown container: %v", err)
+	}
+}
+
+// TestLightClientAgainstServer: api.Client (the CLI's and the CNI
+// plugin's transport) against the daemon's own gRPC server: replies, and
+// errors with the daemon's code and a message naming the holder.
+func TestLightClientAgainstServer(t *testing.T) {
+	_, _, gc := startServer(t, []uint32{uint32(os.Getuid())})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := api.Dial(ctx, gc.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Attach(ctx, attachReq("l1", nil, nil, pr(31003, 31003, false))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Attach(ctx, attachReq("l2", nil, nil, pr(31003, 31003, false)))
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "l1") {
+		t.Fatalf("Attach of a held port = %v, want FailedPrecondition naming l1", err)
+	}
+	l, err := c.List(ctx, &pb.ListRequest{})
+	if err != nil || len(l.GetContainers()) != 1 || l.GetContainers()[0].GetState() != pb.ContainerState_CONTAINER_STATE_ISOLATED {
+		t.Fatalf("List = %v, %v", l, err)
 	}
 }
