@@ -113,6 +113,10 @@ type Record struct {
 
 	// Lost names what a rebuild from the kernel could not recover.
 	Lost []string `json:"lost,omitempty"`
+
+	// Seq numbers the record's writes: an intent replaces the database's
+	// record at load only if newer (intents.go).
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Config configures the lifecycle.
@@ -523,7 +527,7 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 		s.releaseNetNS(ino, id)
 		return Record{}, errorf(ErrNotFound, "%s: %s: %v", targetField(t), next.NetNSPath, err)
 	}
-	if err := s.commit(&next); err != nil {
+	if err := s.intend(&next); err != nil {
 		s.releaseNetNS(ino, id)
 		return Record{}, err
 	}
@@ -559,17 +563,35 @@ func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ R
 	return next, nil
 }
 
-// commit persists r and then publishes it in memory.
+// commit persists r (a stable state, in the database; its intent, if any,
+// is then removed) and publishes it in memory.
 func (s *Isolator) commit(r *Record) error {
 	if err := s.store.put(r); err != nil {
 		return wrapf(ErrInternal, err, "persist container %s", r.ID)
 	}
+	s.at("commit:stored")
+	s.store.settled(r.ID, s.log)
+	s.publish(r)
+	return nil
+}
+
+// intend persists r, a transitional state written before the kernel is
+// touched, in the intent journal (intents.go), and publishes it in memory.
+func (s *Isolator) intend(r *Record) error {
+	if err := s.store.intend(r); err != nil {
+		return wrapf(ErrInternal, err, "persist container %s", r.ID)
+	}
+	s.publish(r)
+	return nil
+}
+
+// publish replaces the in-memory record of r's container by r.
+func (s *Isolator) publish(r *Record) {
 	s.mu.Lock()
 	if cur, ok := s.records[r.ID]; ok {
 		*cur = *r
 	}
 	s.mu.Unlock()
-	return nil
 }
 
 // container converts a record to the data plane's view. The namespace is
@@ -757,7 +779,7 @@ func (s *Isolator) updatePorts(ctx context.Context, cur Record, excl, shared eph
 		_ = s.ledger.Update(id, ephemeral.Request{Exclusive: cur.Ports, Shared: cur.Shared})
 		s.mu.Unlock()
 	}
-	if err := s.commit(&next); err != nil {
+	if err := s.intend(&next); err != nil {
 		restore()
 		return Record{}, err
 	}
@@ -849,7 +871,7 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 	if r.State != StatePrepared {
 		next := *r
 		next.State = StateCleaning
-		if err := s.commit(&next); err != nil {
+		if err := s.intend(&next); err != nil {
 			return err
 		}
 		s.at("cleanup:intent")
@@ -865,6 +887,8 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 	if err := s.store.del(r.ID); err != nil {
 		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}
+	s.at("cleanup:deleted")
+	s.store.settled(r.ID, s.log)
 	s.mu.Lock()
 	if cur, ok := s.records[r.ID]; ok {
 		s.forget(cur)

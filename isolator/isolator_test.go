@@ -366,11 +366,23 @@ type crash struct{ point string }
 // TestCrashRecovery kills the lifecycle at every hook point of isolate,
 // update and cleanup (a panic stands for kill -9: nothing after it runs),
 // restarts on the same state and the same (fake) kernel, and checks that
-// nothing leaked and nothing is held twice.
+// nothing leaked and nothing is held twice, that the container ends in the
+// state its step left it (want: "" for gone; "any" when recovery may roll
+// forward or back) and that the intent journal is empty after the start.
 func TestCrashRecovery(t *testing.T) {
-	points := []string{"isolate:intent", "isolate:plumbed", "update:intent", "cleanup:intent", "cleanup:torndown"}
-	for _, point := range points {
-		t.Run(point, func(t *testing.T) {
+	cases := []struct{ point, op, want string }{
+		{"isolate:intent", "isolate", "any"},
+		{"isolate:plumbed", "isolate", "any"},
+		{"commit:stored", "isolate", string(StateIsolated)}, // outcome stored, intent not yet removed
+		{"update:intent", "update", "any"},
+		{"commit:stored", "update", string(StateIsolated)},
+		{"cleanup:intent", "cleanup", ""},
+		{"cleanup:torndown", "cleanup", ""},
+		{"cleanup:deleted", "cleanup", ""}, // record deleted, intent not yet removed
+	}
+	for _, tc := range cases {
+		point := tc.point
+		t.Run(tc.op+"/"+point, func(t *testing.T) {
 			dir := t.TempDir()
 			dp := newFakeDP()
 			s := newTestIsolator(t, dir, dp)
@@ -383,7 +395,7 @@ func TestCrashRecovery(t *testing.T) {
 			if _, err := s.Prepare(bg, "c1", ports("31001")); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(point, "isolate") {
+			if tc.op != "isolate" {
 				if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
 					t.Fatal(err)
 				}
@@ -399,10 +411,10 @@ func TestCrashRecovery(t *testing.T) {
 						t.Fatalf("hook %s never fired", point)
 					}
 				}()
-				switch {
-				case strings.HasPrefix(point, "isolate"):
+				switch tc.op {
+				case "isolate":
 					_, _ = s.Isolate(bg, "c1", nsTarget(t, "c1"))
-				case strings.HasPrefix(point, "update"):
+				case "update":
 					_, _ = s.Update(bg, "c1", ports("31002-31003"))
 				default:
 					_ = s.Cleanup(bg, "c1")
@@ -412,6 +424,18 @@ func TestCrashRecovery(t *testing.T) {
 
 			s2 := newTestIsolator(t, dir, dp)
 			checkInvariants(t, s2, dp)
+			r, err := s2.Get(bg, "c1")
+			switch {
+			case tc.want == "" && err == nil:
+				t.Fatalf("c1 is back after its cleanup: %+v", r)
+			case tc.want != "" && tc.want != "any" && (err != nil || string(r.State) != tc.want):
+				t.Fatalf("c1: %+v %v, want state %s", r, err, tc.want)
+			case tc.op == "update" && tc.want != "any" && !r.Ports.Equal(ephemeral.MustParseSet("31002-31003")):
+				t.Fatalf("c1's ports %s, want the new 31002-31003", r.Ports)
+			}
+			if left := journalFiles(t, dir); len(left) > 0 {
+				t.Fatalf("intent journal not empty after the start: %v", left)
+			}
 			if r, err := s2.Get(bg, "keep"); err != nil || r.State != StateIsolated {
 				t.Fatalf("untouched container not kept: %+v %v", r, err)
 			}

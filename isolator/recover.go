@@ -128,6 +128,11 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	s.unattributed = rep.Unattributed
 	s.rebuilt = rep.Rebuilt
 	s.mu.Unlock()
+	// Every intent is resolved now (its record committed or deleted
+	// above) or was stale: the journal starts empty.
+	if err := s.store.intents.clearAll(); err != nil {
+		s.log.Warn("intent journal: stale intents left (ignored at the next start)", "err", err.Error())
+	}
 	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
@@ -330,6 +335,7 @@ func (s *Isolator) finishCleanup(ctx context.Context, r *Record) error {
 	if err := s.store.del(r.ID); err != nil {
 		return fmt.Errorf("persist cleanup of %s: %w", r.ID, err)
 	}
+	s.store.settled(r.ID, s.log)
 	s.mu.Lock()
 	s.forget(r)
 	s.mu.Unlock()

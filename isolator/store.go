@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,10 +18,11 @@ import (
 )
 
 // The store is an embedded bbolt database in the state directory holding one
-// JSON record per container. Every lifecycle step writes the record before it
-// touches the kernel (the intent: a transitional state) and again after (the
-// outcome), so a daemon killed at any point finds, for each container, either a
-// stable state or an intent that recovery completes or rolls back.
+// JSON record per container, and beside it the intent journal (intents.go).
+// Every lifecycle step that touches the kernel writes the record before (the
+// intent: a transitional state, in the journal) and after (the outcome, in
+// the database), so a daemon killed at any point finds, for each container,
+// either a stable state or an intent that recovery completes or rolls back.
 
 var (
 	bucketContainers = []byte("containers")
@@ -39,16 +41,48 @@ type store struct {
 	// none); fault is what was wrong with it.
 	movedAside, fault string
 	group             groupCommit // storebatch.go
+	// intents is the intent journal; pending are the intents read at
+	// open, for the first load.
+	intents *intentLog
+	pending []*Record
+	// seq numbers the writes of records (intents.go).
+	seq atomic.Uint64
 }
 
-// openStore opens the state in dir and reads every record. A file that
+// nextSeq is the sequence number of a record's next write.
+func (s *store) nextSeq() uint64 { return s.seq.Add(1) }
+
+// openStore opens the database (openDB) and the intent journal beside it.
+func openStore(dir string, log *slog.Logger) (*store, error) {
+	st, err := openDB(dir, log)
+	if err != nil {
+		return nil, err
+	}
+	l, intents, bad, err := openIntents(dir)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	for _, name := range bad {
+		log.Warn("intent journal: a file that is not a complete intent is ignored (its step never began, or a power loss cut it short)", "file", name)
+	}
+	st.intents, st.pending = l, intents
+	var top uint64
+	for _, r := range append(st.loaded, intents...) {
+		top = max(top, r.Seq)
+	}
+	st.seq.Store(top)
+	return st, nil
+}
+
+// openDB opens the database in dir and reads every record. A file that
 // cannot be read as a database (bbolt refusing it, a panic or memory fault
 // while reading its pages, a record that does not decode) is corrupt: it
 // is moved aside to isolatord.db.corrupt-<time> and an empty state is
 // created, which recovery then rebuilds from the kernel. Errors of the file
 // system (permissions, read-only, no space) and bbolt's lock held by
 // another process are returned as they are: nothing is moved.
-func openStore(dir string, log *slog.Logger) (*store, error) {
+func openDB(dir string, log *slog.Logger) (*store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
@@ -211,8 +245,9 @@ func guard(fn func() error) (err error) {
 
 func (s *store) close() error { return s.db.Close() }
 
-// put writes one record.
+// put writes one record (setting its sequence number).
 func (s *store) put(r *Record) error {
+	r.Seq = s.nextSeq()
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -227,6 +262,7 @@ func (s *store) putAll(rs []*Record) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketContainers)
 		for _, r := range rs {
+			r.Seq = s.nextSeq()
 			v, err := json.Marshal(r)
 			if err != nil {
 				return err
@@ -246,14 +282,31 @@ func (s *store) del(id string) error {
 	})
 }
 
-// load returns every record (the first time: those read at open).
+// load returns every record (the first time: those read at open, with
+// the newer intents of the journal in place of their records).
 func (s *store) load() ([]*Record, error) {
-	if s.loaded != nil {
+	if s.loaded != nil || s.pending != nil {
 		out := s.loaded
-		s.loaded = nil
+		overlay(out, s.pending)
+		s.loaded, s.pending = nil, nil
 		return out, nil
 	}
 	return s.read()
+}
+
+// intend writes r as its container's intent (setting its sequence number).
+func (s *store) intend(r *Record) error {
+	r.Seq = s.nextSeq()
+	return s.intents.write(r)
+}
+
+// settled removes id's intent once its outcome is in the database. A
+// failure leaves a stale intent, which the next load ignores (its
+// sequence number is below the outcome's).
+func (s *store) settled(id string, log *slog.Logger) {
+	if err := s.intents.clear(id); err != nil {
+		log.Warn("intent journal: a stale intent is left (ignored at the next start)", "container_id", id, "err", err.Error())
+	}
 }
 
 func (s *store) read() ([]*Record, error) {

@@ -1,0 +1,166 @@
+package isolator
+
+// The intent journal. Before a lifecycle step touches the kernel (isolate,
+// update of an isolated container's ports, cleanup of an isolated one) it
+// records its intent: the record in its transitional state. The intent is
+// a small file per container in <state-dir>/intents, replaced atomically
+// (written beside it, then renamed over it) and not fsynced; the outcome
+// goes to the database (store.go), fsynced, and then the intent file is
+// removed. Stable states, the ones a caller is told about, are therefore
+// always in the database and on disk before the answer; intents cost a
+// few file-system calls instead of a database commit (two fsyncs).
+//
+// Why an intent needs no fsync: it protects kernel objects, and it is
+// exactly as durable as they are. A daemon killed (kill -9, a crash) loses
+// nothing written before: the file is in the page cache, and the next
+// start reads it. Only a machine crash or power loss loses unsynced files,
+// and that loses every kernel object an intent is about too (veths,
+// filters, namespaces and the processes holding them, pins under /run,
+// host port reservations): recovery then finds the database's stable
+// state with nothing in the kernel, the outcome it would reach with the
+// intent as well (an isolated or isolating container whose namespace is
+// gone is cleaned up; a prepared one has nothing in the kernel).
+//
+// Every write of a record, to the database or to the journal, carries a
+// sequence number from one counter that only grows (store.nextSeq, started
+// above every number on disk at open). At load an intent replaces the
+// database's record only if that record exists and is older: an intent
+// whose outcome reached the database before its file was removed (a kill
+// in between, or a power loss that kept the commit but not the removal),
+// or one left of a container since cleaned up and prepared again, is
+// stale and ignored. A file that does not decode (a write cut short by a
+// power loss) is ignored: no kernel object outlived what cut it short.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// intentDir is the journal's directory in the state directory.
+const intentDir = "intents"
+
+// tmpPrefix starts the name an intent is written under before it is
+// renamed into place; container IDs never start with a dot.
+const tmpPrefix = ".tmp-"
+
+// intentLog is the journal of one state directory.
+type intentLog struct {
+	dir string
+
+	mu      sync.Mutex
+	present map[string]bool // containers with an intent file
+}
+
+// openIntents opens (creating) the journal in stateDir and reads it: the
+// intents that decode, and the names of the files that do not.
+func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
+	l := &intentLog{dir: filepath.Join(stateDir, intentDir), present: map[string]bool{}}
+	if err := os.MkdirAll(l.dir, 0o700); err != nil {
+		return nil, nil, nil, fmt.Errorf("intent journal %s: %w", l.dir, err)
+	}
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("intent journal %s: %w", l.dir, err)
+	}
+	var recs []*Record
+	var bad []string
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, tmpPrefix) {
+			bad = append(bad, name) // never renamed into place: its step never began
+			continue
+		}
+		l.present[name] = true
+		b, err := os.ReadFile(filepath.Join(l.dir, name))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
+		}
+		r := new(Record)
+		if err := json.Unmarshal(b, r); err != nil || r.ID != name {
+			bad = append(bad, name)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return l, recs, bad, nil
+}
+
+// write records r as its container's intent, replacing any earlier one.
+func (l *intentLog) write(r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(l.dir, tmpPrefix+r.ID)
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write intent of %s: %w", r.ID, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(l.dir, r.ID)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write intent of %s: %w", r.ID, err)
+	}
+	l.mu.Lock()
+	l.present[r.ID] = true
+	l.mu.Unlock()
+	return nil
+}
+
+// clear removes id's intent, if it has one.
+func (l *intentLog) clear(id string) error {
+	l.mu.Lock()
+	has := l.present[id]
+	l.mu.Unlock()
+	if !has {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(l.dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove intent of %s: %w", id, err)
+	}
+	l.mu.Lock()
+	delete(l.present, id)
+	l.mu.Unlock()
+	return nil
+}
+
+// clearAll removes every file of the journal (once recovery resolved
+// them all).
+func (l *intentLog) clearAll() error {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(l.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	l.mu.Lock()
+	clear(l.present)
+	l.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// overlay replaces each record of recs by its container's intent when the
+// intent is newer; it returns the IDs whose intents were applied.
+func overlay(recs, intents []*Record) (applied []string) {
+	byID := make(map[string]int, len(recs))
+	for i, r := range recs {
+		byID[r.ID] = i
+	}
+	for _, in := range intents {
+		i, ok := byID[in.ID]
+		if !ok || in.Seq <= recs[i].Seq {
+			continue // stale: its outcome is in the database, or its container is gone
+		}
+		recs[i] = in
+		applied = append(applied, in.ID)
+	}
+	return applied
+}
