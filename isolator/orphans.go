@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -119,11 +120,22 @@ func (s *Isolator) orphanPass(ctx context.Context, now time.Time, grace time.Dur
 
 // orphaned returns the isolated containers whose namespace has no process
 // (threads too when threads is set) and no mount but isolatord's own pin.
+// A container isolated by pid whose process is still in its namespace is
+// passed over first, one stat each; the mount table and the /proc scan,
+// whose cost grows with everything on the machine, are read only when
+// candidates are left.
 func (s *Isolator) orphaned(threads bool) map[string]Record {
 	cand := map[uint64][]Record{}
-	for _, r := range s.List(context.Background()) {
+	s.mu.Lock()
+	for _, r := range s.records {
 		if r.State == StateIsolated && r.NetNSIno != 0 {
-			cand[r.NetNSIno] = append(cand[r.NetNSIno], r)
+			cand[r.NetNSIno] = append(cand[r.NetNSIno], *r)
+		}
+	}
+	s.mu.Unlock()
+	for ino, rs := range cand {
+		if slices.ContainsFunc(rs, func(r Record) bool { return r.Pid > 0 && nsOfProcess(s.cfg.ProcRoot, r.Pid) == ino }) {
+			delete(cand, ino)
 		}
 	}
 	if len(cand) == 0 {
@@ -134,9 +146,10 @@ func (s *Isolator) orphaned(threads bool) map[string]Record {
 		s.log.Warn("orphan check: cannot read the mount table; nothing reclaimed", "err", err.Error())
 		return nil
 	}
+	dirs := map[string]string{}
 	for ino, rs := range cand {
 		for _, r := range rs {
-			if otherPin(mounts[ino], r) {
+			if otherPin(mounts[ino], r, dirs) {
 				delete(cand, ino)
 				break
 			}
@@ -159,11 +172,12 @@ func (s *Isolator) orphaned(threads bool) map[string]Record {
 }
 
 // otherPin reports whether any of a namespace's mount points is not r's own
-// pin. A pin isolatord does not own is someone else's, so it counts.
-func otherPin(points []string, r Record) bool {
+// pin. A pin isolatord does not own is someone else's, so it counts. dirs
+// caches resolved directories (nil: none).
+func otherPin(points []string, r Record, dirs map[string]string) bool {
 	own := ""
 	if r.PinOwned && r.Mount != "" {
-		own = resolvePath(r.Mount)
+		own = resolvePath(r.Mount, dirs)
 	}
 	for _, p := range points {
 		if p != own {
@@ -174,13 +188,31 @@ func otherPin(points []string, r Record) bool {
 }
 
 // resolvePath resolves symlinks in a path's directory (/var/run ->
-// /run), as mountinfo reports mount points.
-func resolvePath(p string) string {
-	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
-	if err != nil {
-		return p
+// /run), as mountinfo reports mount points; dirs caches the directories
+// resolved (nil: no cache).
+func resolvePath(p string, dirs map[string]string) string {
+	d := filepath.Dir(p)
+	dir, ok := dirs[d]
+	if !ok {
+		var err error
+		if dir, err = filepath.EvalSymlinks(d); err != nil {
+			return p
+		}
+		if dirs != nil {
+			dirs[d] = dir
+		}
 	}
 	return filepath.Join(dir, filepath.Base(p))
+}
+
+// nsOfProcess is the inode of process pid's network namespace (0 if it
+// cannot be read: no such process).
+func nsOfProcess(procRoot string, pid int) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(procRoot+"/"+strconv.Itoa(pid)+"/ns/net", &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // nsInProcesses calls seen with the network namespace inode of every

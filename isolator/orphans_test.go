@@ -1,6 +1,8 @@
 package isolator
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -19,7 +21,7 @@ func TestOtherPin(t *testing.T) {
 		{[]string{"/nonexistent-dir/c1"}, theirs, true}, // a pin isolatord does not own is the runtime's
 		{[]string{"/elsewhere/c1"}, own, true},
 	} {
-		if got := otherPin(c.points, c.r); got != c.want {
+		if got := otherPin(c.points, c.r, map[string]string{}); got != c.want {
 			t.Errorf("otherPin(%v, owned=%v) = %v, want %v", c.points, c.r.PinOwned, got, c.want)
 		}
 	}
@@ -57,5 +59,67 @@ func BenchmarkOrphanScan(b *testing.B) {
 			}
 			b.ReportMetric(float64(n), "entries")
 		})
+	}
+}
+
+// TestOrphanedByPid: a container isolated by pid whose process is in its
+// namespace is not an orphan; one whose process is gone, or is now in
+// another namespace, is, when no other process or pin holds it.
+func TestOrphanedByPid(t *testing.T) {
+	proc := filepath.Join(fakeNSDir, "proc-"+t.Name())
+	mk := func(pid string) {
+		if err := os.MkdirAll(filepath.Join(proc, pid, "ns"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// field 22 (start time) is 7
+		stat := pid + " (sleep) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 7 0 0"
+		if err := os.WriteFile(filepath.Join(proc, pid, "stat"), []byte(stat), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "ns", "net"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pid := range []string{"100", "200", "300"} {
+		mk(pid)
+	}
+	dp := newFakeDP()
+	cfg := testConfig(t, t.TempDir())
+	cfg.ProcRoot = proc
+	s, err := New(cfg, dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{"alive", "gone", "moved"} {
+		if _, err := s.Prepare(bg, id, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Isolate(bg, id, IsolateTarget{Pid: 100 * (i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.orphaned(false); len(got) != 0 {
+		t.Fatalf("orphans while every process is in its namespace: %v", got)
+	}
+	// pid 200 ends; pid 300 moves to a namespace of its own.
+	if err := os.RemoveAll(filepath.Join(proc, "200")); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(proc, "300", "ns", "net")
+	if err := os.Remove(moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(moved, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, threads := range []bool{false, true} {
+		got := s.orphaned(threads)
+		if _, ok := got["alive"]; ok || len(got) != 2 || got["gone"].ID != "gone" || got["moved"].ID != "moved" {
+			t.Fatalf("orphaned(threads=%v) = %v, want gone and moved", threads, got)
+		}
 	}
 }
