@@ -410,9 +410,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	s.mu.Unlock()
 
 	if err := s.store.put(&rec); err != nil {
-		s.mu.Lock()
-		s.forget(r)
-		s.mu.Unlock()
+		s.forget(id)
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}
 	s.log.Info("prepared", "container_id", id, "ephemeral_ports", block.String(), "ports", portsString(excl, shared), "slot", slot,
@@ -420,18 +418,28 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	return rec, nil
 }
 
-// forget drops a record from memory and releases everything it holds. s.mu held.
-func (s *Isolator) forget(r *Record) {
-	delete(s.records, r.ID)
-	if s.netnsOwner[r.NetNSIno] == r.ID {
-		delete(s.netnsOwner, r.NetNSIno)
+// forget drops a container's record from memory and releases everything
+// it holds: the bookkeeping under s.mu, then its host reservations (closing
+// sockets) after it. Its host ports stay counted as held until then, so no
+// other container's reservation of one is lost in between.
+func (s *Isolator) forget(id string) {
+	s.mu.Lock()
+	r, ok := s.records[id]
+	if ok {
+		delete(s.records, id)
+		if s.netnsOwner[r.NetNSIno] == id {
+			delete(s.netnsOwner, r.NetNSIno)
+		}
+		s.ledger.Release(id)
+		if err := s.alloc.Release(r.Ephemeral); err != nil {
+			s.log.Warn("release ephemeral block", "container_id", id, "range", r.Ephemeral.String(), "err", err)
+		}
+		s.slots.put(r.Slot)
 	}
-	s.ledger.Release(r.ID)
-	s.hostPorts.settle(r.ID, ephemeral.Set{})
-	if err := s.alloc.Release(r.Ephemeral); err != nil {
-		s.log.Warn("release ephemeral block", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
+	s.mu.Unlock()
+	if ok {
+		s.hostPorts.settle(id, ephemeral.Set{})
 	}
-	s.slots.put(r.Slot)
 }
 
 // releaseNetNS drops id's claim on a namespace (after a failed isolate).
@@ -889,11 +897,7 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 	}
 	s.at("cleanup:deleted")
 	s.store.settled(r.ID, s.log)
-	s.mu.Lock()
-	if cur, ok := s.records[r.ID]; ok {
-		s.forget(cur)
-	}
-	s.mu.Unlock()
+	s.forget(r.ID)
 	s.log.Info("cleaned up", "container_id", r.ID)
 	return nil
 }
@@ -953,9 +957,9 @@ type Status struct {
 }
 
 // Status returns capacities, holdings and the host the data plane found.
+// s.mu is held only to copy; the port sets are merged after it.
 func (s *Isolator) Status(ctx context.Context) Status {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := Status{
 		Version:       s.cfg.Version,
 		BlockSize:     s.alloc.BlockSize(),
@@ -966,16 +970,21 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		Containers:    map[State]int{},
 		Host:          s.host,
 		DefaultEgress: s.cfg.Egress, DefaultIngress: s.cfg.Ingress,
-		HostPorts:    s.hostPorts.status(),
 		Unattributed: append([]string(nil), s.unattributed...), Rebuilt: append([]string(nil), s.rebuilt...),
 		StateMovedAside:  s.store.movedAside,
 		OrphansReclaimed: s.orphans.n.Load(),
 	}
+	held := make([]ephemeral.Set, 0, 2*len(s.records))
 	for _, r := range s.records {
 		st.Containers[r.State]++
-		st.ExclusivePorts = st.ExclusivePorts.Union(r.Ports)
-		st.SharedPorts = st.SharedPorts.Union(r.Shared)
+		held = append(held, r.Ports, r.Shared)
 	}
+	s.mu.Unlock()
+	for i := 0; i < len(held); i += 2 {
+		st.ExclusivePorts = st.ExclusivePorts.Union(held[i])
+		st.SharedPorts = st.SharedPorts.Union(held[i+1])
+	}
+	st.HostPorts = s.hostPorts.status()
 	return st
 }
 

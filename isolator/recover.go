@@ -336,9 +336,7 @@ func (s *Isolator) finishCleanup(ctx context.Context, r *Record) error {
 		return fmt.Errorf("persist cleanup of %s: %w", r.ID, err)
 	}
 	s.store.settled(r.ID, s.log)
-	s.mu.Lock()
-	s.forget(r)
-	s.mu.Unlock()
+	s.forget(r.ID)
 	return nil
 }
 
