@@ -29,7 +29,7 @@ func startServer(t *testing.T, uids []uint32) (pbgrpc.IsolatorClient, *isolatort
 	return startServerWith(t, uids, isolatortest.New())
 }
 
-func startServerWith(t *testing.T, uids []uint32, dp *isolatortest.DataPlane) (pbgrpc.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
+func startServerWith(t testing.TB, uids []uint32, dp *isolatortest.DataPlane) (pbgrpc.IsolatorClient, *isolatortest.DataPlane, *grpcConn) {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
