@@ -54,13 +54,13 @@ type intentLog struct {
 	dir string
 
 	mu      sync.Mutex
-	present map[string]bool // containers with an intent file
+	present map[string]uint64 // containers with an intent file: its sequence number
 }
 
 // openIntents opens (creating) the journal in stateDir and reads it: the
 // intents that decode, and the names of the files that do not.
 func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
-	l := &intentLog{dir: filepath.Join(stateDir, intentDir), present: map[string]bool{}}
+	l := &intentLog{dir: filepath.Join(stateDir, intentDir), present: map[string]uint64{}}
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("intent journal %s: %w", l.dir, err)
 	}
@@ -76,7 +76,7 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 			bad = append(bad, name) // never renamed into place: its step never began
 			continue
 		}
-		l.present[name] = true
+		l.present[name] = 0
 		b, err := os.ReadFile(filepath.Join(l.dir, name))
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
@@ -106,17 +106,18 @@ func (l *intentLog) write(r *Record) error {
 		return fmt.Errorf("write intent of %s: %w", r.ID, err)
 	}
 	l.mu.Lock()
-	l.present[r.ID] = true
+	l.present[r.ID] = r.Seq
 	l.mu.Unlock()
 	return nil
 }
 
-// clear removes id's intent, if it has one.
-func (l *intentLog) clear(id string) error {
+// clear removes id's intent, if it has one numbered seq (0: any). Calls
+// for one container are serialised by the caller.
+func (l *intentLog) clear(id string, seq uint64) error {
 	l.mu.Lock()
-	has := l.present[id]
+	cur, has := l.present[id]
 	l.mu.Unlock()
-	if !has {
+	if !has || (seq != 0 && cur != seq) {
 		return nil
 	}
 	if err := os.Remove(filepath.Join(l.dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {

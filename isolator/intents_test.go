@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // journalFiles lists the files of dir's intent journal.
@@ -93,6 +96,7 @@ func TestIntentsOutsideTheDatabase(t *testing.T) {
 	if err := s.Cleanup(bg, "c1"); err != nil {
 		t.Fatal(err)
 	}
+	s.store.later.Wait() // the record's removal is committed after the answer
 	if n := txid(t, s.store) - before; n != 3 {
 		t.Fatalf("%d database transactions for a setup and a teardown, want 3 (prepared, isolated, deleted)", n)
 	}
@@ -202,8 +206,105 @@ func TestIntentReplaced(t *testing.T) {
 	if err := st.put(&Record{ID: "c1", State: StateIsolated}); err != nil {
 		t.Fatal(err)
 	}
-	st.settled("c1", quietLogger())
+	st.settled("c1", 0, quietLogger())
 	if left := journalFiles(t, dir); len(left) > 0 {
 		t.Fatalf("intent left after the outcome: %v", left)
+	}
+}
+
+// copyDir copies the files of src (and its directories) to dst.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCleanupAnswersBeforeTheRemoval: the cleanup of an isolated container
+// answers once its kernel objects are gone, its record's removal queued:
+// it is gone for readers, its ports and ID can be taken again at once, and
+// a daemon killed before the removal is committed (the state as it is on
+// disk then) finishes the cleanup at its next start. Writes queued after
+// the removal are committed with it or after it.
+func TestCleanupAnswersBeforeTheRemoval(t *testing.T) {
+	dir := t.TempDir()
+	dp := newFakeDP()
+	s := newTestIsolator(t, dir, dp)
+	if _, err := s.Prepare(bg, "c1", ports("31000")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the database's writer: nothing queued can be committed.
+	hold, held := make(chan struct{}), make(chan struct{})
+	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
+	<-held
+	if err := s.Cleanup(bg, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(bg, "c1"); KindOf(err) != ErrNotFound {
+		t.Fatalf("c1 after its cleanup: %v", err)
+	}
+	recs, err := s.store.read()
+	if err != nil || len(recs) != 1 || recs[0].State != StateIsolated {
+		t.Fatalf("database before the removal is committed: %v %v", recs, err)
+	}
+	// A daemon killed now: its state as on disk.
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed)
+	// The port and the ID are free at once; their writes wait behind the removal.
+	errs := make(chan error, 1)
+	go func() {
+		_, err := s.Prepare(bg, "c2", ports("31000"))
+		if err == nil {
+			_, err = s.Prepare(bg, "c1", ports("31001"))
+		}
+		errs <- err
+	}()
+	close(hold)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	s.store.later.Wait()
+	if left := journalFiles(t, dir); len(left) > 0 {
+		t.Fatalf("intent left after the removal: %v", left)
+	}
+	s.Close()
+	s2 := newTestIsolator(t, dir, dp)
+	checkInvariants(t, s2, dp)
+	if r, err := s2.Get(bg, "c1"); err != nil || r.State != StatePrepared || !r.Ports.Equal(ephemeral.MustParseSet("31001")) {
+		t.Fatalf("c1 prepared again: %+v %v", r, err)
+	}
+	if r, err := s2.Get(bg, "c2"); err != nil || !r.Ports.Equal(ephemeral.MustParseSet("31000")) {
+		t.Fatalf("c2: %+v %v", r, err)
+	}
+	s2.Close()
+
+	// The daemon killed before the removal was committed: the cleanup is finished at the start.
+	dp.Plumbed["c1"] = plane.Container{ID: "c1"} // what a kill during the teardown could have left
+	s3 := newTestIsolator(t, crashed, dp)
+	if _, err := s3.Get(bg, "c1"); KindOf(err) != ErrNotFound {
+		t.Fatalf("c1 after a kill before its removal was committed: %v", err)
+	}
+	if _, ok := dp.Plumbed["c1"]; ok {
+		t.Fatal("c1's plumbing not removed at the start")
+	}
+	if left := journalFiles(t, crashed); len(left) > 0 {
+		t.Fatalf("journal not empty after the start: %v", left)
 	}
 }

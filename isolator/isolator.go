@@ -578,7 +578,7 @@ func (s *Isolator) commit(r *Record) error {
 		return wrapf(ErrInternal, err, "persist container %s", r.ID)
 	}
 	s.at("commit:stored")
-	s.store.settled(r.ID, s.log)
+	s.store.settled(r.ID, 0, s.log)
 	s.publish(r)
 	return nil
 }
@@ -891,15 +891,47 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 			s.log.Info("cleanup found objects already gone", "container_id", r.ID, "missing", strings.Join(rep.Missing, ", "))
 		}
 		s.at("cleanup:torndown")
+		s.store.delLater(r.ID, func(err error) { s.deleted(r.ID, next.Seq, err) })
+		s.forget(r.ID)
+		s.log.Info("cleaned up", "container_id", r.ID)
+		return nil
 	}
 	if err := s.store.del(r.ID); err != nil {
 		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}
 	s.at("cleanup:deleted")
-	s.store.settled(r.ID, s.log)
+	s.store.settled(r.ID, 0, s.log)
 	s.forget(r.ID)
 	s.log.Info("cleaned up", "container_id", r.ID)
 	return nil
+}
+
+// deleted is called once the removal of the record of a container torn
+// down (its cleaning intent numbered seq) is committed. The caller was
+// answered before: the container's kernel objects are gone and its intent
+// is in the journal, so a daemon killed before the commit finishes the
+// cleanup at its next start (the journal's intent), and a machine that
+// loses power before it comes back with a record of an isolated container
+// whose namespace is gone, which recovery cleans up too. The removal was
+// queued before the call returned, so every later write (a container
+// taking the same slot or ports) is committed with it or after it. The
+// intent is removed under the container's lock unless a newer one of the
+// same ID replaced it. A failed removal is tried once more, unless a
+// container of the same ID was prepared since (its record replaced the
+// old one).
+func (s *Isolator) deleted(id string, seq uint64, err error) {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if _, again := s.get(id); err != nil && !again {
+		err = s.store.del(id)
+	} else {
+		err = nil
+	}
+	if err != nil {
+		s.log.Error("persist cleanup: the record stays in the state until the next start finishes the cleanup", "container_id", id, "err", err.Error())
+		return
+	}
+	s.store.settled(id, seq, s.log)
 }
 
 func (s *Isolator) get(id string) (Record, bool) {

@@ -378,7 +378,7 @@ func TestCrashRecovery(t *testing.T) {
 		{"commit:stored", "update", string(StateIsolated)},
 		{"cleanup:intent", "cleanup", ""},
 		{"cleanup:torndown", "cleanup", ""},
-		{"cleanup:deleted", "cleanup", ""}, // record deleted, intent not yet removed
+		{"cleanup:deleted", "cleanup-prepared", ""}, // record deleted, intent not yet removed
 	}
 	for _, tc := range cases {
 		point := tc.point
@@ -395,7 +395,7 @@ func TestCrashRecovery(t *testing.T) {
 			if _, err := s.Prepare(bg, "c1", ports("31001")); err != nil {
 				t.Fatal(err)
 			}
-			if tc.op != "isolate" {
+			if tc.op != "isolate" && tc.op != "cleanup-prepared" {
 				if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
 					t.Fatal(err)
 				}

@@ -335,7 +335,7 @@ func (s *Isolator) finishCleanup(ctx context.Context, r *Record) error {
 	if err := s.store.del(r.ID); err != nil {
 		return fmt.Errorf("persist cleanup of %s: %w", r.ID, err)
 	}
-	s.store.settled(r.ID, s.log)
+	s.store.settled(r.ID, 0, s.log)
 	s.forget(r.ID)
 	return nil
 }

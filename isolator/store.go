@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,6 +48,8 @@ type store struct {
 	pending []*Record
 	// seq numbers the writes of records (intents.go).
 	seq atomic.Uint64
+	// later counts the writes queued by delLater not yet committed.
+	later sync.WaitGroup
 }
 
 // nextSeq is the sequence number of a record's next write.
@@ -243,7 +246,11 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
-func (s *store) close() error { return s.db.Close() }
+// close waits for the writes queued by delLater, then closes the database.
+func (s *store) close() error {
+	s.later.Wait()
+	return s.db.Close()
+}
 
 // put writes one record (setting its sequence number).
 func (s *store) put(r *Record) error {
@@ -277,9 +284,14 @@ func (s *store) putAll(rs []*Record) error {
 
 // del removes one record; removing a missing record is not an error.
 func (s *store) del(id string) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(delRecord(id))
+}
+
+// delRecord is the write that removes id's record.
+func delRecord(id string) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketContainers).Delete([]byte(id))
-	})
+	}
 }
 
 // load returns every record (the first time: those read at open, with
@@ -300,11 +312,12 @@ func (s *store) intend(r *Record) error {
 	return s.intents.write(r)
 }
 
-// settled removes id's intent once its outcome is in the database. A
-// failure leaves a stale intent, which the next load ignores (its
-// sequence number is below the outcome's).
-func (s *store) settled(id string, log *slog.Logger) {
-	if err := s.intents.clear(id); err != nil {
+// settled removes id's intent once its outcome is in the database (only
+// the intent numbered seq; 0: whichever it has). A failure leaves a stale
+// intent, which the next load ignores (its sequence number is below the
+// outcome's).
+func (s *store) settled(id string, seq uint64, log *slog.Logger) {
+	if err := s.intents.clear(id, seq); err != nil {
 		log.Warn("intent journal: a stale intent is left (ignored at the next start)", "container_id", id, "err", err.Error())
 	}
 }

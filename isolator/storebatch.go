@@ -31,6 +31,13 @@ type write struct {
 // update runs fn in a write transaction shared with the writes queued at the
 // same time, and returns once that transaction is committed.
 func (s *store) update(fn func(*bolt.Tx) error) error {
+	return <-s.enqueue(fn)
+}
+
+// enqueue queues fn and returns where its outcome goes. Writes are
+// committed in the order they were queued: a write queued later is in the
+// same transaction or a later one.
+func (s *store) enqueue(fn func(*bolt.Tx) error) <-chan error {
 	g := &s.group
 	w := &write{fn: fn, done: make(chan error, 1)}
 	g.mu.Lock()
@@ -40,7 +47,18 @@ func (s *store) update(fn func(*bolt.Tx) error) error {
 		go s.commitQueue()
 	}
 	g.mu.Unlock()
-	return <-w.done
+	return w.done
+}
+
+// delLater queues the removal of id's record and returns at once; done
+// receives the outcome once committed. close waits for it.
+func (s *store) delLater(id string, done func(error)) {
+	ch := s.enqueue(delRecord(id))
+	s.later.Add(1)
+	go func() {
+		defer s.later.Done()
+		done(<-ch)
+	}()
 }
 
 // commitQueue commits the queued writes, batch after batch, until the queue
