@@ -92,10 +92,30 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 }
 
 // write records r as its container's intent, replacing any earlier one.
+// The first intent of a container is created in place (a file cut short
+// by a kill before its one write is empty, and ignored: the kernel was not
+// touched yet, and there was no earlier intent); a later one is written
+// beside it and renamed over it, so that the earlier one stays whole until
+// it is replaced.
 func (l *intentLog) write(r *Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
+	}
+	l.mu.Lock()
+	_, again := l.present[r.ID]
+	l.mu.Unlock()
+	if !again {
+		err := writeNew(filepath.Join(l.dir, r.ID), b)
+		if err == nil {
+			l.mu.Lock()
+			l.present[r.ID] = r.Seq
+			l.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("write intent of %s: %w", r.ID, err)
+		}
 	}
 	tmp := filepath.Join(l.dir, tmpPrefix+r.ID)
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -109,6 +129,19 @@ func (l *intentLog) write(r *Record) error {
 	l.present[r.ID] = r.Seq
 	l.mu.Unlock()
 	return nil
+}
+
+// writeNew creates path, which must not exist, holding b.
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // clear removes id's intent, if it has one numbered seq (0: any). Calls

@@ -210,6 +210,17 @@ func TestIntentReplaced(t *testing.T) {
 	if left := journalFiles(t, dir); len(left) > 0 {
 		t.Fatalf("intent left after the outcome: %v", left)
 	}
+	// A file the journal does not know of (an earlier write cut short) is
+	// replaced too.
+	if err := os.WriteFile(filepath.Join(dir, intentDir, "c2"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.intend(&Record{ID: "c2", State: StateCleaning, Veth: "c2"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, intentDir, "c2")); err != nil || json.Unmarshal(b, &onDisk) != nil || onDisk.Veth != "c2" {
+		t.Fatalf("journal holds %q (%v), want c2's intent", b, err)
+	}
 }
 
 // copyDir copies the files of src (and its directories) to dst.
