@@ -421,6 +421,9 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
+		if err == nil && !log.Enabled(ctx, slog.LevelDebug) {
+			return resp, err
+		}
 		attrs := []any{"method", info.FullMethod, "peer_uid", uidLabel(ctx), "duration_seconds", time.Since(start).Seconds()}
 		if err != nil {
 			log.Info("call failed", append(attrs, "err", err.Error())...)
