@@ -6,14 +6,15 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Group commit. Every lifecycle step writes its record before and after it
-// touches the kernel, and each bbolt transaction costs two fsyncs. Writes of
-// concurrent calls (a burst of setups, a node drain) share one transaction:
-// a write arriving when none is under way is committed at once (by a
-// goroutine of its own); writes arriving meanwhile queue up and the next
-// commit takes them all. A lone write is never held back for others, every
-// writer returns once its own batch is committed, and none before its
-// transaction is on disk.
+// Group commit. Every lifecycle step writes its outcome to the database
+// (its intent goes to the journal, intents.go), and each bbolt transaction
+// costs two fsyncs. Writes of concurrent calls (a burst of setups, a node
+// drain) share one transaction: a write arriving when none is under way is
+// committed at once (by a goroutine of its own); writes arriving meanwhile
+// queue up and the next commit takes them all, in the order they came. A
+// lone write is never held back for others, and a writer that waits
+// (update) returns once its own batch is committed, never before its
+// transaction is on disk; delLater does not wait.
 
 // groupCommit batches the writes of one store.
 type groupCommit struct {
