@@ -54,18 +54,34 @@ func hostSyncer(t *testing.T, sb *sandbox.Sandbox, fam int) (*Syncer, *netlink.H
 	return s, hh, cl.Attrs().HardwareAddr.String()
 }
 
-// askingContainer starts container name in sb: its own eth0 (a veth to x0
-// in its namespace: no path to the wire) with address addr, served by s.
-// Then a datagram to dst makes it need dst's MAC. It returns a handle in
-// the container's namespace.
+// askingContainer starts container name in sb (servedContainer), then a
+// datagram to dst makes it need dst's MAC. It returns its namespace and a
+// handle in it.
 func askingContainer(t *testing.T, sb *sandbox.Sandbox, s *Syncer, name string, addr net.IPNet, dst net.IP) (*nshandle.NS, *netlink.Handle) {
 	t.Helper()
+	n, h := servedContainer(t, sb, s, name, addr)
+	askFrom(t, n, dst)
+	return n, h
+}
+
+// servedContainer starts container name in sb: its own eth0 (a veth to x0
+// in its namespace: no path to the wire) with address addr, served by s.
+// It returns its namespace and a handle in it.
+func servedContainer(t *testing.T, sb *sandbox.Sandbox, s *Syncer, name string, addr net.IPNet) (*nshandle.NS, *netlink.Handle) {
+	t.Helper()
 	c := sb.StartContainer(t, name)
-	n, err := nshandle.Open(c.NetNS)
-	if err != nil {
+	n := mustOpenNS(t, c.NetNS)
+	h := containerEth0(t, n, addr)
+	if err := s.Add(name, n, "eth0"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Close() })
+	return n, h
+}
+
+// containerEth0 gives namespace n an eth0 (a veth to x0 in n), up, with
+// address addr, and returns a handle in n.
+func containerEth0(t *testing.T, n *nshandle.NS, addr net.IPNet) *netlink.Handle {
+	t.Helper()
 	h, err := n.Netlink()
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +98,13 @@ func askingContainer(t *testing.T, sb *sandbox.Sandbox, s *Syncer, name string, 
 	if err := h.AddrAdd(e, &netlink.Addr{IPNet: &addr, Flags: unix.IFA_F_NODAD}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Add(name, n, "eth0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Do(func() error {
+	return h
+}
+
+// askFrom sends a datagram to dst from namespace n: n needs dst's MAC.
+func askFrom(t *testing.T, n *nshandle.NS, dst net.IP) {
+	t.Helper()
+	if err := n.Do(func() error {
 		u, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: dst, Port: 9})
 		if err != nil {
 			return err
@@ -96,7 +115,6 @@ func askingContainer(t *testing.T, sb *sandbox.Sandbox, s *Syncer, name string, 
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return n, h
 }
 
 // hasPermanent reports whether h's eth0 has a permanent entry ip -> mac.

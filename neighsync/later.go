@@ -115,7 +115,7 @@ func (s *Syncer) addLater(a laterAdd) {
 		if ns.Ino() != a.ino {
 			err = fmt.Errorf("%s is another namespace now (net:[%d], was net:[%d])", a.path, ns.Ino(), a.ino)
 		} else {
-			m, err = open(a.id, ns, a.eth0, s.servesIPv6())
+			m, err = s.open(a.id, ns, a.eth0, s.servesIPv6())
 		}
 		ns.Close()
 	}

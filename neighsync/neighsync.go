@@ -14,8 +14,8 @@
 //     (an RTM_GETNEIGH notification, the "ARP daemon" hook, repeated every
 //     retrans_time, 3 times, then the entry fails and the next packet asks
 //     again). The Syncer listens to those notifications (one netlink
-//     socket per container, subscribed to RTNLGRP_NEIGH in its namespace,
-//     all read by one goroutine: poll.go).
+//     socket in the host's namespace receives every served namespace's,
+//     read by one goroutine: poll.go).
 //   - If the host has a valid entry (any of REACHABLE, STALE, DELAY, PROBE,
 //     PERMANENT) for the address, the Syncer writes it into the container
 //     as a PERMANENT entry (INCOMPLETE -> PERMANENT releases the packets the
@@ -29,8 +29,9 @@
 //     it is deleted in those containers (they ask again on next use).
 //
 // Cost: per ARP frame from outside, nothing beyond the host's own ARP
-// processing (no copies). Per container set up: one netlink request per
-// entry the host has on eth0. Per new neighbour: one host resolution (only
+// processing (no copies). Per container set up: a netlink socket (not
+// subscribed to anything) in its namespace, its settings, and one netlink
+// request per entry the host has on eth0. Per new neighbour: one host resolution (only
 // if the host does not know it) and one netlink request per container that
 // asked; per MAC change, one request per container holding the entry.
 // Containers' entries are permanent, so they are refreshed only from the
@@ -43,6 +44,8 @@
 // since) but cannot resolve new neighbours (ARP replies never reach them).
 // A restarted daemon serves them again in the background (AddLater), so
 // that it serves its API without waiting for 1,000 namespaces' sockets.
+// Entries pending when a container starts being served (and when
+// notifications were lost) are found by reading its table (resync.go).
 package neighsync
 
 import (
@@ -52,10 +55,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/nshandle"
@@ -63,11 +66,12 @@ import (
 )
 
 // ContainerSysctls are the neighbour settings of a container's eth0 named
-// eth0: ask user space (3 times), never the wire.
+// eth0: ask user space (3 times), never the wire. Add sets them (over
+// netlink: neightbl.go).
 func ContainerSysctls(eth0 string) []sysctl.Setting {
 	return []sysctl.Setting{
-		{Name: "net/ipv4/neigh/" + eth0 + "/app_solicit", Value: "3"},
-		{Name: "net/ipv4/neigh/" + eth0 + "/mcast_solicit", Value: "0"},
+		{Name: "net/ipv4/neigh/" + eth0 + "/app_solicit", Value: strconv.Itoa(appSolicit)},
+		{Name: "net/ipv4/neigh/" + eth0 + "/mcast_solicit", Value: strconv.Itoa(mcastSolicit)},
 	}
 }
 
@@ -99,6 +103,9 @@ type Stats struct {
 	// Refused: requests not served because the container already waits
 	// for MaxWaiting addresses the host has not resolved.
 	Refused uint64
+	// Resyncs: times notifications were lost (the socket's receive
+	// buffer was full) and the tables read again.
+	Resyncs uint64
 }
 
 // MaxWaiting bounds the addresses one container may wait for at a time
@@ -111,11 +118,12 @@ const MaxWaiting = 256
 // Syncer keeps containers' neighbour entries in step with the host's.
 type Syncer struct {
 	host    *netlink.Handle
+	hostNS  nsID // the host's namespace: never served as a container
+	selfID  int32
 	eth0    int
 	gateway netip.Addr // every container gets it at Add (zero: none)
 	onLink  *net.IPNet // the host's subnet on eth0: the only addresses the host resolves for containers
 	log     *slog.Logger
-	stop    chan struct{}
 	wg      sync.WaitGroup
 
 	mu      sync.Mutex
@@ -124,8 +132,8 @@ type Syncer struct {
 	waiting map[netip.Addr]map[string]bool  // address -> containers waiting for it
 	v6      *ipv6Side                       // nil: IPv6 neighbours are not served (neighsync6.go)
 	ctrs    map[string]*member
-	byTok   map[uint64]*member // members by poller token (poll.go)
-	poll    *poller
+	byNSID  map[int32]*member // members by their namespace's id in the host's (poll.go)
+	rx      *receiver
 	later   laterAdds // AddLater (later.go)
 	pending map[string]uint64
 	stats   Stats
@@ -133,9 +141,8 @@ type Syncer struct {
 
 type member struct {
 	id   string
-	h    *netlink.Handle // requests (writes) in the container's namespace
-	fd   int             // the container's neighbour notifications (poll.go)
-	tok  uint64
+	h    *netlink.Handle // requests in the container's namespace (no subscription); keeps it alive
+	nsid int32           // the namespace's id in the host's namespace
 	eth0 int
 	has  map[netip.Addr]net.HardwareAddr
 	// waits are the addresses it waits for (a copy of its part of
@@ -162,34 +169,25 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 		return nil, fmt.Errorf("neighbour sync: host address %v is not an IPv4 prefix", onLink)
 	}
 	s := &Syncer{
-		host: h, eth0: eth0, onLink: &onLink, log: log, stop: make(chan struct{}),
+		host: h, hostNS: nsID{hostNS.Dev(), hostNS.Ino()}, eth0: eth0, onLink: &onLink, log: log,
 		known: map[netip.Addr]net.HardwareAddr{}, waiting: map[netip.Addr]map[string]bool{}, ctrs: map[string]*member{},
-		byTok: map[uint64]*member{}, pending: map[string]uint64{},
+		byNSID: map[int32]*member{}, pending: map[string]uint64{},
 	}
-	p, err := newPoller()
-	if err != nil {
-		return nil, fmt.Errorf("neighbour sync: %w", err)
-	}
-	s.poll = p
 	if g, ok := key(gateway); ok && g.Is4() {
 		s.gateway = g
 	}
-	ch := make(chan netlink.NeighUpdate, 256)
-	nsh := netns.NsHandle(hostNS.Fd())
-	if err := netlink.NeighSubscribeWithOptions(ch, s.stop, netlink.NeighSubscribeOptions{
-		Namespace: &nsh, ListExisting: true, ErrorCallback: s.subscriptionError("host", s.stop),
-	}); err != nil {
-		p.close()
-		return nil, fmt.Errorf("neighbour sync: subscribe to the host's neighbours: %w", err)
+	// the host's namespace may have an id for itself: its notifications then carry it
+	self, err := h.GetNetNsIdByFd(hostNS.Fd())
+	if err != nil {
+		return nil, fmt.Errorf("neighbour sync: the host namespace's own id: %w", err)
 	}
-	s.wg.Add(2)
+	s.selfID = int32(self)
+	if s.rx, err = newReceiver(hostNS); err != nil {
+		return nil, fmt.Errorf("neighbour sync: %w", err)
+	}
+	s.resyncHost() // after subscribing: nothing falls in between
+	s.wg.Add(1)
 	go s.loop()
-	go func() {
-		defer s.wg.Done()
-		for u := range ch {
-			s.hostUpdate(u)
-		}
-	}()
 	if s.gateway.IsValid() && s.resolvable(s.gateway) {
 		s.mu.Lock()
 		s.kick(s.gateway)
@@ -198,21 +196,8 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 	return s, nil
 }
 
-func (s *Syncer) subscriptionError(who string, done <-chan struct{}) func(error) {
-	return func(err error) {
-		select {
-		case <-s.stop:
-			return
-		case <-done:
-			return // closed by Remove: the receive fails
-		default:
-		}
-		s.log.Warn("neighbour sync: netlink subscription error", "namespace", who, "err", err)
-	}
-}
-
 // Close stops listening and closes every container's socket. Entries in
-// the kernel stay.
+// the kernel stay; so do the namespace ids given.
 func (s *Syncer) Close() {
 	s.mu.Lock()
 	if s.closed {
@@ -220,15 +205,14 @@ func (s *Syncer) Close() {
 		return
 	}
 	s.closed = true
-	close(s.stop)
 	for id, m := range s.ctrs {
 		s.drop(m)
 		delete(s.ctrs, id)
 	}
-	s.wakePoller()
+	s.wakeLoop()
 	s.mu.Unlock()
 	s.wg.Wait()
-	s.poll.close()
+	s.rx.close()
 }
 
 // Stats returns the counters so far.
@@ -239,60 +223,71 @@ func (s *Syncer) Stats() Stats {
 }
 
 // Add starts serving container id (its namespace ns, its interface eth0):
-// it sets the container's neighbour settings (ContainerSysctls) and listens
-// to its neighbour requests. Adding an id again replaces the old
-// subscription. The Syncer keeps a netlink socket in ns until Remove.
+// it sets the container's neighbour settings (ContainerSysctls) and serves
+// its neighbour requests. Adding an id again replaces the old member. The
+// Syncer keeps a netlink socket in ns, subscribed to nothing, until Remove.
 func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
-	m, err := open(id, ns, eth0, s.servesIPv6())
+	m, err := s.open(id, ns, eth0, s.servesIPv6())
 	if err != nil {
 		return err
 	}
 	return s.register(m, 0)
 }
 
-// open makes container id's settings, request handle and neighbour socket
-// (one thread switch for all three).
-func open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member, error) {
+// nsID names a namespace (its nsfs device and inode).
+type nsID struct{ dev, ino uint64 }
+
+// open makes container id's request handle and settings (one thread
+// switch for both) and finds its namespace's id in the host's namespace,
+// giving it one if it has none.
+func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member, error) {
+	if (nsID{ns.Dev(), ns.Ino()}) == s.hostNS {
+		return nil, fmt.Errorf("neighbour sync: container %s: %v is the host's namespace", id, ns)
+	}
 	var h *netlink.Handle
-	fd := -1
+	ifindex := 0
 	err := ns.Do(func() (err error) {
-		sd := sysctl.Open()
-		defer sd.Close()
-		kvs := ContainerSysctls(eth0)
-		if v6 {
-			kvs = append(kvs, ContainerSysctls6(eth0)...)
-		}
-		for _, kv := range kvs {
-			if err := sd.Write(kv.Name, kv.Value); err != nil {
-				return err
-			}
-		}
 		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return fmt.Errorf("netlink handle: %w", err)
 		}
-		if fd, err = subscribeHere(); err != nil {
+		l, err := h.LinkByName(eth0)
+		if err == nil {
+			ifindex = l.Attrs().Index
+			err = setProbes(ifindex, v6)
+		}
+		if err != nil {
 			h.Close()
-			return fmt.Errorf("subscribe: %w", err)
+			return fmt.Errorf("%s: %w", eth0, err)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m := &member{id: id, h: h, fd: fd, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}}
-	l, err := h.LinkByName(eth0)
-	if err != nil {
-		m.close()
-		return nil, fmt.Errorf("neighbour sync: container %s: %s: %w", id, eth0, err)
+	m := &member{id: id, h: h, eth0: ifindex, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}}
+	if m.nsid, err = s.peerID(ns); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m.eth0 = l.Attrs().Index
 	return m, nil
 }
 
-func (m *member) close() {
-	unix.Close(m.fd)
-	m.fd = -1
-	m.h.Close()
+// peerID returns ns's id in the host's namespace, giving it one if none.
+func (s *Syncer) peerID(ns *nshandle.NS) (int32, error) {
+	for range 2 {
+		id, err := s.host.GetNetNsIdByFd(ns.Fd())
+		if err != nil {
+			return 0, fmt.Errorf("namespace id: %w", err)
+		}
+		if id >= 0 {
+			return int32(id), nil
+		}
+		// -1: the kernel picks a free id; EEXIST: given one meanwhile
+		if err := s.host.SetNetNsIdByFd(ns.Fd(), -1); err != nil && !errors.Is(err, unix.EEXIST) {
+			return 0, fmt.Errorf("give the namespace an id: %w", err)
+		}
+	}
+	return 0, fmt.Errorf("%v has no id in the host's namespace", ns)
 }
 
 // errCancelled: an AddLater's container was removed or added again meanwhile.
@@ -305,22 +300,20 @@ func (s *Syncer) register(m *member, later uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		m.close()
+		m.h.Close()
 		return errors.New("neighbour sync: closed")
 	}
 	if later != 0 && s.pending[m.id] != later {
-		m.close()
+		m.h.Close()
 		return errCancelled
 	}
 	delete(s.pending, m.id)
-	if err := s.watch(m); err != nil {
-		m.close()
-		return fmt.Errorf("neighbour sync: container %s: %w", m.id, err)
-	}
 	if old, ok := s.ctrs[m.id]; ok {
 		s.drop(old)
 	}
 	s.ctrs[m.id] = m
+	s.byNSID[m.nsid] = m
+	s.resyncMemberLocked(m) // requests it made before
 	for ip, mac := range s.known {
 		if s.serves(ip) {
 			s.push(m, ip, mac)
@@ -334,8 +327,8 @@ func (s *Syncer) register(m *member, later uint64) error {
 	return nil
 }
 
-// Remove stops serving container id and closes its socket; its entries
-// stay in its namespace. Unknown ids are ignored.
+// Remove stops serving container id and closes its socket (releasing its
+// namespace); its entries stay in its namespace. Unknown ids are ignored.
 func (s *Syncer) Remove(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -354,16 +347,28 @@ func (s *Syncer) Remove(id string) {
 	}
 }
 
+// drop stops serving m and closes its request handle, which releases its
+// namespace (with s.mu held).
+func (s *Syncer) drop(m *member) {
+	if s.byNSID[m.nsid] == m {
+		delete(s.byNSID, m.nsid)
+		for _, o := range s.ctrs { // another id served in the same namespace
+			if o != m && o.nsid == m.nsid {
+				s.byNSID[o.nsid] = o
+				break
+			}
+		}
+	}
+	m.h.Close()
+}
+
 const validStates = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT
 
-func (s *Syncer) hostUpdate(u netlink.NeighUpdate) {
+// hostUpdateLocked handles a notification from the host's namespace (with
+// s.mu held).
+func (s *Syncer) hostUpdateLocked(u netlink.NeighUpdate) {
 	ip, ok := key(u.IP)
-	if !ok || u.LinkIndex != s.eth0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if !ok || u.LinkIndex != s.eth0 || s.closed {
 		return
 	}
 	valid := u.Type == unix.RTM_NEWNEIGH && u.State&validStates != 0 && len(u.HardwareAddr) == 6

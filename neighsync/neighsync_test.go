@@ -46,9 +46,9 @@ func TestContainerGetsHostNeighbour(t *testing.T) {
 }
 
 // TestContainersShareOneReader: serving containers costs no goroutine per
-// container (one reader for all their sockets; 1,000 subscriptions of the
+// container (one reader, one socket for all; 1,000 subscriptions of the
 // netlink library held over 100 MiB), and Remove and Close release every
-// socket.
+// container.
 func TestContainersShareOneReader(t *testing.T) {
 	sb := sandbox.New(t)
 	hns, err := nshandle.Open(sb.Host.Path)
@@ -77,30 +77,30 @@ func TestContainersShareOneReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Add("c0", withEth0(t), "eth0"); err != nil { // replacing an id releases the old socket
+	if err := s.Add("c0", withEth0(t), "eth0"); err != nil { // replacing an id releases the old namespace
 		t.Fatal(err)
 	}
 	if g := runtime.NumGoroutine() - before; g > 2 {
 		t.Errorf("%d containers served with %d more goroutines, want none per container", n, g)
 	}
 	s.mu.Lock()
-	members := len(s.byTok)
+	members := len(s.byNSID)
 	s.mu.Unlock()
 	if members != n {
-		t.Errorf("%d sockets watched after %d containers (one replaced), want %d", members, n+1, n)
+		t.Errorf("%d namespaces mapped after %d containers (one replaced), want %d", members, n+1, n)
 	}
 	for i := range n / 2 {
 		s.Remove(fmt.Sprintf("c%d", i))
 	}
 	s.mu.Lock()
-	members = len(s.byTok)
+	members = len(s.byNSID)
 	s.mu.Unlock()
 	if members != n-n/2 {
-		t.Errorf("%d sockets watched after removing %d of %d, want %d", members, n/2, n, n-n/2)
+		t.Errorf("%d namespaces mapped after removing %d of %d, want %d", members, n/2, n, n-n/2)
 	}
 	s.Close()
-	if len(s.byTok) != 0 || len(s.ctrs) != 0 {
-		t.Errorf("after Close: %d sockets, %d containers left", len(s.byTok), len(s.ctrs))
+	if len(s.byNSID) != 0 || len(s.ctrs) != 0 {
+		t.Errorf("after Close: %d namespaces, %d containers left", len(s.byNSID), len(s.ctrs))
 	}
 }
 
@@ -169,10 +169,10 @@ func TestAddLater(t *testing.T) {
 	s.mu.Lock()
 	_, has0 := s.ctrs["c0"]
 	_, hasMoved := s.ctrs["moved"]
-	served, sockets := len(s.ctrs), len(s.byTok)
+	served, sockets := len(s.ctrs), len(s.byNSID)
 	s.mu.Unlock()
 	if has0 || hasMoved || served != n-1 || sockets != n-1 {
-		t.Errorf("served %d containers (%d sockets; c0 %v, moved %v), want %d without c0 and moved", served, sockets, has0, hasMoved, n-1)
+		t.Errorf("served %d containers (%d namespaces; c0 %v, moved %v), want %d without c0 and moved", served, sockets, has0, hasMoved, n-1)
 	}
 	if st := s.Stats(); st.Errors != 1 {
 		t.Errorf("stats %+v: want one error (the namespace that changed)", st)
@@ -180,8 +180,8 @@ func TestAddLater(t *testing.T) {
 	// a queued container whose syncer closes is never served
 	s.AddLater("late", path(other), "eth0", other.Ino())
 	s.Close()
-	if len(s.byTok) != 0 || len(s.ctrs) != 0 {
-		t.Errorf("after Close: %d sockets, %d containers left", len(s.byTok), len(s.ctrs))
+	if len(s.byNSID) != 0 || len(s.ctrs) != 0 {
+		t.Errorf("after Close: %d namespaces, %d containers left", len(s.byNSID), len(s.ctrs))
 	}
 }
 

@@ -1,0 +1,85 @@
+package neighsync
+
+import (
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Resync: what lost notifications would have said, read from the tables
+// themselves. The host's entries on eth0 are read again (new, changed and
+// gone ones handled as their notifications would have been); each
+// container's table is read for requests still pending (INCOMPLETE
+// entries) and for entries it no longer has. A container is also read so
+// when it starts being served, for the requests it made before.
+
+// resync re-reads the host's table and every served container's, after
+// the socket overflowed.
+func (s *Syncer) resync() {
+	s.mu.Lock()
+	s.stats.Resyncs++
+	s.mu.Unlock()
+	s.log.Warn("neighbour sync: notifications lost (receive buffer full); reading the tables again")
+	s.resyncHost()
+	s.mu.Lock()
+	ms := make([]*member, 0, len(s.ctrs))
+	for _, m := range s.ctrs {
+		ms = append(ms, m)
+	}
+	s.mu.Unlock()
+	for _, m := range ms { // one at a time: Add and Remove go on meanwhile
+		s.mu.Lock()
+		if !s.closed && s.ctrs[m.id] == m {
+			s.resyncMemberLocked(m)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// resyncHost reads the host's entries on eth0.
+func (s *Syncer) resyncHost() {
+	list, err := s.host.NeighList(s.eth0, netlink.FAMILY_ALL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.stats.Errors++
+		s.log.Warn("neighbour sync: read the host's neighbours", "err", err)
+		return
+	}
+	seen := make(map[netip.Addr]bool, len(list))
+	for _, n := range list {
+		if ip, ok := key(n.IP); ok {
+			seen[ip] = true
+		}
+		s.hostUpdateLocked(netlink.NeighUpdate{Type: unix.RTM_NEWNEIGH, Neigh: n})
+	}
+	for ip := range s.known {
+		if !seen[ip] {
+			s.hostUpdateLocked(netlink.NeighUpdate{Type: unix.RTM_DELNEIGH, Neigh: netlink.Neigh{LinkIndex: s.eth0, IP: ip.AsSlice()}})
+		}
+	}
+}
+
+// resyncMemberLocked reads m's entries on its eth0 (with s.mu held).
+func (s *Syncer) resyncMemberLocked(m *member) {
+	list, err := m.h.NeighList(m.eth0, netlink.FAMILY_ALL)
+	if err != nil {
+		s.stats.Errors++
+		s.log.Warn("neighbour sync: read a container's neighbours", "container", m.id, "err", err)
+		return
+	}
+	seen := make(map[netip.Addr]bool, len(list))
+	for _, n := range list {
+		if ip, ok := key(n.IP); ok {
+			seen[ip] = true
+		}
+		// INCOMPLETE: a request; FAILED: no longer held; others: nothing to do
+		s.containerUpdateLocked(m, netlink.NeighUpdate{Type: unix.RTM_NEWNEIGH, Neigh: n})
+	}
+	for ip := range m.has {
+		if !seen[ip] {
+			delete(m.has, ip)
+		}
+	}
+}
