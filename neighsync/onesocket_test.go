@@ -211,7 +211,8 @@ func TestTenantsAreApart(t *testing.T) {
 // host's entries added during the flood are known and the one deleted is
 // not.
 func TestOverflowResync(t *testing.T) {
-	defer func(b int, g time.Duration) { rcvBuf, resyncGap = b, g }(rcvBuf, resyncGap)
+	b, g := rcvBuf, resyncGap
+	t.Cleanup(func() { rcvBuf, resyncGap = b, g }) // after the Syncer's Close
 	rcvBuf, resyncGap = 4096, 10*time.Millisecond
 	sb := sandbox.New(t)
 	s, hh, clientMAC := hostSyncer(t, sb, netlink.FAMILY_V4)
