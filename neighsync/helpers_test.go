@@ -17,7 +17,7 @@ import (
 // hostSyncer starts a Syncer on the sandbox host's eth0 whose neighbour
 // table of family fam was emptied first. It returns the Syncer, a handle
 // in the host and the client's MAC.
-func hostSyncer(t *testing.T, sb *sandbox.Sandbox, fam int) (*Syncer, *netlink.Handle, string) {
+func hostSyncer(t testing.TB, sb *sandbox.Sandbox, fam int) (*Syncer, *netlink.Handle, string) {
 	t.Helper()
 	hns, err := nshandle.Open(sb.Host.Path)
 	if err != nil {

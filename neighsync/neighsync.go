@@ -31,9 +31,10 @@
 // Cost: per ARP frame from outside, nothing beyond the host's own ARP
 // processing (no copies). Per container set up: a netlink socket (not
 // subscribed to anything) in its namespace, its settings, and one netlink
-// request per entry the host has on eth0. Per new neighbour: one host resolution (only
-// if the host does not know it) and one netlink request per container that
-// asked; per MAC change, one request per container holding the entry.
+// request per entry the host has on eth0. Per new neighbour: one host
+// resolution (only if the host does not know it) and one netlink request
+// per container that asked; per MAC change, one request per container
+// holding the entry.
 // Containers' entries are permanent, so they are refreshed only from the
 // host's table: a neighbour that changes its MAC without the host noticing
 // (no gratuitous ARP, the host not talking to it) keeps its old MAC in the
@@ -55,6 +56,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -132,7 +134,7 @@ type Syncer struct {
 	waiting map[netip.Addr]map[string]bool  // address -> containers waiting for it
 	v6      *ipv6Side                       // nil: IPv6 neighbours are not served (neighsync6.go)
 	ctrs    map[string]*member
-	byNSID  map[int32]*member // members by their namespace's id in the host's (poll.go)
+	byNSID  map[int32][]*member // members by their namespace's id in the host's (poll.go)
 	rx      *receiver
 	later   laterAdds // AddLater (later.go)
 	pending map[string]uint64
@@ -171,7 +173,7 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 	s := &Syncer{
 		host: h, hostNS: nsID{hostNS.Dev(), hostNS.Ino()}, eth0: eth0, onLink: &onLink, log: log,
 		known: map[netip.Addr]net.HardwareAddr{}, waiting: map[netip.Addr]map[string]bool{}, ctrs: map[string]*member{},
-		byNSID: map[int32]*member{}, pending: map[string]uint64{},
+		byNSID: map[int32][]*member{}, pending: map[string]uint64{},
 	}
 	if g, ok := key(gateway); ok && g.Is4() {
 		s.gateway = g
@@ -312,7 +314,7 @@ func (s *Syncer) register(m *member, later uint64) error {
 		s.drop(old)
 	}
 	s.ctrs[m.id] = m
-	s.byNSID[m.nsid] = m
+	s.byNSID[m.nsid] = append(s.byNSID[m.nsid], m)
 	s.resyncMemberLocked(m) // requests it made before
 	for ip, mac := range s.known {
 		if s.serves(ip) {
@@ -350,14 +352,11 @@ func (s *Syncer) Remove(id string) {
 // drop stops serving m and closes its request handle, which releases its
 // namespace (with s.mu held).
 func (s *Syncer) drop(m *member) {
-	if s.byNSID[m.nsid] == m {
+	ms := slices.DeleteFunc(s.byNSID[m.nsid], func(o *member) bool { return o == m })
+	if len(ms) == 0 {
 		delete(s.byNSID, m.nsid)
-		for _, o := range s.ctrs { // another id served in the same namespace
-			if o != m && o.nsid == m.nsid {
-				s.byNSID[o.nsid] = o
-				break
-			}
-		}
+	} else {
+		s.byNSID[m.nsid] = ms
 	}
 	m.h.Close()
 }

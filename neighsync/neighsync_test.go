@@ -105,7 +105,7 @@ func TestContainersShareOneReader(t *testing.T) {
 }
 
 // withEth0 returns a new namespace holding a veth pair eth0/x0.
-func withEth0(t *testing.T) *nshandle.NS {
+func withEth0(t testing.TB) *nshandle.NS {
 	t.Helper()
 	ns, err := nshandle.New()
 	if err != nil {
@@ -185,7 +185,7 @@ func TestAddLater(t *testing.T) {
 	}
 }
 
-func mustOpenNS(t *testing.T, path string) *nshandle.NS {
+func mustOpenNS(t testing.TB, path string) *nshandle.NS {
 	t.Helper()
 	ns, err := nshandle.Open(path)
 	if err != nil {

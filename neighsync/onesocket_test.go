@@ -124,9 +124,30 @@ func TestOneSocketServesEveryNamespace(t *testing.T) {
 	if all, sub := routeSockets(t, ns); all != 1 || sub != 0 {
 		t.Errorf("served: %d NETLINK_ROUTE sockets (%d subscribed), want 1 (none)", all, sub)
 	}
+	// a second id in the same namespace is served too, and stays when the first goes
+	if err := s.Add("y", ns, "eth0"); err != nil {
+		t.Fatal(err)
+	}
 	s.Remove("x")
+	s.mu.Lock()
+	nsid := s.ctrs["y"].nsid
+	ys := s.byNSID[nsid]
+	s.mu.Unlock()
+	if len(ys) != 1 || ys[0].id != "y" {
+		t.Errorf("after removing x: namespace %d serves %v, want y", nsid, ys)
+	}
+	if all, _ := routeSockets(t, ns); all != 1 {
+		t.Errorf("y served: %d NETLINK_ROUTE sockets, want 1", all)
+	}
+	s.Remove("y")
 	if all, _ := routeSockets(t, ns); all != 0 {
 		t.Errorf("after Remove: %d NETLINK_ROUTE sockets, want none", all)
+	}
+	s.mu.Lock()
+	_, mapped := s.byNSID[nsid]
+	s.mu.Unlock()
+	if mapped {
+		t.Errorf("namespace %d still mapped after its containers were removed", nsid)
 	}
 }
 

@@ -186,11 +186,10 @@ func (s *Syncer) handleLocked(fromPeer bool, nsid int32, msgs []syscall.NetlinkM
 	if s.closed {
 		return
 	}
-	var m *member
-	if fromPeer && nsid != s.selfID {
-		if m = s.byNSID[nsid]; m == nil {
-			return // a namespace the Syncer does not serve
-		}
+	host := !fromPeer || nsid == s.selfID
+	ms := s.byNSID[nsid] // the containers served in that namespace (usually one)
+	if !host && len(ms) == 0 {
+		return // a namespace the Syncer does not serve
 	}
 	for _, msg := range msgs {
 		switch msg.Header.Type {
@@ -204,9 +203,11 @@ func (s *Syncer) handleLocked(fromPeer bool, nsid int32, msgs []syscall.NetlinkM
 			continue
 		}
 		u := netlink.NeighUpdate{Type: msg.Header.Type, Neigh: *neigh}
-		if m == nil {
+		if host {
 			s.hostUpdateLocked(u)
-		} else {
+			continue
+		}
+		for _, m := range ms {
 			s.containerUpdateLocked(m, u)
 		}
 	}
