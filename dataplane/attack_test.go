@@ -368,11 +368,16 @@ func (x *attackBed) canaries(t *testing.T) {
 	wait.For(t, 5*time.Second, "the canary reaches the host's socket", func() bool { return x.hostUDP.count(m) > 0 })
 }
 
-func (x *attackBed) drops(t *testing.T) map[string]uint64 {
+func (x *attackBed) drops(t *testing.T) map[string]uint64 { return x.dropsOf(t, x.a) }
+
+func (x *attackBed) dropsOf(t *testing.T, c ctr) map[string]uint64 {
 	t.Helper()
-	s, err := x.e.d.Stats(context.Background(), x.a.c)
+	s, err := x.e.d.Stats(context.Background(), c.c)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(s.Dropped) != len(DropReasons) {
+		t.Fatalf("container %s: drop counts %v, want every reason", c.c.ID, s.Dropped)
 	}
 	return s.Dropped
 }
@@ -398,6 +403,12 @@ func (x *attackBed) rose(t *testing.T, before map[string]uint64, reason string, 
 	wait.Until(3*time.Second, func() bool { now = x.drops(t); return now[reason] >= before[reason]+n })
 	if now[reason] < before[reason]+n {
 		t.Errorf("drop counter %q went from %d to %d, want +%d (all: %v)", reason, before[reason], now[reason], n, now)
+	}
+	// B, which attacks nothing, counts nothing: A's drops are A's.
+	for r, k := range x.dropsOf(t, x.b) {
+		if k != 0 {
+			t.Errorf("container B (not attacking) counts %d %s drops while A attacks", k, r)
+		}
 	}
 }
 

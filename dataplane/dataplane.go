@@ -124,7 +124,10 @@ type DataPlane struct {
 	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
-	sink     tcfilter.Sink     // the drop sink every veth's dropping nodes redirect to
+	sink     tcfilter.Sink // the one drop sink of older layouts and of the IPv6 demux's counting mirrors
+	// drops are the per-reason drop sinks every veth's dropping nodes
+	// redirect to, and their count map (read without d.mu, under hmu).
+	drops    *tcfilter.DropSinks
 	ip6      []net.IP          // host IPv6 addresses the filters match (ipv6filters.go); nil: IPv6 off
 	departed map[string]uint64 // drops counted on the veths of containers torn down since New
 	neigh    *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
@@ -281,6 +284,7 @@ func (d *DataPlane) closeLocked() error {
 	if d.neigh != nil {
 		d.neigh.Close()
 	}
+	d.drops.Close()
 	d.h.Close()
 	d.hr.Close()
 	if d.sys != nil {
@@ -427,7 +431,7 @@ func (d *DataPlane) hostIP() net.IP { return d.info.IP.IP }
 func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters {
 	return tcfilter.VethFilters{
 		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
-		Sink: d.sink.Index, VLAN: d.sink.BPF, HostIP: d.hostIP(), HostIP6: d.hostIP6(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
+		Sinks: d.drops, VLAN: d.sink.BPF, HostIP: d.hostIP(), HostIP6: d.hostIP6(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
 	}
 }
 
@@ -591,6 +595,11 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
 	vf := d.vethFilters(c.Slot, vethIdx, via)
 	vf.New = true
+	// A new veth counts from zero, whatever a gone device of its ifindex
+	// left in the count map.
+	if err := d.drops.Reset(vethIdx); err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
 	if err := vf.Install(all); err != nil {
 		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
 	}

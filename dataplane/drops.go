@@ -7,8 +7,9 @@ package dataplane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/nshandle"
@@ -52,19 +53,26 @@ func (d *DataPlane) refusedNamespace(ns *nshandle.NS) error {
 	return nil
 }
 
-// vethDrops reads the drops of a container's veth (every reason present).
-func (d *DataPlane) vethDrops(slot uint16, veth int) (map[string]uint64, error) {
-	return d.vethFilters(slot, veth, 0).Drops()
+// vethDrops reads the drops of a container's veth (every reason present)
+// from the sinks' count map: no netlink, no rtnl. Without cls_bpf they are
+// not counted per container: nil, no error.
+func (d *DataPlane) vethDrops(veth int) (map[string]uint64, error) {
+	m, err := d.drops.Counts(veth)
+	if errors.Is(err, tcfilter.ErrNoDropCounts) {
+		return nil, nil
+	}
+	return m, err
 }
 
 // departedDrops reads the drops of a veth about to be deleted, for the
-// totals of departed containers (best effort: an error loses them); the
-// caller adds them to d.departed under d.mu.
-func (d *DataPlane) departedDrops(slot uint16, veth int) map[string]uint64 {
-	if veth == 0 || slot < 1 || slot > MaxSlot {
+// totals of departed containers, and forgets them in the count map (best
+// effort: an error loses them); the caller adds them to d.departed under
+// d.mu.
+func (d *DataPlane) departedDrops(veth int) map[string]uint64 {
+	if veth == 0 || !d.drops.BPF() {
 		return nil
 	}
-	m, err := d.vethDrops(slot, veth)
+	m, err := d.drops.Release(veth)
 	if err != nil {
 		d.log.Debug("drop counters of a removed veth not read", "veth", veth, "err", err)
 		return nil
@@ -72,38 +80,62 @@ func (d *DataPlane) departedDrops(slot uint16, veth int) map[string]uint64 {
 	return m
 }
 
-// DropTotals returns the frames dropped on every container's veth since
-// this DataPlane was created or the veth was (whichever is later), by
-// reason, every reason present: the live containers' counters plus those
-// of containers torn down since New. It dumps each live container's veth
-// filters.
+// pruneDrops forgets, at start-up, the counts of veths that are gone (ls:
+// the host's links): their ifindexes may be handed out again. A veth set
+// up later starts from zero anyway (Setup resets its entries).
+func (d *DataPlane) pruneDrops(ls []netlink.Link) {
+	live := map[int]bool{}
+	for _, l := range ls {
+		if isVethName(l.Attrs().Name) {
+			live[l.Attrs().Index] = true
+		}
+	}
+	n, err := d.drops.Prune(func(veth int) bool { return live[veth] })
+	if err != nil {
+		d.log.Warn("drop counts of removed veths not all forgotten", "err", err)
+	}
+	if n > 0 {
+		d.log.Info("drop counts of removed veths forgotten", "veths", n)
+	}
+}
+
+// DropTotals returns the frames dropped on every container's veth, by
+// reason, every reason present: the live containers' counts plus those of
+// containers torn down since New. It reads the sinks' count map once (no
+// rtnl), and takes d.mu only to list the live veths. Without cls_bpf only
+// zeros.
 func (d *DataPlane) DropTotals(ctx context.Context) (map[string]uint64, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	out := map[string]uint64{}
 	for _, r := range DropReasons {
 		out[r] = 0
 	}
+	d.hmu.RLock()
+	defer d.hmu.RUnlock()
+	d.mu.Lock()
 	if d.closed || !d.prepared {
+		d.mu.Unlock()
 		return out, nil
 	}
 	maps.Copy(out, d.departed)
-	var errs []error
-	for id, rec := range d.ctrs {
-		if err := checkCtx(ctx); err != nil {
-			return out, err
-		}
-		m, err := d.vethDrops(rec.c.Slot, rec.veth)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("container %s: %w", id, err))
-			continue
+	live := make(map[int]bool, len(d.ctrs))
+	for _, rec := range d.ctrs {
+		live[rec.veth] = true
+	}
+	d.mu.Unlock()
+	all, err := d.drops.All()
+	if errors.Is(err, tcfilter.ErrNoDropCounts) {
+		return out, nil
+	}
+	for veth, m := range all {
+		if !live[veth] {
+			continue // a setup in progress, or a teardown that has not read them yet
 		}
 		for r, n := range m {
 			out[r] += n
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, err
 }

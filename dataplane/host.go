@@ -139,8 +139,17 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}); err != nil {
 		return info, fmt.Errorf("drop sink %s settings: %w", tcfilter.SinkName, err)
 	}
+	// The per-reason sinks every veth's drop nodes redirect to (through
+	// one action per reason), counting per container; their sysctls as
+	// the sink's, set before they come up.
+	drops, _, err := tcfilter.EnsureDropSinks(d.h, d.hostNS.Do, func(idx int, name string) error {
+		return d.withHostSysctls(func(sd *sysctl.Dir) error { return hostLinkSettings(sd, idx, name) })
+	})
+	if err != nil {
+		return info, err
+	}
 	if bpfErr != nil {
-		d.log.Warn("cls_bpf programs unavailable: containers' dropped frames go to a sink kept down (the kernel logs rate-limited \"device is down\" notices) and VLAN-tagged frames are not checked",
+		d.log.Warn("cls_bpf programs unavailable: containers' dropped frames go to sinks kept down (the kernel logs rate-limited \"device is down\" notices), are not counted per container (usage shows no dropped packets), and VLAN-tagged frames are not checked",
 			"sink", tcfilter.SinkName, "err", bpfErr)
 	}
 	// The recovery cache's dumps (links and qdiscs, read by the sweep of
@@ -227,10 +236,12 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}
 
 	d.info, d.links, d.copy, d.eth0, d.lo, d.sink, d.v6 = info, hl, cp, eth0, lod, sink, v6
+	d.drops = drops
 	d.prepared = true
 	// (without the dumps, recovery makes them itself)
 	if dm := <-dumps; dm.err == nil {
 		d.setRecoveryCache(dm.ls, dm.qs)
+		d.pruneDrops(dm.ls)
 	}
 	d.retired = newRetirer(d)
 	if err := d.sweepRetired(); err != nil {

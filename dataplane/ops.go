@@ -195,7 +195,8 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	// one container, and gives its limits): each netlink read queues on
 	// rtnl behind the changes of setups and teardowns, so it makes as few
 	// as it can. The veth's counters come from d.sys, which takes no
-	// rtnl; the drop counters (a filter dump) and shaping counters do.
+	// rtnl, nor do the drop counters (the sinks' count map, a bpf(2)
+	// lookup); the shaping counters do.
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
@@ -225,7 +226,7 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		RxBytes: s.RxBytes, RxPackets: s.RxPackets, RxErrors: s.RxErrors, RxDropped: s.RxDropped,
 		TxBytes: s.TxBytes, TxPackets: s.TxPackets, TxErrors: s.TxErrors, TxDropped: s.TxDropped,
 	}
-	if st.Dropped, err = d.vethDrops(c.Slot, idx); err != nil {
+	if st.Dropped, err = d.vethDrops(idx); err != nil {
 		return st, fmt.Errorf("container %s: drop counters: %w", c.ID, err)
 	}
 	if !c.Ingress.IsZero() {
@@ -335,8 +336,9 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if veth != 0 {
 		// The ifindex is only trusted if it still carries our name.
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
-			departed = d.departedDrops(c.Slot, veth) // added under d.mu below
 			existed, err = d.retire(veth)
+			// Once muted nothing more is counted for it.
+			departed = d.departedDrops(veth) // added under d.mu below
 		} else {
 			existed, err = d.retireByName(name)
 		}

@@ -1,8 +1,6 @@
 package tcfilter
 
 import (
-	"slices"
-
 	"github.com/vishvananda/netlink"
 )
 
@@ -23,25 +21,25 @@ import (
 //     shaper exit, inside a container to its eth0 or lo) uses the action of
 //     its namespace for its target, index redirectIndexBase|ifindex (built
 //     by dev.build: node.actionIndex);
-//   - a drop node uses one action per (veth, reason), index
-//     dropIndexBase|bank<<30|veth<<4|reason, shared by the veth's nodes of
-//     that reason, so per-reason counts still come from one dump of the veth
-//     (Drops counts each action once).
+//   - a drop node uses the host's action of its reason, index
+//     dropIndexBase|reason (hostDropIndex), which EnsureDropSinks creates
+//     on its own (not a filter's: it stays with no node bound to it) and
+//     points at the reason's sink, so every veth shares the same twelve.
 //
 // Mirrors (the ARP fan-out) keep actions of their own. The index of an
 // action says what it does, so a stale action cannot be bound by mistake:
 // an ifindex is not handed out again while its device lives (and ifindexes
-// are allocated cyclically). The one case where an action at an index can
-// point elsewhere than its index says is a drop action whose sink was
-// deleted and re-created; Install then moves the veth's drop nodes to the
-// other bank (dropBank). Ifindexes too large for the scheme get actions of
-// their own (index 0: the kernel picks one), as before. Nodes of older
-// layouts keep their own actions until they are replaced.
+// are allocated cyclically); a drop action whose sink was re-created is
+// pointed at the new one by EnsureDropSinks (a replace of the action
+// itself, seen at once by every node bound to it). Ifindexes too large for
+// the scheme get actions of their own (index 0: the kernel picks one), as
+// before. Nodes of older layouts keep their own actions until they are
+// replaced: before layout 5 each veth had one drop action per reason,
+// index dropIndexBase|bank<<30|veth<<4|reason, counted there
+// (legacyDrops).
 const (
 	redirectIndexBase = 0x40000000
 	dropIndexBase     = 0x80000000
-	dropBankBit       = 1 << 30
-	maxDropVeth       = 1<<26 - 1
 )
 
 // redirectIndex is the index of the shared "redirect to ifindex" action of
@@ -53,22 +51,14 @@ func redirectIndex(ifindex int) uint32 {
 	return redirectIndexBase | uint32(ifindex)
 }
 
-// dropIndex is the index of the action that drops frames of veth for
-// reason (0: none, the node gets an action of its own).
-func dropIndex(bank uint32, veth int, reason string) uint32 {
-	r := slices.Index(DropReasons, reason)
-	if veth <= 0 || veth > maxDropVeth || r < 0 || bank > 1 {
-		return 0
-	}
-	return dropIndexBase | bank<<30 | uint32(veth)<<4 | uint32(r)
-}
+// hostDropIndex is the index of the host's drop action of reason code r
+// (the reason's index in DropReasons).
+func hostDropIndex(r int) uint32 { return dropIndexBase | uint32(r) }
 
-// dropIndexOf reports whether idx is a drop index of veth, and its bank.
-func dropIndexOf(idx uint32, veth int) (bank uint32, ok bool) {
-	if idx&dropIndexBase == 0 || veth <= 0 || veth > maxDropVeth || int(idx>>4&maxDropVeth) != veth {
-		return 0, false
-	}
-	return idx & dropBankBit >> 30, true
+// isHostDropIndex reports whether idx is the index of one of the host's
+// drop actions.
+func isHostDropIndex(idx uint32) bool {
+	return idx&^0xf == dropIndexBase && int(idx&0xf) < len(DropReasons)
 }
 
 // mirredIndex is the index of f's first mirred action (0 if none).
@@ -81,30 +71,8 @@ func mirredIndex(f *netlink.U32) uint32 {
 	return 0
 }
 
-// dropBank chooses the bank of the veth's drop actions from a dump fs of
-// its filters: the bank whose actions point at the sink, else the other
-// bank than actions that point elsewhere (a sink that was re-created: the
-// kernel would bind the new nodes to the old actions), else 0.
-func (v VethFilters) dropBank(fs []*netlink.U32) uint32 {
-	bank, stale := uint32(0), false
-	for _, f := range fs {
-		b, ok := dropIndexOf(mirredIndex(f), v.Veth)
-		if !ok {
-			continue
-		}
-		if mirredTarget(f) == v.Sink {
-			return b
-		}
-		bank, stale = b, true
-	}
-	if stale {
-		return 1 - bank
-	}
-	return 0
-}
-
-// actionIndex is the index of n's mirred action: a drop's own (set by the
-// veth filters), the shared action of the target for any other redirect,
+// actionIndex is the index of n's mirred action: a drop's (the host's
+// action of its reason, set by the veth filters), the shared action of the target for any other redirect,
 // none (0: the kernel picks one) for mirrors.
 func (n node) actionIndex() uint32 {
 	if n.index != 0 || n.reason != "" || n.act != actRedirect {

@@ -1,7 +1,11 @@
 package tcfilter
 
 import (
+	"maps"
 	"net"
+	"regexp"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,38 +18,26 @@ func TestActionIndexes(t *testing.T) {
 	if redirectIndex(0) != 0 || redirectIndex(redirectIndexBase) != 0 || redirectIndex(7) != redirectIndexBase|7 {
 		t.Errorf("redirectIndex: %x %x %x", redirectIndex(0), redirectIndex(redirectIndexBase), redirectIndex(7))
 	}
-	seen := map[uint32]string{}
-	for _, bank := range []uint32{0, 1} {
-		for _, veth := range []int{1, 2, 0x10, maxDropVeth} {
-			for _, r := range DropReasons {
-				idx := dropIndex(bank, veth, r)
-				if idx == 0 {
-					t.Fatalf("no index for bank %d veth %d reason %s", bank, veth, r)
-				}
-				if other, ok := seen[idx]; ok {
-					t.Fatalf("index %x twice: %s and bank %d veth %d %s", idx, other, bank, veth, r)
-				}
-				seen[idx] = r
-				if b, ok := dropIndexOf(idx, veth); !ok || b != bank {
-					t.Errorf("dropIndexOf(%x, %d) = %d %v", idx, veth, b, ok)
-				}
-				if _, ok := dropIndexOf(idx, veth+1); ok {
-					t.Errorf("dropIndexOf(%x, %d) claims another veth's index", idx, veth+1)
-				}
-				if _, ok := dropIndexOf(redirectIndex(veth), veth); ok {
-					t.Errorf("a redirect index %x taken for a drop index", redirectIndex(veth))
-				}
-			}
+	seen := map[uint32]bool{}
+	for r := range DropReasons {
+		idx := hostDropIndex(r)
+		if seen[idx] || !isHostDropIndex(idx) {
+			t.Errorf("reason %d: index %x twice or not recognised", r, idx)
+		}
+		seen[idx] = true
+		if isHostDropIndex(redirectIndex(r + 1)) {
+			t.Errorf("a redirect index %x taken for a drop index", redirectIndex(r+1))
 		}
 	}
-	if dropIndex(0, maxDropVeth+1, DropPort) != 0 || dropIndex(0, 1, "nonsense") != 0 || dropIndex(2, 1, DropPort) != 0 {
-		t.Error("dropIndex gave an index outside its scheme")
+	// a per-veth drop action of layout 4 (bank 0, veth 1, reason 0) is not the host's
+	if isHostDropIndex(dropIndexBase|1<<4) || isHostDropIndex(dropIndexBase|uint32(len(DropReasons))) {
+		t.Error("isHostDropIndex claims an index outside its scheme")
 	}
 }
 
 // vethActions sorts the mirred actions of a veth's filters: the distinct
-// indexes of those redirecting to the sink and of the others.
-func vethActions(t *testing.T, c *ctr, sink int) (drops, others map[uint32]int) {
+// indexes of those redirecting to a drop sink and of the others.
+func vethActions(t *testing.T, c *ctr, w *wire) (drops, others map[uint32]int) {
 	t.Helper()
 	fs, err := c.vf.dev().list()
 	if err != nil {
@@ -58,7 +50,7 @@ func vethActions(t *testing.T, c *ctr, sink int) (drops, others map[uint32]int) 
 			if !ok {
 				continue
 			}
-			if m.Ifindex == sink {
+			if m.Ifindex == w.sink || w.sinks.isSink(m.Ifindex) {
 				drops[uint32(m.Index)]++
 			} else {
 				others[uint32(m.Index)]++
@@ -68,12 +60,13 @@ func vethActions(t *testing.T, c *ctr, sink int) (drops, others map[uint32]int) 
 	return drops, others
 }
 
-// checkShared: a veth of the current layout has one drop action per
-// reason its nodes use and shares its redirects with the other veths (one action per
-// target: host eth0 and host lo).
+// checkShared: a veth of the current layout uses the host's drop action
+// of each reason its nodes use (no action of its own) and shares its
+// redirects with the other veths (one action per target: host eth0 and
+// host lo).
 func checkShared(t *testing.T, w *wire, c *ctr) {
 	t.Helper()
-	drops, others := vethActions(t, c, w.sink)
+	drops, others := vethActions(t, c, w)
 	reasons := map[string]bool{}
 	for _, n := range c.vf.fixedNodes() {
 		if n.reason != "" {
@@ -84,8 +77,8 @@ func checkShared(t *testing.T, w *wire, c *ctr) {
 		t.Errorf("%s: %d drop actions %v, want one per reason its nodes use (%d)", c.name, len(drops), drops, len(reasons))
 	}
 	for idx := range drops {
-		if _, ok := dropIndexOf(idx, c.veth); !ok {
-			t.Errorf("%s: drop action %x is not one of its veth's", c.name, idx)
+		if !isHostDropIndex(idx) {
+			t.Errorf("%s: drop action %x is not one of the host's", c.name, idx)
 		}
 	}
 	want := map[uint32]bool{redirectIndex(w.eth0): true, redirectIndex(w.lo): true}
@@ -101,12 +94,20 @@ func checkShared(t *testing.T, w *wire, c *ctr) {
 
 // dropOne sends one UDP datagram from port 40000 (owned by no container)
 // and waits until the veth's port drops grew, then checks they grew by
-// exactly one (a shared action is counted once, not once per node).
-func dropOne(t *testing.T, w *wire, c *ctr) {
+// exactly one and that the counts of others did not move.
+func dropOne(t *testing.T, w *wire, c *ctr, others ...*ctr) {
 	t.Helper()
 	before, err := c.vf.Drops()
 	if err != nil {
 		t.Fatal(err)
+	}
+	var otherBefore []map[string]uint64
+	for _, o := range others {
+		m, err := o.vf.Drops()
+		if err != nil {
+			t.Fatal(err)
+		}
+		otherBefore = append(otherBefore, m)
 	}
 	if err := c.c.Do(func() error {
 		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: w.s.ClientIP, Port: 9000})
@@ -131,23 +132,27 @@ func dropOne(t *testing.T, w *wire, c *ctr) {
 	if d != 1 {
 		t.Fatalf("%s: one datagram from an unowned port counted %d times", c.name, d)
 	}
+	for i, o := range others {
+		if m, err := o.vf.Drops(); err != nil || !maps.Equal(m, otherBefore[i]) {
+			t.Errorf("%s's drop from an unowned port moved %s's counts: %v -> %v (%v)", c.name, o.name, otherBefore[i], m, err)
+		}
+	}
 }
 
-// TestVethActionsShared: the veth filters create one drop action per
-// reason and no redirect action of their own, two containers share the
-// redirect actions, traffic flows and a drop is counted once.
+// TestVethActionsShared: the veth filters create no mirred action of
+// their own, two containers share the host's drop actions and the
+// redirect actions, traffic flows and a drop is counted once, for the
+// container that sent it only.
 func TestVethActionsShared(t *testing.T) {
 	w := newWire(t)
 	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
 	b := w.plumb(t, "cb", 2, rg(33792, 34047))
 	checkShared(t, w, a)
 	checkShared(t, w, b)
-	da, _ := vethActions(t, a, w.sink)
-	db, _ := vethActions(t, b, w.sink)
-	for idx := range da {
-		if db[idx] > 0 {
-			t.Errorf("drop action %x shared by two veths", idx)
-		}
+	da, _ := vethActions(t, a, w)
+	db, _ := vethActions(t, b, w)
+	if !maps.Equal(da, db) {
+		t.Errorf("drop actions of two veths differ: %v and %v", da, db)
 	}
 	serve(t, w.s.Client.Do, "client", 9000)
 	client := net.JoinHostPort(w.s.ClientIP.String(), "9000")
@@ -155,8 +160,9 @@ func TestVethActionsShared(t *testing.T) {
 		if got, err := echo(c.c.Do, "udp", client); err != nil || got != "client" {
 			t.Fatalf("%s, owned port: %q %v", c.name, got, err)
 		}
-		dropOne(t, w, c)
 	}
+	dropOne(t, w, a, b)
+	dropOne(t, w, b, a)
 }
 
 // TestInstallSharesOldActions: Install (a restarted daemon's Adopt) brings
@@ -186,7 +192,7 @@ func TestInstallSharesOldActions(t *testing.T) {
 		}
 		actions++
 	}
-	drops, others := vethActions(t, a, w.sink)
+	drops, others := vethActions(t, a, w)
 	if len(drops)+len(others) != actions {
 		t.Fatalf("old layout not built: %d nodes with actions, %d actions", actions, len(drops)+len(others))
 	}
@@ -200,4 +206,99 @@ func TestInstallSharesOldActions(t *testing.T) {
 		t.Fatalf("owned port after the upgrade: %q %v", got, err)
 	}
 	dropOne(t, w, a)
+}
+
+// TestInstallUpgradesLayout4: Install (a restarted daemon's Adopt) moves
+// the drop nodes of a layout-4 veth (one drop action per reason of its
+// own, to the one sink SinkName) to the host's actions, carries what the
+// old actions counted into the count map, and the kernel deletes the old
+// actions once no node uses them; another container's counts stay 0.
+func TestInstallUpgradesLayout4(t *testing.T) {
+	w := newWire(t)
+	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
+	b := w.plumb(t, "cb", 2, rg(33792, 34047))
+	serve(t, w.s.Client.Do, "client", 9000)
+	type pk struct {
+		prio   uint16
+		handle uint32
+	}
+	reason := map[pk]string{}
+	for _, n := range a.vf.fixedNodes() {
+		if n.reason != "" {
+			reason[pk{n.prio, n.handle}] = n.reason
+		}
+	}
+	fs, err := a.vf.dev().list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := map[uint32]bool{}
+	for _, f := range fs {
+		htid, _, nid := SplitU32Handle(f.Handle)
+		k := pk{f.Priority, f.Handle}
+		if htid >= 0x800 {
+			k.handle = nid
+		}
+		r, ok := reason[k]
+		if !ok {
+			continue
+		}
+		idx := dropIndexBase | uint32(a.veth)<<4 | uint32(slices.Index(DropReasons, r)) // layout 4, bank 0
+		f.Actions = redirect(w.sink)
+		f.Actions[0].Attrs().Index = int(idx)
+		f.RedirIndex = 0 // set by the dump: it would add a second redirect
+		if err := w.h.FilterReplace(f); err != nil {
+			t.Fatalf("layout 4 drop node %s: %v", FormatHandle(f.Handle), err)
+		}
+		old[idx] = true
+	}
+	oldActions := func() int {
+		n := 0
+		for _, m := range regexp.MustCompile(`index (\d+) `).FindAllStringSubmatch(w.s.Host.Run(t, "tc", "actions", "ls", "action", "mirred"), -1) {
+			if i, _ := strconv.ParseUint(m[1], 10, 32); old[uint32(i)] {
+				n++
+			}
+		}
+		return n
+	}
+	if n := oldActions(); n != len(old) || n < 9 {
+		t.Fatalf("layout 4 not built: %d of %d old drop actions", n, len(old))
+	}
+	// one datagram from an unowned port: counted by the old action only
+	if err := a.c.Do(func() error {
+		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: w.s.ClientIP, Port: 9000})
+		if err != nil {
+			return err
+		}
+		defer u.Close()
+		_, err = u.Write([]byte("hi"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(5*time.Second, func() bool {
+		fs, err := a.vf.dev().list()
+		return err == nil && a.vf.legacyDrops(fs)[DropPort] == 1
+	})
+	if m, _ := a.vf.Drops(); m[DropPort] != 0 {
+		t.Fatalf("a layout-4 drop counted in the map: %v", m)
+	}
+	if err := a.vf.Install(a.ranges); err != nil {
+		t.Fatal(err)
+	}
+	checkShared(t, w, a)
+	if m, err := a.vf.Drops(); err != nil || m[DropPort] != 1 {
+		t.Errorf("after the upgrade port drops = %d (%v), want the old action's 1", m[DropPort], err)
+	}
+	if !wait.Until(5*time.Second, func() bool { return oldActions() == 0 }) {
+		t.Errorf("%d old drop actions left after the upgrade", oldActions())
+	}
+	client := net.JoinHostPort(w.s.ClientIP.String(), "9000")
+	if got, err := echo(a.c.Do, "udp", client); err != nil || got != "client" {
+		t.Fatalf("owned port after the upgrade: %q %v", got, err)
+	}
+	dropOne(t, w, a, b)
+	if m, err := b.vf.Drops(); err != nil || m[DropPort] != 0 {
+		t.Errorf("the other container's port drops = %d (%v), want 0", m[DropPort], err)
+	}
 }

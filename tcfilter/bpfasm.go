@@ -122,10 +122,15 @@ func bpfSys(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
 type bpfMap struct{ fd int }
 
 func newBPFMap(typ, keySize, valueSize, maxEntries uint32, name string) (*bpfMap, error) {
+	return newBPFMapFlags(typ, keySize, valueSize, maxEntries, 0, name)
+}
+
+// newBPFMapFlags is newBPFMap with map flags (BPF_F_*).
+func newBPFMapFlags(typ, keySize, valueSize, maxEntries, flags uint32, name string) (*bpfMap, error) {
 	attr := struct {
 		mapType, keySize, valueSize, maxEntries, flags, innerFd, numaNode uint32
 		name                                                              [16]byte
-	}{mapType: typ, keySize: keySize, valueSize: valueSize, maxEntries: maxEntries}
+	}{mapType: typ, keySize: keySize, valueSize: valueSize, maxEntries: maxEntries, flags: flags}
 	copy(attr.name[:15], name)
 	fd, err := bpfSys(unix.BPF_MAP_CREATE, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 	if err != nil {

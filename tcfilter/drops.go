@@ -1,5 +1,7 @@
 package tcfilter
 
+import "github.com/vishvananda/netlink"
+
 // Drop reasons: why a container's frame was dropped on its host veth.
 const (
 	DropMAC       = "mac"       // Ethernet source is not the host MAC
@@ -20,17 +22,21 @@ const (
 var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP, DropMLD}
 
 // Drops reads how many frames the container's veth dropped, by reason
-// (every reason present), from one dump of the veth's filters: the packet
-// counters of the actions of the nodes that redirect to the sink, each
-// action counted once.
+// (every reason present), from the sinks' count map (no netlink);
+// ErrNoDropCounts without cls_bpf.
 func (v VethFilters) Drops() (map[string]uint64, error) {
+	if v.Sinks == nil {
+		return zeroCounts(), ErrNoDropCounts
+	}
+	return v.Sinks.Counts(v.Veth)
+}
+
+// legacyDrops reads, from a dump fs of the veth's filters, what its drop
+// nodes counted in actions of their own that do not lead to a counting
+// sink (a veth of a layout before 5: one action per reason, or per node,
+// to the one sink SinkName), each action counted once.
+func (v VethFilters) legacyDrops(fs []*netlink.U32) map[string]uint64 {
 	out := map[string]uint64{}
-	for _, r := range DropReasons {
-		out[r] = 0
-	}
-	if err := v.check(); err != nil {
-		return out, err
-	}
 	type pk struct {
 		prio   uint16
 		handle uint32
@@ -41,10 +47,6 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 			reason[pk{n.prio, n.handle}] = n.reason
 		}
 	}
-	fs, err := v.dev().list()
-	if err != nil {
-		return out, err
-	}
 	counted := map[int]bool{}
 	for _, f := range fs {
 		htid, _, nid := SplitU32Handle(f.Handle)
@@ -53,12 +55,12 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 			k.handle = nid
 		}
 		r, ok := reason[k]
-		if !ok || mirredTarget(f) != v.Sink {
+		if !ok || isHostDropIndex(mirredIndex(f)) || v.Sinks.isSink(mirredTarget(f)) {
 			continue
 		}
 		for _, a := range f.Actions {
-			if counted[a.Attrs().Index] {
-				continue // an action shared by several nodes (actindex.go)
+			if _, ok := a.(*netlink.MirredAction); !ok || counted[a.Attrs().Index] {
+				continue
 			}
 			counted[a.Attrs().Index] = true
 			if s := a.Attrs().Statistics; s != nil && s.Basic != nil {
@@ -66,5 +68,5 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"maps"
 	"net"
 	"sync"
 	"testing"
@@ -133,6 +134,7 @@ func ndp(typ uint8, target net.IP, opt uint8, mac net.HardwareAddr) []byte {
 func TestIPv6Attacks(t *testing.T) {
 	w := newWire6(t)
 	a := w.plumb6(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
+	b := w.plumb(t, "cb", 2, rg(33792, 34047)) // attacks nothing, IPv4 only: counts nothing
 	onWire := sniff(t, w.s.Client.Do, "eth0")
 	onLo := sniff(t, w.s.Host.Do, "lo")
 	var snd *traffic.FrameSender
@@ -284,6 +286,9 @@ func TestIPv6Attacks(t *testing.T) {
 		}
 		if after[tc.reason] < before[tc.reason]+3 {
 			t.Errorf("%s: %s drops %d -> %d, want +3 (all: %v)", tc.name, tc.reason, before[tc.reason], after[tc.reason], after)
+		}
+		if bd, err := b.vf.Drops(); err != nil || !maps.Equal(bd, zeroCounts()) {
+			t.Errorf("%s: the other container counts %v (%v), want nothing", tc.name, bd, err)
 		}
 	}
 

@@ -24,7 +24,8 @@ type kernelEnv struct {
 	h       *netlink.Handle
 	eth0    int
 	lo      int
-	sink    int // the drop sink (EnsureSink)
+	sink    int        // the one drop sink of older layouts, the IPv6 demux's counting mirrors' (EnsureSink)
+	sinks   *DropSinks // the per-reason sinks (EnsureDropSinks)
 	targets []int
 }
 
@@ -44,6 +45,7 @@ func newKernelEnv(t testing.TB, ntargets int) *kernelEnv {
 		t.Fatalf("drop sink: %+v %v %v", sk, bpfErr, err)
 	}
 	e.sink = sk.Index
+	e.sinks = ensureDropSinks(t, s)
 	for i := 0; i < ntargets; i++ {
 		name := fmt.Sprintf("tgt%d", i)
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
@@ -62,6 +64,26 @@ func newKernelEnv(t testing.TB, ntargets int) *kernelEnv {
 		e.targets = append(e.targets, e.index(t, name))
 	}
 	return e
+}
+
+// ensureDropSinks makes the sandbox host's drop sinks (IPv6 off on each)
+// and checks they count.
+func ensureDropSinks(t testing.TB, s *sandbox.Sandbox) *DropSinks {
+	t.Helper()
+	h, err := s.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	prepare := func(_ int, name string) error {
+		return s.Host.Do(func() error { return sysctls(map[string]string{"net/ipv6/conf/" + name + "/disable_ipv6": "1"}) })
+	}
+	sinks, bpfErr, err := EnsureDropSinks(h, s.Host.Do, prepare)
+	if err != nil || bpfErr != nil || !sinks.BPF() {
+		t.Fatalf("drop sinks: %v %v", bpfErr, err)
+	}
+	t.Cleanup(sinks.Close)
+	return sinks
 }
 
 func (e *kernelEnv) index(t testing.TB, name string) int {
@@ -568,7 +590,7 @@ func TestEnsureClsactAcceptsIngress(t *testing.T) {
 
 func TestVethAndContainerFilters(t *testing.T) {
 	e := newKernelEnv(t, 2)
-	v := VethFilters{H: e.h, Veth: e.targets[0], Eth0: e.eth0, Lo: e.lo, Sink: e.sink, VLAN: true, HostIP: e.s.HostIP, MAC: e.s.HostMAC, Slot: 42}
+	v := VethFilters{H: e.h, Veth: e.targets[0], Eth0: e.eth0, Lo: e.lo, Sinks: e.sinks, VLAN: true, HostIP: e.s.HostIP, MAC: e.s.HostMAC, Slot: 42}
 	old := []ephemeral.Range{rg(32768, 33791), rg(8080, 8080)}
 	if err := v.Install(old); err != nil {
 		t.Fatal(err)

@@ -26,21 +26,9 @@ type Sink struct {
 // rate-limited "device is down" notice). It can be re-run; an existing
 // device of another kind with that name is an error.
 func EnsureSink(h *netlink.Handle, name string) (s Sink, bpfErr error, err error) {
-	l, err := h.LinkByName(name)
+	l, err := ensureIfb(h, name)
 	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV) {
-			return s, nil, fmt.Errorf("look up drop sink %s: %w", name, err)
-		}
-		if err := h.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 0}}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return s, nil, fmt.Errorf("create drop sink %s: %w", name, err)
-		}
-		if l, err = h.LinkByName(name); err != nil {
-			return s, nil, fmt.Errorf("drop sink %s: %w", name, err)
-		}
-	}
-	if l.Type() != "ifb" {
-		return s, nil, fmt.Errorf("drop sink %s exists and is a %s device, not ifb", name, l.Type())
+		return s, nil, err
 	}
 	s.Index = l.Attrs().Index
 	if err := EnsureClsact(h, s.Index); err != nil {
@@ -57,4 +45,26 @@ func EnsureSink(h *netlink.Handle, name string) (s Sink, bpfErr error, err error
 		return s, nil, fmt.Errorf("drop sink %s: set up: %w", name, err)
 	}
 	return s, nil, nil
+}
+
+// ensureIfb returns the ifb device named name, creating it (down) if
+// there is none; an existing device of another kind is an error.
+func ensureIfb(h *netlink.Handle, name string) (netlink.Link, error) {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV) {
+			return nil, fmt.Errorf("look up drop sink %s: %w", name, err)
+		}
+		if err := h.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 0}}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("create drop sink %s: %w", name, err)
+		}
+		if l, err = h.LinkByName(name); err != nil {
+			return nil, fmt.Errorf("drop sink %s: %w", name, err)
+		}
+	}
+	if l.Type() != "ifb" {
+		return nil, fmt.Errorf("drop sink %s exists and is a %s device, not ifb", name, l.Type())
+	}
+	return l, nil
 }

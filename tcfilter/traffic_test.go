@@ -153,7 +153,7 @@ func (w *wire) plumb(t testing.TB, name string, slot uint16, ranges ...ephemeral
 		})
 	}))
 	must(ContainerFilters{H: ch, Lo: clo.Attrs().Index, Eth0: ceth.Attrs().Index, HostIP: w.s.HostIP}.Install(ranges))
-	vf := VethFilters{H: w.h, Veth: veth, Eth0: w.eth0, Lo: w.lo, Sink: w.sink, VLAN: true, HostIP: w.s.HostIP, MAC: w.mac, Slot: slot}
+	vf := VethFilters{H: w.h, Veth: veth, Eth0: w.eth0, Lo: w.lo, Sinks: w.sinks, VLAN: true, HostIP: w.s.HostIP, MAC: w.mac, Slot: slot}
 	must(vf.Install(ranges))
 	must(w.eth0D.AddRanges(slot, veth, ranges))
 	must(w.loD.AddRanges(slot, veth, ranges))

@@ -133,7 +133,7 @@ type VethFilters struct {
 	Eth0   int             // host eth0 ifindex
 	Lo     int             // host lo ifindex
 	Via    int             // egress shaper entry ifindex; 0: none (straight to eth0/lo)
-	Sink   int             // drop sink ifindex (EnsureSink)
+	Sinks  *DropSinks      // the host's drop sinks (EnsureDropSinks)
 	VLAN   bool            // attach the cls_bpf VLAN check (the kernel loads our programs)
 	HostIP net.IP
 	// HostIP6 are the host's IPv6 addresses (global and link-local) a
@@ -146,8 +146,6 @@ type VethFilters struct {
 	// New: the veth was just created and has no filters; Install then
 	// reads none back (each dump waits for rtnl).
 	New bool
-	// bank of the drop actions' indexes (dropBank), chosen by Install
-	bank uint32
 }
 
 // out and local are the redirect targets of IP packets that leave the
@@ -195,8 +193,11 @@ func (v VethFilters) check() error {
 	if err := checkAddrs6("veth filters", v.HostIP6); err != nil {
 		return err
 	}
-	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 || v.Via < 0 || v.Sink <= 0 {
-		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d via=%d sink=%d must be positive", v.Veth, v.Eth0, v.Lo, v.Via, v.Sink)
+	if v.Veth <= 0 || v.Eth0 <= 0 || v.Lo <= 0 || v.Via < 0 {
+		return fmt.Errorf("veth filters: ifindexes veth=%d eth0=%d lo=%d via=%d must be positive", v.Veth, v.Eth0, v.Lo, v.Via)
+	}
+	if v.Sinks == nil {
+		return errors.New("veth filters: no drop sinks")
 	}
 	return nil
 }
@@ -238,11 +239,11 @@ func fixedOffsetEat(s *nl.TcU32Sel, off uint16) *nl.TcU32Sel {
 }
 
 // drop is a terminal node (or the default of a terminal link node) that
-// redirects to the sink, counting reason.
+// redirects to the sink of reason, through the host's action of reason.
 func (v VethFilters) drop(n node, reason string) node {
 	n.sel.Flags |= nl.TC_U32_TERMINAL
-	n.act, n.target, n.reason = actRedirect, v.Sink, reason
-	n.index = dropIndex(v.bank, v.Veth, reason)
+	n.act, n.target, n.reason = actRedirect, v.Sinks.Index(reason), reason
+	n.index = hostDropIndex(slices.Index(DropReasons, reason))
 	if n.classid == 0 {
 		n.classid = ClassID(v.Slot)
 	}
@@ -353,9 +354,11 @@ func (v VethFilters) rangeSet() rangeSet {
 // whenever Install would change an existing veth's nodes.
 //
 // Layout 4: redirects and drops share their mirred actions (actindex.go).
-// Upgrading a veth of an older layout replaces its drop actions, so its
-// drop counters start again from zero (a counter reset, once).
-const VethLayout = 4
+// Layout 5: drops go through the host's action of their reason to the
+// reason's sink, counted in the sinks' map (dropsinks.go). Upgrading a
+// veth of an older layout moves the counts of its old drop actions into
+// the map.
+const VethLayout = 5
 
 // Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
 // ranges rs. Existing nodes are kept or updated, so it can be re-run (also
@@ -377,7 +380,7 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		fs, err = d.list()
 	}
 	fresh := err != nil || len(fs) == 0
-	v.bank = v.dropBank(fs)
+	legacy := v.legacyDrops(fs)
 	if fresh {
 		if err := EnsureIngress(v.H, v.Veth); err != nil {
 			return err
@@ -428,6 +431,9 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		return err
 	}
 	if err := syncFixed(d, v.fixedNodes(), fs); err != nil {
+		return err
+	}
+	if err := v.Sinks.Add(v.Veth, legacy); err != nil {
 		return err
 	}
 	return v.clear6(d, fs)
@@ -488,7 +494,7 @@ func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 	var errs []error
 	for _, n := range want {
 		f, ok := have[pk{n.prio, n.handle}]
-		if n.act != actRedirect || n.target == v.Sink || !ok {
+		if n.act != actRedirect || n.reason != "" || !ok {
 			continue
 		}
 		n.handle = f.Handle // a root node's table id is the kernel's 80x:

@@ -1,0 +1,494 @@
+package tcfilter
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// Drop sinks and counts (see "Drops" in the package documentation).
+//
+// Every drop node of every veth redirects through the one mirred action of
+// its reason, shared by the whole host (index dropIndexBase|reason), to the
+// reason's sink: an ifb named DropSinkName(reason). Its egress runs a
+// cls_bpf program that adds one to the entry {skb_iif, reason} of the
+// count map and drops the packet. mirred sets skb_iif to the device it ran
+// on, the container's veth, so the map holds per-container, per-reason
+// counts that a bpf(2) lookup reads: no netlink dump, no rtnl, and no
+// mirred action of a container's own (the kernel walks every mirred action
+// each time any device goes away).
+//
+// The programs (and through them the map) stay attached when the daemon
+// exits; EnsureDropSinks adopts the map it finds there, so counts survive
+// a restart. An ifindex is reused only after its device is gone: the
+// entries of a veth are deleted when it is torn down (Release), when a new
+// veth is set up (Reset) and at start-up for veths that are gone (Prune).
+
+// DropSinkName is the name of the sink of reason (no "iso" prefix, the
+// one of containers' veths).
+func DropSinkName(reason string) string { return "drop." + reason }
+
+// dropCountEntries bounds the count map: an entry per (veth, reason) that
+// dropped something (slots x reasons, and room).
+const dropCountEntries = 1 << 16
+
+// Names of the count map, its programs and their filters.
+const (
+	dropMapName      = "iso_drops"
+	dropProgName     = "iso_drop_count"
+	dropFilterPrefix = "isolatord_count-"
+)
+
+// ErrNoDropCounts: the kernel cannot load the counting programs (no
+// cls_bpf), so frames are dropped but not counted per container.
+var ErrNoDropCounts = errors.New("per-container drop counts unavailable: the kernel does not load cls_bpf programs")
+
+// DropSinks are the host's per-reason drop sinks, their shared mirred
+// actions and the count map.
+type DropSinks struct {
+	index  []int   // sink ifindex by reason code (the index in DropReasons)
+	counts *bpfMap // nil: not counted (no cls_bpf)
+}
+
+// BPF reports whether drops are counted per container.
+func (s *DropSinks) BPF() bool { return s != nil && s.counts != nil }
+
+// Index is the ifindex of the sink of reason (0: unknown reason).
+func (s *DropSinks) Index(reason string) int {
+	if r := slices.Index(DropReasons, reason); s != nil && r >= 0 {
+		return s.index[r]
+	}
+	return 0
+}
+
+// isSink reports whether ifindex is one of the sinks.
+func (s *DropSinks) isSink(ifindex int) bool {
+	return s != nil && ifindex > 0 && slices.Contains(s.index, ifindex)
+}
+
+// Close releases the map's descriptor (the programs keep the map).
+func (s *DropSinks) Close() {
+	if s != nil && s.counts != nil {
+		s.counts.close()
+		s.counts = nil
+	}
+}
+
+// EnsureDropSinks makes sure the namespace of h has a sink per reason with
+// its counting program, and the mirred action of each reason pointing at
+// its sink. prepare runs on each sink while it is down (its sysctls: no
+// IPv6, no forwarding); inNS runs a function inside the namespace of h
+// (the action requests have no handle of their own). When the kernel
+// cannot load the programs (bpfErr != nil) the sinks are kept down:
+// mirred drops what is redirected to a down device, uncounted. It can be
+// re-run; an existing device of another kind with a sink's name is an
+// error.
+func EnsureDropSinks(h *netlink.Handle, inNS func(func() error) error, prepare func(ifindex int, name string) error) (s *DropSinks, bpfErr, err error) {
+	s = &DropSinks{index: make([]int, len(DropReasons))}
+	links := make([]netlink.Link, len(DropReasons))
+	for i, r := range DropReasons {
+		l, err := ensureIfb(h, DropSinkName(r))
+		if err != nil {
+			return nil, nil, err
+		}
+		links[i], s.index[i] = l, l.Attrs().Index
+		if l.Attrs().Flags&unix.IFF_UP == 0 {
+			if err := prepare(s.index[i], DropSinkName(r)); err != nil {
+				return nil, nil, fmt.Errorf("drop sink %s: %w", DropSinkName(r), err)
+			}
+		}
+		if err := EnsureClsact(h, s.index[i]); err != nil {
+			return nil, nil, err
+		}
+	}
+	bpfErr = s.attachCounters(h)
+	for i, l := range links {
+		set, what := h.LinkSetUp, "up"
+		if bpfErr != nil {
+			set, what = h.LinkSetDown, "down"
+		}
+		if err := set(l); err != nil {
+			s.Close()
+			return nil, bpfErr, fmt.Errorf("drop sink %s: set %s: %w", DropSinkName(DropReasons[i]), what, err)
+		}
+	}
+	if err := inNS(s.ensureActions); err != nil {
+		s.Close()
+		return nil, bpfErr, err
+	}
+	return s, bpfErr, nil
+}
+
+// ensureActions creates the mirred action of every reason (or points an
+// existing one at its sink: a re-created sink has another ifindex) in one
+// request, from the namespace's own thread. The actions are not a
+// filter's: they stay when the last node bound to them goes.
+func (s *DropSinks) ensureActions() error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWACTION, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
+	req.AddData(&nl.TcActionMsg{Family: nl.FAMILY_ALL})
+	tab := nl.NewRtAttr(nl.TCA_ACT_TAB, nil)
+	var acts []netlink.Action
+	for r, idx := range s.index {
+		a := redirect(idx)
+		a[0].Attrs().Index = int(hostDropIndex(r))
+		acts = append(acts, a...)
+	}
+	if err := netlink.EncodeActions(tab, acts); err != nil {
+		return err
+	}
+	req.AddData(tab)
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return fmt.Errorf("drop actions: %w", err)
+	}
+	return nil
+}
+
+// Stack slots of the counting program.
+const (
+	stkCountKey = -8  // 8: skb_iif (4), reason code (4)
+	stkCountOne = -16 // 8: the value 1
+)
+
+const (
+	opAtomicDW    = 0xdb // STX ATOMIC DW, imm BPF_ADD: lock *(u64 *)(dst + off) += src
+	bpfNoExist    = 1    // BPF_NOEXIST
+	bpfNoPrealloc = 1    // BPF_F_NO_PREALLOC
+)
+
+// countProgram counts a packet under {skb_iif, code} in map fd and drops
+// it. A missing entry is inserted; when another CPU inserted it first the
+// insert fails and the count goes to its entry.
+func countProgram(fd int, code int) ([]byte, error) {
+	a := newAsm()
+	a.ldxW(r1, r1, 36) // __sk_buff.ingress_ifindex (skb_iif)
+	a.stxW(r10, r1, stkCountKey)
+	a.stW(r10, stkCountKey+4, int32(code))
+	a.emit(bpfStDW, r10, 0, stkCountOne, 1)
+	add := func(miss string) {
+		a.ldMap(r1, fd)
+		a.movReg(r2, r10)
+		a.addImm(r2, stkCountKey)
+		a.call(helperMapLookup)
+		a.jmp(opJeqImm, r0, 0, miss)
+		a.movImm(r1, 1)
+		a.emit(opAtomicDW, r0, r1, 0, 0)
+		a.jmp(opJa, 0, 0, "shot")
+	}
+	add("insert")
+	a.label("insert")
+	a.ldMap(r1, fd)
+	a.movReg(r2, r10)
+	a.addImm(r2, stkCountKey)
+	a.movReg(r3, r10)
+	a.addImm(r3, stkCountOne)
+	a.movImm(r4, bpfNoExist)
+	a.call(helperMapUpdate)
+	a.jmp(opJeqImm, r0, 0, "shot")
+	add("shot")
+	a.label("shot")
+	a.movImm(r0, tcActShot)
+	a.exit()
+	return a.assemble()
+}
+
+// countFilterName is the name of the sink filter of reason code r: a
+// digest of its program's code (map reference zeroed), so that a name
+// match means the same code.
+func countFilterName(r int) (string, error) {
+	code, err := countProgram(0, r)
+	if err != nil {
+		return "", err
+	}
+	d := sha256.Sum256(code)
+	return fmt.Sprintf("%s%s-%x", dropFilterPrefix, DropReasons[r], d[:6]), nil
+}
+
+// sinkFilter returns the counting filter on the egress of sink (nil:
+// none).
+func sinkFilter(h *netlink.Handle, sink int) (*netlink.BpfFilter, error) {
+	fs, err := h.FilterList(linkRef(sink), netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		return nil, fmt.Errorf("list filters of drop sink %d: %w", sink, err)
+	}
+	for _, f := range fs {
+		if b, ok := f.(*netlink.BpfFilter); ok && b.Priority == PrioSinkShot && strings.HasPrefix(b.Name, dropFilterPrefix) {
+			return b, nil
+		}
+	}
+	return nil, nil
+}
+
+// countMapOf opens the count map a program uses (nil: none).
+func countMapOf(progID int) *bpfMap {
+	fd, err := fdByID(unix.BPF_PROG_GET_FD_BY_ID, progID)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	for _, id := range progMapIDs(fd) {
+		mfd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
+		if err != nil {
+			continue
+		}
+		info := make([]byte, 128)
+		// bpf_map_info: type, id, key_size, value_size, max_entries, map_flags, name
+		if objInfo(mfd, info) == nil && unix.ByteSliceToString(info[24:40]) == dropMapName &&
+			binary.NativeEndian.Uint32(info[8:]) == 8 && binary.NativeEndian.Uint32(info[12:]) == 8 {
+			return &bpfMap{fd: mfd}
+		}
+		unix.Close(mfd)
+	}
+	return nil
+}
+
+// attachCounters adopts the count map of a sink's program (a restarted
+// daemon) or creates one, and gives every sink the counting program of its
+// reason on that map, leaving a filter that runs that very code on that
+// very map in place.
+func (s *DropSinks) attachCounters(h *netlink.Handle) error {
+	have := make([]*netlink.BpfFilter, len(s.index))
+	for i, idx := range s.index {
+		f, err := sinkFilter(h, idx)
+		if err != nil {
+			return err
+		}
+		have[i] = f
+		if f != nil && s.counts == nil {
+			s.counts = countMapOf(f.Id)
+		}
+	}
+	if s.counts == nil {
+		m, err := newBPFMapFlags(unix.BPF_MAP_TYPE_HASH, 8, 8, dropCountEntries, bpfNoPrealloc, dropMapName)
+		if err != nil {
+			return err
+		}
+		s.counts = m
+	}
+	id := mapID(s.counts.fd)
+	for i, idx := range s.index {
+		name, err := countFilterName(i)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		if f := have[i]; f != nil && f.Name == name {
+			if m := countMapOf(f.Id); m != nil {
+				same := mapID(m.fd) == id
+				m.close()
+				if same {
+					continue
+				}
+			}
+		}
+		if err := s.attachCounter(h, idx, i, name); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// attachCounter loads the program of reason code r and puts it on the
+// egress of sink (replacing what is there).
+func (s *DropSinks) attachCounter(h *netlink.Handle, sink, r int, name string) error {
+	code, err := countProgram(s.counts.fd, r)
+	if err != nil {
+		return err
+	}
+	fd, err := loadSchedCls(dropProgName, code)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	err = h.FilterReplace(&netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: sink, Parent: netlink.HANDLE_MIN_EGRESS, Priority: PrioSinkShot,
+			Protocol: unix.ETH_P_ALL, Handle: 1},
+		Fd: fd, Name: name, DirectAction: true,
+	})
+	if err != nil {
+		return fmt.Errorf("attach bpf %s to drop sink %d: %w", name, sink, err)
+	}
+	return nil
+}
+
+// ---- counts ----
+
+func countKey(veth, r int) []byte {
+	k := make([]byte, 8)
+	binary.NativeEndian.PutUint32(k, uint32(veth))
+	binary.NativeEndian.PutUint32(k[4:], uint32(r))
+	return k
+}
+
+func zeroCounts() map[string]uint64 {
+	out := make(map[string]uint64, len(DropReasons))
+	for _, r := range DropReasons {
+		out[r] = 0
+	}
+	return out
+}
+
+// Counts reads how many frames veth dropped, by reason (every reason
+// present), from the count map: a lookup per reason, no netlink.
+func (s *DropSinks) Counts(veth int) (map[string]uint64, error) {
+	out := zeroCounts()
+	if !s.BPF() {
+		return out, ErrNoDropCounts
+	}
+	v := make([]byte, 8)
+	for r, name := range DropReasons {
+		err := s.counts.lookup(countKey(veth, r), v)
+		switch {
+		case err == nil:
+			out[name] = binary.NativeEndian.Uint64(v)
+		case !errors.Is(err, unix.ENOENT):
+			return out, fmt.Errorf("drop counts of veth %d: %w", veth, err)
+		}
+	}
+	return out, nil
+}
+
+// Release reads the counts of veth (which is going away) and deletes its
+// entries.
+func (s *DropSinks) Release(veth int) (map[string]uint64, error) {
+	out, err := s.Counts(veth)
+	if err != nil {
+		return out, err
+	}
+	return out, s.Reset(veth)
+}
+
+// Reset deletes the entries of veth (missing ones are fine): a veth just
+// created starts from zero whatever an earlier device of its ifindex
+// counted.
+func (s *DropSinks) Reset(veth int) error {
+	if !s.BPF() {
+		return nil
+	}
+	var errs []error
+	for r := range DropReasons {
+		if err := s.counts.delete(countKey(veth, r)); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("drop counts of veth %d: %w", veth, err)
+	}
+	return nil
+}
+
+// Add adds m (counts by reason) to the entries of veth: what its drop
+// nodes had counted in actions of their own before they were moved to the
+// sinks (Install on a veth of an older layout).
+func (s *DropSinks) Add(veth int, m map[string]uint64) error {
+	if !s.BPF() {
+		return nil
+	}
+	v := make([]byte, 8)
+	for r, name := range DropReasons {
+		n := m[name]
+		if n == 0 {
+			continue
+		}
+		k := countKey(veth, r)
+		// An update is not atomic with the program's increments: a frame
+		// counted between the lookup and the update is lost (once, at
+		// the upgrade).
+		if err := s.counts.lookup(k, v); err == nil {
+			n += binary.NativeEndian.Uint64(v)
+		}
+		binary.NativeEndian.PutUint64(v, n)
+		if err := s.counts.update(k, v); err != nil {
+			return fmt.Errorf("drop counts of veth %d: %w", veth, err)
+		}
+	}
+	return nil
+}
+
+// All reads every entry of the map: counts by veth and reason (veths that
+// dropped nothing are absent).
+func (s *DropSinks) All() (map[int]map[string]uint64, error) {
+	out := map[int]map[string]uint64{}
+	if !s.BPF() {
+		return out, ErrNoDropCounts
+	}
+	keys, err := s.counts.keys(dropCountEntries)
+	if err != nil {
+		return out, err
+	}
+	v := make([]byte, 8)
+	for _, k := range keys {
+		veth, r := int(binary.NativeEndian.Uint32(k)), int(binary.NativeEndian.Uint32(k[4:]))
+		if r >= len(DropReasons) || s.counts.lookup(k, v) != nil {
+			continue // a newer daemon's reason, or deleted meanwhile
+		}
+		if out[veth] == nil {
+			out[veth] = zeroCounts()
+		}
+		out[veth][DropReasons[r]] += binary.NativeEndian.Uint64(v)
+	}
+	return out, nil
+}
+
+// Prune deletes the entries of every veth for which keep is false (gone
+// devices, at start-up); it returns how many veths it forgot.
+func (s *DropSinks) Prune(keep func(veth int) bool) (int, error) {
+	if !s.BPF() {
+		return 0, nil
+	}
+	keys, err := s.counts.keys(dropCountEntries)
+	if err != nil {
+		return 0, err
+	}
+	gone := map[int]bool{}
+	var errs []error
+	for _, k := range keys {
+		veth := int(binary.NativeEndian.Uint32(k))
+		if keep(veth) {
+			continue
+		}
+		gone[veth] = true
+		if err := s.counts.delete(k); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+		}
+	}
+	return len(gone), errors.Join(errs...)
+}
+
+// keys lists the map's keys (at most max), with BPF_MAP_GET_NEXT_KEY.
+func (m *bpfMap) keys(max int) ([][]byte, error) {
+	var out [][]byte
+	var prev []byte // nil: the first key
+	for len(out) < max {
+		next := make([]byte, 8)
+		attr := struct {
+			fd        uint32
+			_         uint32
+			key, next uint64
+		}{fd: uint32(m.fd), next: uint64(uintptr(unsafe.Pointer(&next[0])))}
+		if prev != nil {
+			attr.key = uint64(uintptr(unsafe.Pointer(&prev[0])))
+		}
+		_, err := bpfSys(unix.BPF_MAP_GET_NEXT_KEY, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+		runtime.KeepAlive(prev)
+		runtime.KeepAlive(next)
+		if errors.Is(err, unix.ENOENT) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("bpf: map keys: %w", err)
+		}
+		out = append(out, next)
+		prev = next
+	}
+	return out, nil
+}
