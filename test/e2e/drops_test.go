@@ -19,7 +19,8 @@ import (
 // port it does not own) is dropped on the host side and counted by reason
 // in Usage, in isolatorctl usage and in isolatord_dropped_packets_total,
 // whose series all exist from zero and keep a cleaned-up container's
-// counts.
+// counts. The counts live in the kernel: a daemon killed with SIGKILL and
+// started again reports the same.
 func TestDropsCounted(t *testing.T) {
 	sb := sandbox.New(t)
 	d := StartDaemon(t, sb, DaemonOptions{Extra: []string{"--metrics-addr", metricsAddr}})
@@ -69,6 +70,21 @@ func TestDropsCounted(t *testing.T) {
 	}
 	if v := value(t, scrape(t, sb), "isolatord_dropped_packets_total", map[string]string{"reason": "port"}); v < n {
 		t.Errorf("isolatord_dropped_packets_total{reason=port} = %v, want >= %d", v, n)
+	}
+	want := u.DroppedPackets
+	d.Kill()
+	d.Start()
+	if u, err = d.Client.Usage(ctx, &pb.UsageRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	for r, k := range want {
+		if u.DroppedPackets[r] != k {
+			t.Errorf("after kill -9 and a restart usage dropped_packets = %v, want %v", u.DroppedPackets, want)
+			break
+		}
+	}
+	if v := value(t, scrape(t, sb), "isolatord_dropped_packets_total", map[string]string{"reason": "port"}); v < n {
+		t.Errorf("after the restart isolatord_dropped_packets_total{reason=port} = %v, want >= %d", v, n)
 	}
 	d.Ctl(t, "cleanup", id)
 	if v := value(t, scrape(t, sb), "isolatord_dropped_packets_total", map[string]string{"reason": "port"}); v < n {
