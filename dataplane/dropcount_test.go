@@ -12,9 +12,8 @@ import (
 	"github.com/isolatord/isolatord/test/wait"
 )
 
-// dropPort makes c send one datagram from a port it does not own and
-// waits until Stats counts it.
-func dropPort(t *testing.T, e *env, c ctr, want uint64) {
+// sendUnowned makes c send one datagram from a port it does not own.
+func sendUnowned(t *testing.T, c ctr) {
 	t.Helper()
 	if err := c.proc.Do(func() error {
 		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 45000}, &net.UDPAddr{IP: sandbox.ClientIP, Port: 9})
@@ -27,6 +26,13 @@ func dropPort(t *testing.T, e *env, c ctr, want uint64) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dropPort makes c send one datagram from a port it does not own and
+// waits until Stats counts it (want: the port count then).
+func dropPort(t *testing.T, e *env, c ctr, want uint64) {
+	t.Helper()
+	sendUnowned(t, c)
 	wait.For(t, 5*time.Second, "the datagram counted as port", func() bool {
 		st, err := e.d.Stats(context.Background(), c.c)
 		if err != nil {

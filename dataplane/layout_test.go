@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/tcfilter"
-	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )
 
@@ -134,26 +132,12 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	notMine := func() {
-		t.Helper()
-		if err := a.proc.Do(func() error {
-			u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 45000}, &net.UDPAddr{IP: sandbox.ClientIP, Port: 9})
-			if err != nil {
-				return err
-			}
-			defer u.Close()
-			_, err = u.Write([]byte("not my port"))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// counted by the old action only (the old sink does not count)
 	st0, err := e.d.Stats(ctx, a.c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	notMine()
+	sendUnowned(t, a)
 	portIdx := int(hostDropBase | uint32(veth)<<4 | uint32(slices.Index(DropReasons, tcfilter.DropPort)))
 	wait.For(t, 5*time.Second, "the old port action counts the datagram", func() bool {
 		fs, err := e.d.h.FilterList(linkRefIdx(veth), netlink.HANDLE_MIN_INGRESS)
@@ -200,7 +184,7 @@ func TestAdoptUpgradesVethLayout(t *testing.T) {
 	if got := before.Dropped[tcfilter.DropPort] - st0.Dropped[tcfilter.DropPort]; got != 1 {
 		t.Errorf("the datagram the old action counted: %d after the upgrade, want 1 (%v)", got, before.Dropped)
 	}
-	notMine()
+	sendUnowned(t, a)
 	var n uint64
 	var dropped map[string]uint64
 	wait.Until(5*time.Second, func() bool {

@@ -92,6 +92,23 @@ func checkShared(t *testing.T, w *wire, c *ctr) {
 	}
 }
 
+// sendUnowned makes c send one UDP datagram from port 40000 (owned by no
+// container) to the client.
+func sendUnowned(t *testing.T, w *wire, c *ctr) {
+	t.Helper()
+	if err := c.c.Do(func() error {
+		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: w.s.ClientIP, Port: 9000})
+		if err != nil {
+			return err
+		}
+		defer u.Close()
+		_, err = u.Write([]byte("hi"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // dropOne sends one UDP datagram from port 40000 (owned by no container)
 // and waits until the veth's port drops grew, then checks they grew by
 // exactly one and that the counts of others did not move.
@@ -109,17 +126,7 @@ func dropOne(t *testing.T, w *wire, c *ctr, others ...*ctr) {
 		}
 		otherBefore = append(otherBefore, m)
 	}
-	if err := c.c.Do(func() error {
-		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: w.s.ClientIP, Port: 9000})
-		if err != nil {
-			return err
-		}
-		defer u.Close()
-		_, err = u.Write([]byte("hi"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	sendUnowned(t, w, c)
 	var d uint64
 	wait.Until(5*time.Second, func() bool {
 		after, err := c.vf.Drops()
@@ -218,28 +225,14 @@ func TestInstallUpgradesLayout4(t *testing.T) {
 	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
 	b := w.plumb(t, "cb", 2, rg(33792, 34047))
 	serve(t, w.s.Client.Do, "client", 9000)
-	type pk struct {
-		prio   uint16
-		handle uint32
-	}
-	reason := map[pk]string{}
-	for _, n := range a.vf.fixedNodes() {
-		if n.reason != "" {
-			reason[pk{n.prio, n.handle}] = n.reason
-		}
-	}
+	reason := a.vf.dropReasons()
 	fs, err := a.vf.dev().list()
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := map[uint32]bool{}
 	for _, f := range fs {
-		htid, _, nid := SplitU32Handle(f.Handle)
-		k := pk{f.Priority, f.Handle}
-		if htid >= 0x800 {
-			k.handle = nid
-		}
-		r, ok := reason[k]
+		r, ok := reason[keyOf(f)]
 		if !ok {
 			continue
 		}
@@ -265,17 +258,7 @@ func TestInstallUpgradesLayout4(t *testing.T) {
 		t.Fatalf("layout 4 not built: %d of %d old drop actions", n, len(old))
 	}
 	// one datagram from an unowned port: counted by the old action only
-	if err := a.c.Do(func() error {
-		u, err := net.DialUDP("udp4", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: w.s.ClientIP, Port: 9000})
-		if err != nil {
-			return err
-		}
-		defer u.Close()
-		_, err = u.Write([]byte("hi"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	sendUnowned(t, w, a)
 	wait.Until(5*time.Second, func() bool {
 		fs, err := a.vf.dev().list()
 		return err == nil && a.vf.legacyDrops(fs)[DropPort] == 1

@@ -35,9 +35,11 @@
 // from its veth), shaperexit.go (the exit of an egress shaper pair);
 // their IPv6 nodes in veth6.go, container6.go and shaperexit6.go.
 //
-// The drop sink and the programs: sink.go (EnsureSink), bpf.go (the
-// VLAN check and the drop program), bpfasm.go (a small eBPF assembler and
-// the bpf(2) calls).
+// The drop sinks and the programs: dropsinks.go (EnsureDropSinks: a sink
+// per reason, its counting program, the host's drop actions and the count
+// map), sink.go (EnsureSink: the one sink of older layouts and of the IPv6
+// demux's counting mirrors), bpf.go (the VLAN check and the drop
+// program), bpfasm.go (a small eBPF assembler and the bpf(2) calls).
 //
 // # Priorities, parents, handles, classids
 //
@@ -277,8 +279,8 @@
 //
 // The rule: a frame leaves a container's veth only if a process on the
 // host that owned exactly the container's ports could have sent it.
-// Everything else is redirected to the drop sink by a node that names the
-// reason (Drop*). The veth's ingress hook has four classifiers:
+// Everything else is redirected to the drop sink of a reason by a node that
+// names the reason (Drop*). The veth's ingress hook has four classifiers:
 //
 //	prio 1  cls_bpf, all protocols: the VLAN check (below)
 //	prio 2  u32, IPv4
@@ -343,28 +345,40 @@
 // With an egress limit every redirect that is not a drop, ARP included,
 // goes to the container's shaper (Via), so an ARP flood is shaped too.
 //
-// # Drops (the sink and the VLAN check)
+// # Drops (the sinks, the counts and the VLAN check)
 //
 // This kernel has no gact, police or act_bpf, so no "action drop". Drop
-// nodes redirect (mirred, stolen) to the host's sink device SinkName, an
-// ifb that is up and whose egress hook holds one cls_bpf filter in
-// direct-action mode running a two-instruction program returning
-// TC_ACT_SHOT: the packet dies in dev_queue_xmit before ifb_xmit (which
-// would re-inject it into the veth). The program is loaded with the bpf
-// syscall from hand-written instructions (bpf.go). Per-container,
-// per-reason counters come for free: the drop nodes of one reason on one
-// veth share a mirred action (actindex.go), which counts the packets they
-// redirected, read from one dump of the veth's filters (VethFilters.Drops).
-// The veth's other redirects share the action of their target with every
-// veth (each mirred action costs a step of a machine-wide walk whenever a
-// device goes away). When the kernel cannot load the program
-// the sink is kept down: mirred then drops what is redirected to a down
-// device and still counts it (with a rate-limited "device is down" kernel
-// notice), and the VLAN check is not attached. A redirect to a deleted
-// sink also drops (mirred's device reference is gone). EnsureSink
-// re-creates a missing sink at start-up and Install re-points every drop
-// node at it (through new actions: the old ones still point at the gone
-// device).
+// nodes redirect (mirred, stolen) through the host's mirred action of
+// their reason (one per reason for the whole host, index
+// dropIndexBase|reason, shared by every veth's nodes: actindex.go) to the
+// reason's sink DropSinkName(reason), an ifb that is up, has IPv6 off and
+// forwards nothing, whose egress hook holds one cls_bpf filter in
+// direct-action mode: a program that adds one to the entry {skb_iif,
+// reason} of a BPF hash map and returns TC_ACT_SHOT, so the packet dies in
+// dev_queue_xmit before ifb_xmit (which would re-inject it into the
+// veth). mirred sets skb_iif to the device it ran on, the container's
+// veth, so the map holds per-container, per-reason counts read with
+// bpf(2) lookups (DropSinks.Counts, All): no dump, no rtnl, and no mirred
+// action of a container's own, which every link deletion on the machine
+// would walk. The programs are loaded with the bpf syscall from
+// hand-written instructions (dropsinks.go, bpfasm.go); their filter names
+// carry a digest of the code, and a restarted daemon adopts the map the
+// programs use, so counts survive it. An ifindex can be handed out again
+// once its device is gone: a veth's entries are deleted at its teardown
+// (Release), at its creation (Reset) and, at start-up, for veths that are
+// gone (Prune). A veth of a layout before 5 (drop actions of its own, to
+// the one sink SinkName) is moved to the host's actions by Install, which
+// adds what its old actions counted to the map; the kernel deletes an old
+// action once no node is bound to it. When the kernel cannot load the
+// programs the sinks are kept down: mirred then drops what is redirected
+// to a down device (with a rate-limited "device is down" kernel notice),
+// uncounted per container (ErrNoDropCounts), and the VLAN check is not
+// attached. A sink deleted and re-created gets another ifindex:
+// EnsureDropSinks re-points the host's action (a replace of the action
+// itself, seen at once by every node bound to it).
+//
+// The one sink SinkName of earlier layouts stays, with a program that only
+// drops: the IPv6 demux's counting mirrors copy to it.
 //
 // VLAN: the receive path moves an 802.1Q/802.1ad tag into skb metadata
 // before tc runs, so u32 sees the inner packet, and a redirect to eth0

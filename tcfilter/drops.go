@@ -37,24 +37,10 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 // to the one sink SinkName), each action counted once.
 func (v VethFilters) legacyDrops(fs []*netlink.U32) map[string]uint64 {
 	out := map[string]uint64{}
-	type pk struct {
-		prio   uint16
-		handle uint32
-	}
-	reason := map[pk]string{}
-	for _, n := range v.fixedNodes() {
-		if n.reason != "" {
-			reason[pk{n.prio, n.handle}] = n.reason
-		}
-	}
+	reason := v.dropReasons()
 	counted := map[int]bool{}
 	for _, f := range fs {
-		htid, _, nid := SplitU32Handle(f.Handle)
-		k := pk{f.Priority, f.Handle}
-		if htid >= 0x800 {
-			k.handle = nid
-		}
-		r, ok := reason[k]
+		r, ok := reason[keyOf(f)]
 		if !ok || isHostDropIndex(mirredIndex(f)) || v.Sinks.isSink(mirredTarget(f)) {
 			continue
 		}
@@ -66,6 +52,32 @@ func (v VethFilters) legacyDrops(fs []*netlink.U32) map[string]uint64 {
 			if s := a.Attrs().Statistics; s != nil && s.Basic != nil {
 				out[r] += uint64(s.Basic.Packets)
 			}
+		}
+	}
+	return out
+}
+
+// nodeKey names a node of a device: priority and handle, the node id
+// alone for root nodes (the kernel numbers root tables itself).
+type nodeKey struct {
+	prio   uint16
+	handle uint32
+}
+
+func keyOf(f *netlink.U32) nodeKey {
+	htid, _, nid := SplitU32Handle(f.Handle)
+	if htid >= 0x800 {
+		return nodeKey{f.Priority, nid}
+	}
+	return nodeKey{f.Priority, f.Handle}
+}
+
+// dropReasons maps the veth's drop nodes to their reasons.
+func (v VethFilters) dropReasons() map[nodeKey]string {
+	out := map[nodeKey]string{}
+	for _, n := range v.fixedNodes() {
+		if n.reason != "" {
+			out[nodeKey{n.prio, n.handle}] = n.reason
 		}
 	}
 	return out

@@ -143,13 +143,17 @@ func loadBytesTo(a *asm, off, n, buf int32) {
 
 // mapUpdate stores the value at stack offset value under the key at
 // stack offset key in map fd (BPF_ANY).
-func mapUpdate(a *asm, fd int, key, value int32) {
+func mapUpdate(a *asm, fd int, key, value int32) { mapUpdateFlags(a, fd, key, value, 0) }
+
+// mapUpdateFlags is mapUpdate with update flags (BPF_ANY, BPF_NOEXIST...);
+// r0 is the helper's result.
+func mapUpdateFlags(a *asm, fd int, key, value, flags int32) {
 	a.ldMap(r1, fd)
 	a.movReg(r2, r10)
 	a.addImm(r2, key)
 	a.movReg(r3, r10)
 	a.addImm(r3, value)
-	a.movImm(r4, 0) // BPF_ANY
+	a.movImm(r4, flags)
 	a.call(helperMapUpdate)
 }
 

@@ -8,11 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SinkName is the host device every dropping node redirects to (it does
-// not start with "iso", the prefix of containers' veths).
+// SinkName is the host device the IPv6 demux's counting mirrors copy to,
+// and the one the drop nodes of veths of layouts before 5 redirect to (it
+// does not start with "iso", the prefix of containers' veths); drop nodes
+// now go to the sink of their reason (DropSinkName).
 const SinkName = "drop.isolatord"
 
-// Sink is the host's drop sink (see "Drops" in the package documentation).
+// Sink is the device SinkName (see "Drops" in the package documentation).
 type Sink struct {
 	Index int  // ifindex
 	BPF   bool // up with the dropping program on its egress; false: kept down (mirred drops)

@@ -117,7 +117,8 @@ func (s rangeSet) apply(add, del []ephemeral.Range) error {
 // veth: what the container sends. They let out only what a host process
 // owning exactly the container's ports could send (see "Host-side veth
 // ingress" in the package documentation); everything else is redirected to
-// the drop sink by a node that names the reason (Drop*), and counted there.
+// the drop sink of a reason by a node that names the reason (Drop*), and
+// counted there per veth.
 // TCP and UDP from owned source ports go to host lo when the destination is
 // local (host IP or 127.0.0.0/8) and out through host eth0 otherwise; ARP
 // requests, echo requests/replies and ICMP errors about the container's own

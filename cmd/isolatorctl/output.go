@@ -372,8 +372,13 @@ func (r cleanupResult) writeTable(w io.Writer) error {
 }
 
 // dropsString sums the frames the host refused and names the reasons of
-// those that are not zero: "3 (port 2, protocol 1)", or "0".
+// those that are not zero: "3 (port 2, protocol 1)", or "0"; none at all
+// (a host without cls_bpf) is said so.
 func dropsString(m map[string]uint64) string {
+	if len(m) == 0 {
+		// the daemon reports every reason when it counts them
+		return "not counted per container on this host (the kernel does not load cls_bpf programs)"
+	}
 	var total uint64
 	var parts []string
 	for _, r := range slices.Sorted(maps.Keys(m)) {
