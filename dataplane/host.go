@@ -142,7 +142,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	// The per-reason sinks every veth's drop nodes redirect to (through
 	// one action per reason), counting per container; their sysctls as
 	// the sink's, set before they come up.
-	drops, _, err := tcfilter.EnsureDropSinks(d.h, d.hostNS.Do, func(idx int, name string) error {
+	drops, countErr, err := tcfilter.EnsureDropSinks(d.h, d.hostNS.Do, func(idx int, name string) error {
 		return d.withHostSysctls(func(sd *sysctl.Dir) error { return hostLinkSettings(sd, idx, name) })
 	})
 	if err != nil {
@@ -151,6 +151,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if bpfErr != nil {
 		d.log.Warn("cls_bpf programs unavailable: containers' dropped frames go to sinks kept down (the kernel logs rate-limited \"device is down\" notices), are not counted per container (usage shows no dropped packets), and VLAN-tagged frames are not checked",
 			"sink", tcfilter.SinkName, "err", bpfErr)
+	} else if countErr != nil {
+		d.log.Warn("the drop-counting program is not loaded: containers' dropped frames go to sinks kept down and are not counted per container (usage shows no dropped packets)",
+			"err", countErr)
 	}
 	// The recovery cache's dumps (links and qdiscs, read by the sweep of
 	// retired links and then by recovery) on a socket of their own while
