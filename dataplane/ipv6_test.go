@@ -44,12 +44,17 @@ func TestIPv6ContainerNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hh.Close()
-	sink, err := hh.LinkByName(tcfilter.SinkName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sa, err := hh.AddrList(sink, netlink.FAMILY_V6); err != nil || len(sa) != 0 {
-		t.Errorf("drop sink IPv6 addresses %v (%v), want none", sa, err)
+	for _, name := range append([]string{tcfilter.SinkName}, sinkNames()...) {
+		sink, err := hh.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sa, err := hh.AddrList(sink, netlink.FAMILY_V6); err != nil || len(sa) != 0 {
+			t.Errorf("drop sink %s IPv6 addresses %v (%v), want none", name, sa, err)
+		}
+		if v, err := e.sb.Host.Sysctl("net/ipv4/conf/" + name + "/forwarding"); err != nil || v != "0" {
+			t.Errorf("drop sink %s forwarding %q (%v), want 0", name, v, err)
+		}
 	}
 
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
