@@ -103,6 +103,8 @@ type DataPlane struct {
 	// hr is a second handle for reads (Stats), so that they do not queue
 	// behind the requests of setups and teardowns on h's socket.
 	hr *netlink.Handle
+	// hc sends the veth filters' requests in batches (tcfilter.Conn).
+	hc *tcfilter.Conn
 	// sys reads veth counters without rtnl (Stats); nil when no sysfs
 	// could be mounted for hostNS, and Stats uses hr.
 	sys *hostlink.SysNet
@@ -218,9 +220,16 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	h, err := host.Netlink()
 	var hr *netlink.Handle
+	var hc *tcfilter.Conn
 	if err == nil {
 		if hr, err = host.Netlink(); err != nil {
 			h.Close()
+		}
+	}
+	if err == nil {
+		if hc, err = openConn(host); err != nil {
+			h.Close()
+			hr.Close()
 		}
 	}
 	if err != nil {
@@ -231,7 +240,7 @@ func New(cfg Config) (*DataPlane, error) {
 		return nil, err
 	}
 	d := &DataPlane{
-		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h, hr: hr,
+		cfg: cfg, log: log, hostNS: host, selfNS: self, h: h, hr: hr, hc: hc,
 		ctrs:     map[string]*record{},
 		slots:    map[uint16]string{},
 		shared:   map[uint16][]spread.Holder{},
@@ -287,6 +296,7 @@ func (d *DataPlane) closeLocked() error {
 	d.drops.Close()
 	d.h.Close()
 	d.hr.Close()
+	d.hc.Close()
 	if d.sys != nil {
 		d.sys.Close()
 	}
@@ -430,7 +440,7 @@ func (d *DataPlane) hostIP() net.IP { return d.info.IP.IP }
 // ifindex of its egress shaper's entry (0: none).
 func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters {
 	return tcfilter.VethFilters{
-		H: d.h, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
+		H: d.h, C: d.hc, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
 		Sinks: d.drops, VLAN: d.sink.BPF, HostIP: d.hostIP(), HostIP6: d.hostIP6(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
 	}
 }
@@ -619,6 +629,11 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	closers = append(closers, ch.Close)
+	cc, err := openConn(ns)
+	if err != nil {
+		return p, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	closers = append(closers, func() { cc.Close() })
 	if err := d.step("container handle"); err != nil {
 		return p, err
 	}
@@ -636,6 +651,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 	cf := d.containerFilters(ch, cl.Lo, cl.Eth0)
+	cf.C = cc
 	if err := cf.Install(all); err != nil {
 		return p, fmt.Errorf("container %s: container filters: %w", c.ID, err)
 	}

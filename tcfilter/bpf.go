@@ -147,20 +147,29 @@ func (f bpfFilter) present(h *netlink.Handle, link int) (bool, error) {
 	return false, nil
 }
 
-// attach adds f to link (which must have a clsact qdisc). The filter takes
-// its own reference to the cached program.
-func (f bpfFilter) attach(h *netlink.Handle, link int) error {
+// filter is the netlink filter that attaches f to link, with the cached
+// program.
+func (f bpfFilter) filter(link int) (*netlink.BpfFilter, error) {
 	fd, err := cachedProg(f)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = h.FilterAdd(&netlink.BpfFilter{
+	return &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{
 			LinkIndex: link, Parent: f.parent, Priority: f.prio, Protocol: unix.ETH_P_ALL, Handle: 1,
 		},
 		Fd: fd, Name: f.name, DirectAction: true,
-	})
+	}, nil
+}
+
+// attach adds f to link (which must have a clsact qdisc). The filter takes
+// its own reference to the cached program.
+func (f bpfFilter) attach(h *netlink.Handle, link int) error {
+	bf, err := f.filter(link)
 	if err != nil {
+		return err
+	}
+	if err := h.FilterAdd(bf); err != nil {
 		return fmt.Errorf("attach bpf %s to ifindex %d: %w", f.name, link, err)
 	}
 	return nil

@@ -83,7 +83,7 @@ func (x *HostDemux) syncIPv6() error {
 		return err
 	}
 	fs6 := prio6(fs)
-	if err := syncFixed(x.d, append(x.rootNodes6(), x.tableNodes6()...), fs6); err != nil {
+	if err := syncFixed(nil, x.d, append(x.rootNodes6(), x.tableNodes6()...), fs6); err != nil {
 		return err
 	}
 	if err := x.finish6(fs6); err != nil {

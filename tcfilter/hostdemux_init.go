@@ -66,7 +66,7 @@ func (x *HostDemux) initLocked() error {
 		x.initDump = nil
 	}
 	fs := ours(all)
-	if err := syncFixed(x.d, append(x.rootNodes(), x.tableNodes()...), fs); err != nil {
+	if err := syncFixed(nil, x.d, append(x.rootNodes(), x.tableNodes()...), fs); err != nil {
 		return err
 	}
 	x.index(fs)

@@ -360,8 +360,10 @@ func ensureIngressHook(h *netlink.Handle, ifindex int, q netlink.Qdisc) error {
 // nodes in the root tables of our priorities are deleted. Root nodes are
 // matched by priority and node id, because their table id (800:, 801:, ...)
 // is chosen by the kernel; adding a root node that exists already fails with
-// ENOSPC, not EEXIST, so they must never be added blindly.
-func syncFixed(d dev, want []node, fs []*netlink.U32) error {
+// ENOSPC, not EEXIST, so they must never be added blindly. The requests go
+// in one batch through c (nil: one at a time), deletions and replacements
+// first.
+func syncFixed(c *Conn, d dev, want []node, fs []*netlink.U32) error {
 	type key struct {
 		prio   uint16
 		handle uint32 // node id only for root nodes
@@ -370,6 +372,7 @@ func syncFixed(d dev, want []node, fs []*netlink.U32) error {
 	for _, n := range want {
 		byKey[key{n.prio, n.handle}] = n
 	}
+	b := batch{c: c}
 	seen := map[key]bool{}
 	for _, f := range fs {
 		htid, _, nid := SplitU32Handle(f.Handle)
@@ -381,32 +384,24 @@ func syncFixed(d dev, want []node, fs []*netlink.U32) error {
 		n, ok := byKey[k]
 		switch {
 		case !ok && root:
-			if err := d.del(kindOf(f.Priority, f.Handle), f.Priority, f.Handle); err != nil && !errors.Is(err, unix.ENOENT) {
-				return err
-			}
+			b.del(d, kindOf(f.Priority, f.Handle), f.Priority, f.Handle, true)
 		case !ok:
 		case sameNode(d.build(n), f):
 			seen[k] = true
 		case sameMatch(d.build(n), f):
 			// only the actions differ: a replace keeps the node matching
 			n.handle = f.Handle
-			if err := d.replace(n.metricKind(), n); err != nil {
-				return err
-			}
+			b.replace(d, n.metricKind(), n)
 			seen[k] = true
 		default:
-			if err := d.del(n.metricKind(), n.prio, f.Handle); err != nil && !errors.Is(err, unix.ENOENT) {
-				return err
-			}
+			b.del(d, n.metricKind(), n.prio, f.Handle, true)
 		}
 	}
 	for _, n := range want {
-		if seen[key{n.prio, n.handle}] {
-			continue
-		}
-		if err := d.add(n.metricKind(), n); err != nil {
-			return err
+		if !seen[key{n.prio, n.handle}] {
+			b.add(d, n.metricKind(), n)
 		}
 	}
-	return nil
+	_, err := b.run()
+	return err
 }

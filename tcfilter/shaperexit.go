@@ -62,5 +62,5 @@ func (x ShaperExit) Install() error {
 	if err != nil {
 		return err
 	}
-	return syncFixed(d, x.nodes(), fs)
+	return syncFixed(nil, d, x.nodes(), fs)
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 )
@@ -48,17 +47,6 @@ func (p portTable) nodes(r ephemeral.Range, classid uint32, act, target int) []n
 	return ns
 }
 
-// ensure creates the tables (existing ones are fine); the link node is
-// one of the device's fixed nodes (syncFixed).
-func (p portTable) ensure(d dev) error {
-	for _, t := range p.tables() {
-		if err := d.addTable(t.kind, t.prio, t.htid, t.divisor); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // rangeDiff returns the ranges of b that are not in a.
 func rangeDiff(b, a []ephemeral.Range) []ephemeral.Range {
 	var out []ephemeral.Range
@@ -81,6 +69,7 @@ func rangeDiff(b, a []ephemeral.Range) []ephemeral.Range {
 // transactionally.
 type rangeSet struct {
 	d     dev
+	c     *Conn // batches (nil: one request at a time)
 	nodes func(r ephemeral.Range) []node
 }
 
@@ -88,29 +77,45 @@ type rangeSet struct {
 // their handles), removing them all again if one fails, then deletes the
 // nodes of del (missing ones are fine).
 func (s rangeSet) apply(add, del []ephemeral.Range) error {
-	var done []node
+	b := batch{c: s.c}
+	var (
+		ns []node
+		of []ephemeral.Range
+	)
 	for _, r := range add {
 		for _, n := range s.nodes(r) {
-			if err := s.d.replace(KindIP, n); err != nil {
-				for i := len(done) - 1; i >= 0; i-- {
-					if rerr := s.d.del(KindIP, PrioIP, done[i].handle); rerr != nil && !errors.Is(rerr, unix.ENOENT) {
-						err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
-					}
-				}
-				return fmt.Errorf("range %s: %w", r, err)
-			}
-			done = append(done, n)
+			b.replace(s.d, KindIP, n)
+			ns, of = append(ns, n), append(of, r)
 		}
 	}
-	var errs []error
-	for _, r := range del {
+	res, err := b.run()
+	if err != nil {
+		var errs []error
+		for _, x := range res {
+			if x.err != nil {
+				errs = append(errs, fmt.Errorf("range %s: %w", of[x.i], x.err))
+			} else {
+				b.del(s.d, KindIP, PrioIP, ns[x.i].handle, true)
+			}
+		}
+		if _, rerr := b.run(); rerr != nil {
+			errs = append(errs, fmt.Errorf("rollback: %w", rerr))
+		}
+		return errors.Join(errs...)
+	}
+	s.addDels(&b, del)
+	_, err = b.run()
+	return err
+}
+
+// addDels adds to b the deletion of the nodes of rs (missing ones are
+// fine).
+func (s rangeSet) addDels(b *batch, rs []ephemeral.Range) {
+	for _, r := range rs {
 		for _, n := range s.nodes(r) {
-			if err := s.d.del(KindIP, PrioIP, n.handle); err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, err)
-			}
+			b.del(s.d, KindIP, PrioIP, n.handle, true)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // VethFilters are the filters on the ingress of a container's host-side
@@ -145,8 +150,12 @@ type VethFilters struct {
 	Slot    uint16
 	Obs     Observer
 	// New: the veth was just created and has no filters; Install then
-	// reads none back (each dump waits for rtnl).
+	// reads none back (each dump waits for rtnl) and sends all of them in
+	// one batch.
 	New bool
+	// C sends the requests in batches (a Conn of the host namespace);
+	// nil: one at a time through H.
+	C *Conn
 }
 
 // out and local are the redirect targets of IP packets that leave the
@@ -343,7 +352,7 @@ func (v VethFilters) fixedNodes() []node {
 
 func (v VethFilters) rangeSet() rangeSet {
 	c := ClassID(v.Slot)
-	return rangeSet{d: v.dev(), nodes: func(r ephemeral.Range) []node {
+	return rangeSet{d: v.dev(), c: v.C, nodes: func(r ephemeral.Range) []node {
 		return slices.Concat(vethLocal.nodes(r, c, actRedirect, v.local()), vethOut.nodes(r, c, actRedirect, v.out()),
 			vethErr.nodes(r, c, actRedirect, v.out()))
 	}}
@@ -373,13 +382,12 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		return err
 	}
 	d := v.dev()
+	if v.New {
+		return v.installNew(d, rs)
+	}
 	// A veth with our nodes has its ingress (or, made by an older version, clsact) qdisc (checking costs a dump of
 	// every qdisc of the host, which recovery must not pay per container).
-	var fs []*netlink.U32
-	var err error
-	if !v.New {
-		fs, err = d.list()
-	}
+	fs, err := d.list()
 	fresh := err != nil || len(fs) == 0
 	legacy := v.legacyDrops(fs)
 	if fresh {
@@ -403,22 +411,19 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 			return err
 		}
 	}
-	for _, p := range []portTable{vethLocal, vethOut, vethErr} {
-		if err := p.ensure(d); err != nil {
-			return err
-		}
-	}
-	for _, t := range vethTables {
-		if err := d.addTable(t.kind, t.prio, t.htid, t.divisor); err != nil {
-			return err
-		}
+	b := batch{c: v.C}
+	v.addTables(&b, d)
+	if _, err := b.run(); err != nil {
+		return err
 	}
 	if !fresh {
 		if err := v.migrateOther(d); err != nil {
 			return err
 		}
 	}
-	if err := v.ensureTables6(d); err != nil {
+	// after migrateOther: an older layout's catch-all held PrioIP6
+	v.addTables6(&b, d)
+	if _, err := b.run(); err != nil {
 		return err
 	}
 	if err := v.rangeSet().apply(rs, nil); err != nil {
@@ -426,18 +431,56 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	}
 	// The range nodes just added lie in the port tables, which syncFixed
 	// leaves alone: a veth without filters before has none of its nodes.
-	if v.New || err == nil && len(fs) == 0 {
+	if err == nil && len(fs) == 0 {
 		fs = nil
 	} else if fs, err = d.list(); err != nil {
 		return err
 	}
-	if err := syncFixed(d, v.fixedNodes(), fs); err != nil {
+	if err := syncFixed(v.C, d, v.fixedNodes(), fs); err != nil {
 		return err
 	}
 	if err := v.Sinks.Add(v.Veth, legacy); err != nil {
 		return err
 	}
 	return v.clear6(d, fs)
+}
+
+// addTables adds to b the creation of the veth's IPv4 tables (existing
+// ones are fine): the port tables and the fixed tables.
+func (v VethFilters) addTables(b *batch, d dev) {
+	for _, p := range []portTable{vethLocal, vethOut, vethErr} {
+		b.addTables(d, p.tables())
+	}
+	b.addTables(d, vethTables)
+}
+
+// installNew installs the filters of a veth created by the caller (no
+// qdisc, no filter yet) in one batch, without reading anything back: the
+// ingress qdisc, the VLAN check, the tables, the nodes of the ranges rs and
+// the fixed nodes. On error the caller deletes the veth.
+func (v VethFilters) installNew(d dev, rs []ephemeral.Range) error {
+	// (no drop counts of an older layout to carry over: Install's
+	// Sinks.Add has nothing to add)
+	b := batch{c: v.C}
+	b.addIngress(d)
+	if v.VLAN {
+		if err := b.attachBPF(d, noVLANFilter); err != nil {
+			return err
+		}
+	}
+	v.addTables(&b, d)
+	v.addTables6(&b, d)
+	set := v.rangeSet()
+	for _, r := range rs {
+		for _, n := range set.nodes(r) {
+			b.replace(d, KindIP, n)
+		}
+	}
+	for _, n := range v.fixedNodes() {
+		b.add(d, n.metricKind(), n)
+	}
+	_, err := b.run()
+	return err
 }
 
 // SetRanges changes the container's ranges from old to new: it adds the
@@ -526,6 +569,9 @@ type ContainerFilters struct {
 	// IPv6 filters.
 	HostIP6 []net.IP
 	Obs     Observer // optional
+	// C sends the requests in batches (a Conn of the container's
+	// namespace); nil: one at a time through H.
+	C *Conn
 }
 
 var (
@@ -582,8 +628,8 @@ func (c ContainerFilters) eth0Root() []node {
 
 func (c ContainerFilters) sets() []rangeSet {
 	return []rangeSet{
-		{d: c.lo(), nodes: func(r ephemeral.Range) []node { return ctrLo.nodes(r, ClassStop, actNone, 0) }},
-		{d: c.eth0(), nodes: func(r ephemeral.Range) []node { return ctrEth0.nodes(r, ClassStop, actRedirect, c.Lo) }},
+		{d: c.lo(), c: c.C, nodes: func(r ephemeral.Range) []node { return ctrLo.nodes(r, ClassStop, actNone, 0) }},
+		{d: c.eth0(), c: c.C, nodes: func(r ephemeral.Range) []node { return ctrEth0.nodes(r, ClassStop, actRedirect, c.Lo) }},
 	}
 }
 
@@ -597,32 +643,48 @@ func (c ContainerFilters) Install(rs []ephemeral.Range) error {
 	if err := checkRanges(rs); err != nil {
 		return err
 	}
-	for _, x := range []struct {
-		d    dev
+	sets := c.sets()
+	devs := []struct {
+		s    rangeSet
 		p    portTable
-		root []node
-	}{{c.lo(), ctrLo, c.loRoot()}, {c.eth0(), ctrEth0, c.eth0Root()}} {
-		if err := EnsureIngress(c.H, x.d.ifindex); err != nil {
-			return err
-		}
-		if err := x.p.ensure(x.d); err != nil {
-			return err
-		}
-	}
-	for _, s := range c.sets() {
-		if err := s.apply(rs, nil); err != nil {
-			return err
-		}
-	}
-	for _, x := range []struct {
-		d    dev
 		want []node
-	}{{c.lo(), append(c.loRoot(), ctrLo.linkNode())}, {c.eth0(), append(c.eth0Root(), ctrEth0.linkNode())}} {
-		fs, err := x.d.list()
+	}{{sets[0], ctrLo, append(c.loRoot(), ctrLo.linkNode())}, {sets[1], ctrEth0, append(c.eth0Root(), ctrEth0.linkNode())}}
+	// A device whose ingress qdisc is added now has no filters: its nodes
+	// are added blindly, without reading anything back. A device that had
+	// one (the namespace was set up before) is brought in line from a dump.
+	b := batch{c: c.C}
+	for _, x := range devs {
+		b.addIngress(x.s.d)
+	}
+	res, err := b.run()
+	if err != nil {
+		return err
+	}
+	for i, x := range devs {
+		b.addTables(x.s.d, x.p.tables())
+		for _, r := range rs {
+			for _, n := range x.s.nodes(r) {
+				b.replace(x.s.d, KindIP, n)
+			}
+		}
+		if res[i].raw == nil {
+			for _, n := range x.want {
+				b.add(x.s.d, n.metricKind(), n)
+			}
+		}
+	}
+	if _, err := b.run(); err != nil {
+		return err
+	}
+	for i, x := range devs {
+		if res[i].raw == nil {
+			continue
+		}
+		fs, err := x.s.d.list()
 		if err != nil {
 			return err
 		}
-		if err := syncFixed(x.d, x.want, fs); err != nil {
+		if err := syncFixed(c.C, x.s.d, x.want, fs); err != nil {
 			return err
 		}
 	}

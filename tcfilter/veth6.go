@@ -188,18 +188,12 @@ func (v VethFilters) ip6Nodes() []node {
 	return ns
 }
 
-// ensureTables6 creates the IPv6 classifier's tables (existing ones are
-// fine); none without host IPv6 addresses.
-func (v VethFilters) ensureTables6(d dev) error {
-	if len(v.HostIP6) == 0 {
-		return nil
+// addTables6 adds to b the creation of the IPv6 classifier's tables
+// (existing ones are fine); none without host IPv6 addresses.
+func (v VethFilters) addTables6(b *batch, d dev) {
+	if len(v.HostIP6) > 0 {
+		b.addTables(d, vethTables6)
 	}
-	for _, t := range vethTables6 {
-		if err := d.addTable(t.kind, t.prio, t.htid, t.divisor); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // clear6 removes the IPv6 classifier of a veth whose filters no longer
@@ -241,7 +235,7 @@ func (v VethFilters) migrateOther(d dev) error {
 			other = append(other, n)
 		}
 	}
-	if err := syncFixed(d, other, ours(all)); err != nil {
+	if err := syncFixed(v.C, d, other, ours(all)); err != nil {
 		return err
 	}
 	err = d.h.FilterDel(&netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: d.ifindex,

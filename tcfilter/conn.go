@@ -1,0 +1,263 @@
+package tcfilter
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is a NETLINK_ROUTE socket that sends many tc requests at once: one
+// sendmsg carries a chunk of requests, each asking for an ack, and the
+// acks are read back with recvmmsg. The kernel handles a chunk inside the
+// sendmsg call, one request after the other, and answers every one of them
+// (a failed request does not stop the ones after it), so the acks are
+// already queued when sendmsg returns: nothing waits for a wake-up, and the
+// socket is never registered with the Go poller.
+//
+// A Conn belongs to the network namespace it was opened in; it is safe for
+// concurrent use (one exchange at a time) and keeps that namespace alive
+// until Close.
+type Conn struct {
+	mu  sync.Mutex
+	fd  int
+	pid uint32
+	seq uint32
+	buf []byte // chunkRequests buffers of ackBufSize bytes for recvmmsg
+}
+
+const (
+	// chunkRequests bounds the requests of one sendmsg, so that their acks
+	// (each a small skb, a few hundred bytes of receive buffer) always fit
+	// in the default socket receive buffer (rmem_default, 208 KiB).
+	chunkRequests = 64
+	// chunkBytes bounds the bytes of one sendmsg (the socket's send
+	// buffer, wmem_default, is 208 KiB).
+	chunkBytes = 64 << 10
+	// ackBufSize holds an ack: a header, an error code, the header of the
+	// request (NETLINK_CAP_ACK: not its payload) and the kernel's message.
+	ackBufSize = 1024
+	// ackTimeout bounds the wait for an ack that is not queued when
+	// sendmsg returns (it always is: the kernel answers in sendmsg).
+	ackTimeout = 10 * time.Second
+)
+
+// OpenConn opens a Conn in the network namespace of the calling thread
+// (run it on a thread locked inside the namespace, nshandle.NS.Do).
+func OpenConn() (*Conn, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink socket: %w", err)
+	}
+	c := &Conn{fd: fd, buf: make([]byte, chunkRequests*ackBufSize)}
+	if err := c.init(); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Conn) init() error {
+	if err := unix.Bind(c.fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("bind netlink socket: %w", err)
+	}
+	// Acks of failed requests carry the kernel's reason (extack) and
+	// only the header of the request, not the request itself.
+	for _, o := range []int{unix.NETLINK_EXT_ACK, unix.NETLINK_CAP_ACK} {
+		if err := unix.SetsockoptInt(c.fd, unix.SOL_NETLINK, o, 1); err != nil {
+			return fmt.Errorf("netlink socket option %d: %w", o, err)
+		}
+	}
+	sa, err := unix.Getsockname(c.fd)
+	if err != nil {
+		return fmt.Errorf("netlink socket name: %w", err)
+	}
+	nsa, ok := sa.(*unix.SockaddrNetlink)
+	if !ok {
+		return errors.New("netlink socket name: not a netlink address")
+	}
+	c.pid = nsa.Pid
+	return nil
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fd < 0 {
+		return nil
+	}
+	err := unix.Close(c.fd)
+	c.fd = -1
+	return err
+}
+
+// exchange sends msgs (serialized netlink requests, each with NLM_F_ACK;
+// their sequence numbers are set here) and returns the kernel's answer to
+// each: nil for success, else its error (a unix.Errno, wrapped with the
+// kernel's message when there is one). err is set when the exchange itself
+// failed; results of requests it did not get an answer for are then that
+// error too.
+func (c *Conn) exchange(msgs [][]byte) (res []error, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	res = make([]error, len(msgs))
+	if c.fd < 0 {
+		err = errors.New("netlink batch socket closed")
+	}
+	for start := 0; start < len(msgs) && err == nil; {
+		end, size := start, 0
+		for end < len(msgs) && end-start < chunkRequests && (end == start || size+len(msgs[end]) <= chunkBytes) {
+			size += nlmAlign(len(msgs[end]))
+			end++
+		}
+		err = c.chunk(msgs[start:end], res[start:end], size)
+		start = end
+	}
+	if err != nil {
+		for i := range res {
+			if res[i] == nil {
+				res[i] = err
+			}
+		}
+	}
+	return res, err
+}
+
+// chunk sends msgs in one sendmsg and reads their acks into res.
+func (c *Conn) chunk(msgs [][]byte, res []error, size int) error {
+	out := make([]byte, 0, size)
+	base := c.seq + 1
+	for _, m := range msgs {
+		c.seq++
+		binary.NativeEndian.PutUint32(m[8:12], c.seq) // nlmsg_seq
+		out = append(out, m...)
+		out = append(out, make([]byte, nlmAlign(len(m))-len(m))...)
+	}
+	if err := unix.Sendto(c.fd, out, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("send %d netlink requests: %w", len(msgs), err)
+	}
+	pending := make([]bool, len(msgs))
+	for i := range pending {
+		pending[i] = true
+	}
+	left := len(msgs)
+	deadline := time.Now().Add(ackTimeout)
+	for left > 0 {
+		bufs, err := c.recv(left)
+		if errors.Is(err, unix.EAGAIN) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d netlink requests unanswered after %v", left, len(msgs), ackTimeout)
+			}
+			if err := c.wait(deadline); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read netlink acks: %w", err)
+		}
+		for _, b := range bufs {
+			seq, aerr, ok := parseAck(b, c.pid)
+			i := int(seq - base)
+			if !ok || i < 0 || i >= len(msgs) || !pending[i] {
+				continue // not an ack of this chunk
+			}
+			pending[i], res[i] = false, aerr
+			left--
+		}
+	}
+	return nil
+}
+
+// mmsghdr is struct mmsghdr.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// recv reads up to max queued datagrams without blocking (recvmmsg).
+func (c *Conn) recv(max int) ([][]byte, error) {
+	if max > chunkRequests {
+		max = chunkRequests
+	}
+	iovs := make([]unix.Iovec, max)
+	hdrs := make([]mmsghdr, max)
+	for i := range hdrs {
+		iovs[i].Base = &c.buf[i*ackBufSize]
+		iovs[i].SetLen(ackBufSize)
+		hdrs[i].hdr.Iov = &iovs[i]
+		hdrs[i].hdr.SetIovlen(1)
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(max),
+		unix.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return nil, errno
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = c.buf[i*ackBufSize : i*ackBufSize+int(min(hdrs[i].n, ackBufSize))]
+	}
+	return out, nil
+}
+
+// wait blocks until the socket is readable or the deadline passes.
+func (c *Conn) wait(deadline time.Time) error {
+	ms := int(time.Until(deadline) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	_, err := unix.Poll([]unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}, ms)
+	if err != nil && !errors.Is(err, unix.EINTR) {
+		return fmt.Errorf("wait for netlink acks: %w", err)
+	}
+	return nil
+}
+
+// parseAck reads one datagram: the sequence number of the request it
+// answers and the answer, if it is an ack (NLMSG_ERROR) sent to pid.
+func parseAck(b []byte, pid uint32) (seq uint32, err error, ok bool) {
+	if len(b) < unix.SizeofNlMsghdr+4 {
+		return 0, nil, false
+	}
+	ne := binary.NativeEndian
+	typ := ne.Uint16(b[4:6])
+	flags := ne.Uint16(b[6:8])
+	seq = ne.Uint32(b[8:12])
+	if typ != unix.NLMSG_ERROR || ne.Uint32(b[12:16]) != pid {
+		return 0, nil, false
+	}
+	l := min(int(ne.Uint32(b[0:4])), len(b))
+	code := int32(ne.Uint32(b[16:20]))
+	if code == 0 {
+		return seq, nil, true
+	}
+	err = unix.Errno(-code)
+	// With NETLINK_CAP_ACK the echoed request is its header alone;
+	// extack attributes follow it.
+	if flags&unix.NLM_F_ACK_TLVS != 0 {
+		attrs := b[min(20+unix.SizeofNlMsghdr, l):l]
+		for len(attrs) >= unix.SizeofRtAttr {
+			al := int(ne.Uint16(attrs[0:2]))
+			at := ne.Uint16(attrs[2:4])
+			if al < unix.SizeofRtAttr || al > len(attrs) {
+				break
+			}
+			if at == unix.NLMSGERR_ATTR_MSG {
+				err = fmt.Errorf("%w: %s", err, unix.ByteSliceToString(attrs[unix.SizeofRtAttr:al]))
+			}
+			attrs = attrs[min(nlmAlign(al), len(attrs)):]
+		}
+	}
+	return seq, err, true
+}
+
+func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
