@@ -14,10 +14,14 @@ import (
 )
 
 // openConn opens a batch socket in the sandbox host namespace.
-func (e *kernelEnv) openConn(t testing.TB) *Conn {
+func (e *kernelEnv) openConn(t testing.TB) *Conn { return connIn(t, e.s.Host.Do) }
+
+// connIn opens a batch socket in the namespace of do, closed when the
+// test ends.
+func connIn(t testing.TB, do func(func() error) error) *Conn {
 	t.Helper()
 	var c *Conn
-	if err := e.s.Host.Do(func() (err error) { c, err = OpenConn(); return err }); err != nil {
+	if err := do(func() (err error) { c, err = OpenConn(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })

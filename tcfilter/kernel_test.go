@@ -590,7 +590,7 @@ func TestEnsureClsactAcceptsIngress(t *testing.T) {
 
 func TestVethAndContainerFilters(t *testing.T) {
 	e := newKernelEnv(t, 2)
-	v := VethFilters{H: e.h, Veth: e.targets[0], Eth0: e.eth0, Lo: e.lo, Sinks: e.sinks, VLAN: true, HostIP: e.s.HostIP, MAC: e.s.HostMAC, Slot: 42}
+	v := VethFilters{H: e.h, C: e.openConn(t), Veth: e.targets[0], Eth0: e.eth0, Lo: e.lo, Sinks: e.sinks, VLAN: true, HostIP: e.s.HostIP, MAC: e.s.HostMAC, Slot: 42}
 	old := []ephemeral.Range{rg(32768, 33791), rg(8080, 8080)}
 	if err := v.Install(old); err != nil {
 		t.Fatal(err)
@@ -623,7 +623,7 @@ func TestVethAndContainerFilters(t *testing.T) {
 		t.Fatalf("failed SetRanges changed the veth")
 	}
 
-	c := ContainerFilters{H: e.h, Lo: e.targets[1], Eth0: e.index(t, "tgt1p"), HostIP: e.s.HostIP}
+	c := ContainerFilters{H: e.h, C: v.C, Lo: e.targets[1], Eth0: e.index(t, "tgt1p"), HostIP: e.s.HostIP}
 	if err := c.Install(old); err != nil {
 		t.Fatal(err)
 	}

@@ -152,9 +152,12 @@ func (w *wire) plumb(t testing.TB, name string, slot uint16, ranges ...ephemeral
 			"net/ipv4/conf/default/accept_local": "1",
 		})
 	}))
-	must(ContainerFilters{H: ch, Lo: clo.Attrs().Index, Eth0: ceth.Attrs().Index, HostIP: w.s.HostIP}.Install(ranges))
-	vf := VethFilters{H: w.h, Veth: veth, Eth0: w.eth0, Lo: w.lo, Sinks: w.sinks, VLAN: true, HostIP: w.s.HostIP, MAC: w.mac, Slot: slot}
+	// as the data plane does: batches, the veth's from a new device
+	must(ContainerFilters{H: ch, C: connIn(t, c.Do), Lo: clo.Attrs().Index, Eth0: ceth.Attrs().Index, HostIP: w.s.HostIP}.Install(ranges))
+	vf := VethFilters{H: w.h, C: connIn(t, w.s.Host.Do), Veth: veth, Eth0: w.eth0, Lo: w.lo, Sinks: w.sinks, VLAN: true,
+		HostIP: w.s.HostIP, MAC: w.mac, Slot: slot, New: true}
 	must(vf.Install(ranges))
+	vf.New = false
 	must(w.eth0D.AddRanges(slot, veth, ranges))
 	must(w.loD.AddRanges(slot, veth, ranges))
 	must(w.eth0D.AddFanout(slot, veth))
