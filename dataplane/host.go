@@ -177,6 +177,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		dumps <- dumped{ls, qs, err}
 	}()
 	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
+	eth0.SetConn(d.hc)
 	if err := eth0.SetIPv6(d.demux6(sink.Index)); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
 	}
@@ -184,6 +185,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
 	}
 	lod := tcfilter.NewHostDemux(d.h, hl.LoIndex, hl.Lo, nil, d.cfg.Observer)
+	lod.SetConn(d.hc)
 	if err := lod.SetIPv6(d.demux6(0)); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Lo, err)
 	}

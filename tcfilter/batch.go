@@ -49,6 +49,12 @@ func (b *batch) add(d dev, kind string, n node) {
 		op: OpAdd, kind: kind, wrap: func(err error) error { return d.wrap(OpAdd, kind, n.handle, err) }})
 }
 
+// addKeep creates a node; an existing one is fine.
+func (b *batch) addKeep(d dev, kind string, n node) {
+	b.add(d, kind, n)
+	b.reqs[len(b.reqs)-1].fine = unix.EEXIST
+}
+
 // replace creates a node or replaces its class and actions (dev.replace).
 func (b *batch) replace(d dev, kind string, n node) {
 	b.push(request{d: d, cmd: unix.RTM_NEWTFILTER, flags: unix.NLM_F_CREATE, f: d.build(n),

@@ -17,6 +17,7 @@ import (
 // one per concern (see "Files" in the package documentation).
 type HostDemux struct {
 	d   dev
+	c   *Conn  // batches (SetConn); nil: one request at a time
 	dst net.IP // 4 bytes, nil on lo
 
 	mu         sync.Mutex
@@ -35,6 +36,14 @@ type HostDemux struct {
 	ip6        *IPv6Demux             // the IPv6 classifier (hostdemux6.go); nil: none
 	echo6      *echo6Steer            // ICMPv6 echo programs (eth0, echo6.go)
 	echo6Err   error                  // why echo6 is nil with an IPv6 demux on eth0
+}
+
+// SetConn makes the demux send its requests for a container's ranges in
+// batches through c, a Conn of the demux's namespace (nil: one at a time).
+func (x *HostDemux) SetConn(c *Conn) {
+	x.mu.Lock()
+	x.c = c
+	x.mu.Unlock()
 }
 
 // owned is one exclusive range of the index and where it goes.

@@ -39,71 +39,111 @@ func (x *HostDemux) AddRanges(slot uint16, target int, rs []ephemeral.Range) err
 			return err
 		}
 	}
+	// One batch: the H2 tables (and their links) the small ranges need,
+	// the new nodes, and the replacements of nodes that follow a new
+	// target. What each request did is then applied to the index; if one
+	// failed, the others are undone.
+	type planned struct {
+		n     node
+		r     ephemeral.Range
+		prev  owned // replaced: the previous owner
+		rep   bool
+		h2    uint8 // link: the H2 table
+		link  bool
+		table bool // the link's table request (the link node follows it)
+	}
 	var (
-		added    []uint32
-		replaced []owned // previous owners of nodes whose target changed
-		repH     []uint32
-		newH2    []uint8
-		addErr   error
+		plan   []planned
+		newH2  []uint8
+		addErr error
 	)
-add:
+	b := batch{c: x.c}
+	linking := map[uint8]bool{}
 	for _, r := range rs {
 		for _, n := range x.demuxNodes(slot, target, r) {
 			if o, ok := x.nodes[n.handle]; ok && o.slot == slot && o.r == r {
 				// the slot has this range already: keep it, follow a new target
 				if o.target != target {
-					if err := x.d.replace(KindIP, n); err != nil {
-						addErr = fmt.Errorf("range %s: %w", r, err)
-						break add
-					}
-					replaced, repH = append(replaced, o), append(repH, n.handle)
-					x.nodes[n.handle] = owned{slot: slot, target: target, r: r}
+					b.replace(x.d, KindIP, n)
+					plan = append(plan, planned{n: n, r: r, prev: o, rep: true})
 				}
 				continue
 			}
-			b, small := h2Of(n.handle)
-			if small && !x.h2Linked[b] {
-				if err := x.linkH2(b); err != nil {
-					newH2 = append(newH2, b)
-					addErr = err
-					break add
-				}
-				newH2 = append(newH2, b)
+			if h, small := h2Of(n.handle); small && !x.h2Linked[h] && !linking[h] {
+				linking[h] = true
+				newH2 = append(newH2, h)
+				x.unstale(TableH2Base + uint32(h))
+				b.addTable(x.d, KindIP, PrioIP, TableH2Base+uint32(h), 16)
+				b.addKeep(x.d, KindIP, h2Link(h))
+				plan = append(plan, planned{h2: h, link: true, table: true}, planned{h2: h, link: true})
 			}
-			if err := x.d.add(KindIP, n); err != nil {
-				addErr = fmt.Errorf("range %s: %w", r, err)
-				break add
+			b.add(x.d, KindIP, n)
+			plan = append(plan, planned{n: n, r: r})
+		}
+	}
+	res, _ := b.run()
+	var (
+		added    []uint32
+		replaced []owned // previous owners of nodes whose target changed
+		repH     []uint32
+	)
+	for i, p := range plan {
+		err := res[i].err
+		switch {
+		case p.link && p.table:
+			if err != nil {
+				addErr = errors.Join(addErr, err)
 			}
-			added = append(added, n.handle)
-			x.nodes[n.handle] = owned{slot: slot, target: target, r: r}
-			if small {
-				x.h2[b]++
+		case p.link:
+			if err != nil {
+				addErr = errors.Join(addErr, err)
+			} else if res[i-1].err == nil {
+				x.h2Linked[p.h2] = true
+			}
+		case err != nil:
+			addErr = errors.Join(addErr, fmt.Errorf("range %s: %w", p.r, err))
+		case p.rep:
+			replaced, repH = append(replaced, p.prev), append(repH, p.n.handle)
+			x.nodes[p.n.handle] = owned{slot: slot, target: target, r: p.r}
+		default:
+			added = append(added, p.n.handle)
+			x.nodes[p.n.handle] = owned{slot: slot, target: target, r: p.r}
+			if h, small := h2Of(p.n.handle); small {
+				x.h2[h]++
 			}
 		}
 	}
 	if addErr != nil {
-		for i := len(added) - 1; i >= 0; i-- {
-			h := added[i]
-			if err := x.d.del(KindIP, PrioIP, h); err != nil && !errors.Is(err, unix.ENOENT) {
-				addErr = errors.Join(addErr, fmt.Errorf("rollback: %w", err))
-				continue
-			}
-			delete(x.nodes, h)
-			if b, small := h2Of(h); small {
-				x.h2[b]--
-			}
+		var rb []func(error)
+		for _, h := range added {
+			b.del(x.d, KindIP, PrioIP, h, true)
+			rb = append(rb, func(err error) {
+				if err == nil {
+					delete(x.nodes, h)
+					if hb, small := h2Of(h); small {
+						x.h2[hb]--
+					}
+				}
+			})
 		}
 		for i, o := range replaced {
 			for _, n := range x.demuxNodes(o.slot, o.target, o.r) {
-				if n.handle != repH[i] {
-					continue
-				}
-				if err := x.d.replace(KindIP, n); err != nil {
-					addErr = errors.Join(addErr, fmt.Errorf("rollback: %w", err))
-				} else {
-					x.nodes[n.handle] = o
+				if n.handle == repH[i] {
+					b.replace(x.d, KindIP, n)
+					rb = append(rb, func(err error) {
+						if err == nil {
+							x.nodes[n.handle] = o
+						}
+					})
 				}
 			}
+		}
+		res, _ := b.run()
+		for i, r := range res {
+			if r.err != nil {
+				addErr = errors.Join(addErr, fmt.Errorf("rollback: %w", r.err))
+			}
+			rb[i](r.err)
 		}
 		x.releaseH2(newH2)
 		return addErr

@@ -157,6 +157,7 @@ func TestHostDemuxLayout(t *testing.T) {
 	e := newKernelEnv(t, 3)
 	var log opLog
 	d := NewHostDemux(e.h, e.eth0, "eth0", e.s.HostIP, log.observe)
+	d.SetConn(e.openConn(t)) // range nodes in batches, as the data plane does
 	if err := d.Init(); err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,9 @@ func newWire(t testing.TB) *wire {
 	w.cmac = cl.Attrs().HardwareAddr
 	w.eth0D = NewHostDemux(e.h, e.eth0, "eth0", e.s.HostIP, nil)
 	w.loD = NewHostDemux(e.h, e.lo, "lo", nil, nil)
+	hc := e.openConn(t)
+	w.eth0D.SetConn(hc)
+	w.loD.SetConn(hc)
 	for _, d := range []*HostDemux{w.eth0D, w.loD} {
 		if err := d.Init(); err != nil {
 			t.Fatal(err)
