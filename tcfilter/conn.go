@@ -27,14 +27,17 @@ type Conn struct {
 	fd  int
 	pid uint32
 	seq uint32
-	buf []byte // chunkRequests buffers of ackBufSize bytes for recvmmsg
+	max int    // requests per sendmsg (chunkRequests, fewer with a small receive buffer)
+	buf []byte // max buffers of ackBufSize bytes for recvmmsg
 }
 
 const (
 	// chunkRequests bounds the requests of one sendmsg, so that their acks
-	// (each a small skb, a few hundred bytes of receive buffer) always fit
-	// in the default socket receive buffer (rmem_default, 208 KiB).
+	// (each a small skb, under ackTruesize bytes of receive buffer) always
+	// fit in the socket's receive buffer (rmem_default, 208 KiB, unless the
+	// host set it smaller).
 	chunkRequests = 64
+	ackTruesize   = 2048
 	// chunkBytes bounds the bytes of one sendmsg (the socket's send
 	// buffer, wmem_default, is 208 KiB).
 	chunkBytes = 64 << 10
@@ -53,11 +56,12 @@ func OpenConn() (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink socket: %w", err)
 	}
-	c := &Conn{fd: fd, buf: make([]byte, chunkRequests*ackBufSize)}
+	c := &Conn{fd: fd}
 	if err := c.init(); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
+	c.buf = make([]byte, c.max*ackBufSize)
 	return c, nil
 }
 
@@ -81,6 +85,11 @@ func (c *Conn) init() error {
 		return errors.New("netlink socket name: not a netlink address")
 	}
 	c.pid = nsa.Pid
+	rcv, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		return fmt.Errorf("netlink socket receive buffer: %w", err)
+	}
+	c.max = max(1, min(chunkRequests, rcv/ackTruesize))
 	return nil
 }
 
@@ -114,7 +123,7 @@ func (c *Conn) exchange(msgs [][]byte) (res []error, err error) {
 	}
 	for start := 0; start < len(msgs) && err == nil; {
 		end, size := start, 0
-		for end < len(msgs) && end-start < chunkRequests && (end == start || size+len(msgs[end]) <= chunkBytes) {
+		for end < len(msgs) && end-start < c.max && (end == start || size+len(msgs[end]) <= chunkBytes) {
 			size += nlmAlign(len(msgs[end]))
 			end++
 		}
@@ -184,25 +193,23 @@ type mmsghdr struct {
 	_   [4]byte
 }
 
-// recv reads up to max queued datagrams without blocking (recvmmsg).
-func (c *Conn) recv(max int) ([][]byte, error) {
-	if max > chunkRequests {
-		max = chunkRequests
-	}
-	iovs := make([]unix.Iovec, max)
-	hdrs := make([]mmsghdr, max)
+// recv reads up to n queued datagrams without blocking (recvmmsg).
+func (c *Conn) recv(n int) ([][]byte, error) {
+	n = min(n, c.max)
+	iovs := make([]unix.Iovec, n)
+	hdrs := make([]mmsghdr, n)
 	for i := range hdrs {
 		iovs[i].Base = &c.buf[i*ackBufSize]
 		iovs[i].SetLen(ackBufSize)
 		hdrs[i].hdr.Iov = &iovs[i]
 		hdrs[i].hdr.SetIovlen(1)
 	}
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(max),
+	got, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(n),
 		unix.MSG_DONTWAIT, 0, 0)
 	if errno != 0 {
 		return nil, errno
 	}
-	out := make([][]byte, n)
+	out := make([][]byte, got)
 	for i := range out {
 		out[i] = c.buf[i*ackBufSize : i*ackBufSize+int(min(hdrs[i].n, ackBufSize))]
 	}
