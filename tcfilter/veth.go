@@ -103,19 +103,13 @@ func (s rangeSet) apply(add, del []ephemeral.Range) error {
 		}
 		return errors.Join(errs...)
 	}
-	s.addDels(&b, del)
-	_, err = b.run()
-	return err
-}
-
-// addDels adds to b the deletion of the nodes of rs (missing ones are
-// fine).
-func (s rangeSet) addDels(b *batch, rs []ephemeral.Range) {
-	for _, r := range rs {
+	for _, r := range del {
 		for _, n := range s.nodes(r) {
 			b.del(s.d, KindIP, PrioIP, n.handle, true)
 		}
 	}
+	_, err = b.run()
+	return err
 }
 
 // VethFilters are the filters on the ingress of a container's host-side
