@@ -624,16 +624,11 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	}
 
 	// Inside the container.
-	ch, err := ns.Netlink()
+	ch, cc, err := openHandles(ns)
 	if err != nil {
 		return p, fmt.Errorf("container %s: %w", c.ID, err)
 	}
-	closers = append(closers, ch.Close)
-	cc, err := openConn(ns)
-	if err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	closers = append(closers, func() { cc.Close() })
+	closers = append(closers, ch.Close, func() { cc.Close() })
 	if err := d.step("container handle"); err != nil {
 		return p, err
 	}

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"fmt"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 )
@@ -19,4 +21,30 @@ func openConn(ns *nshandle.NS) (*tcfilter.Conn, error) {
 		return nil, fmt.Errorf("tc batch socket in %s: %w", ns, err)
 	}
 	return c, nil
+}
+
+// openHandles opens, in one visit to namespace ns (a container's), the
+// netlink handle Setup configures it with and the tc batch socket of its
+// filters: nshandle.NS.Netlink and openConn would each switch the thread
+// into ns and back, the handle once per socket.
+func openHandles(ns *nshandle.NS) (*netlink.Handle, *tcfilter.Conn, error) {
+	var (
+		h *netlink.Handle
+		c *tcfilter.Conn
+	)
+	err := ns.Do(func() (err error) {
+		// the calling thread is in ns: no switch per socket
+		if h, err = netlink.NewHandle(); err != nil {
+			return fmt.Errorf("netlink handle: %w", err)
+		}
+		if c, err = tcfilter.OpenConn(); err != nil {
+			h.Close()
+			return fmt.Errorf("tc batch socket: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("in %s: %w", ns, err)
+	}
+	return h, c, nil
 }
