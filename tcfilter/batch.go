@@ -115,14 +115,19 @@ func (b *batch) run() ([]result, error) {
 	answers := make([]error, len(b.reqs))
 	if b.c != nil {
 		msgs := make([][]byte, len(b.reqs))
+		var encErr error
 		for i, r := range b.reqs {
-			m, err := r.encode()
-			if err != nil {
-				return nil, r.wrap(err)
+			if msgs[i], encErr = r.encode(); encErr != nil {
+				break
 			}
-			msgs[i] = m
 		}
-		answers, _ = b.c.exchange(msgs)
+		if encErr == nil {
+			answers, _ = b.c.exchange(msgs)
+		} else { // nothing sent
+			for i := range answers {
+				answers[i] = fmt.Errorf("not sent: %w", encErr)
+			}
+		}
 	} else {
 		for i, r := range b.reqs {
 			answers[i] = r.send()
