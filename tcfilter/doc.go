@@ -13,7 +13,12 @@
 //
 // Common to every device: layout.go (priorities, table ids, handles,
 // classids, match keys), ops.go (one filter operation: build, add,
-// replace, delete, dump, observed per op; the clsact/ingress hook).
+// replace, delete, dump, observed per op; the clsact/ingress hook),
+// batch.go (many requests sent together, each with its own answer, through
+// a Conn or one at a time through the handle) and conn.go (Conn: a
+// NETLINK_ROUTE socket that sends a batch in one sendmsg and reads its
+// acks with recvmmsg; a container's veth, container and demux range
+// requests go through one).
 //
 // The host demux (HostDemux, one per host eth0 and host lo), one file per
 // concern: hostdemux.go (the type and its in-memory index),
