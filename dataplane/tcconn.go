@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -33,8 +34,10 @@ func openHandles(ns *nshandle.NS) (*netlink.Handle, *tcfilter.Conn, error) {
 		c *tcfilter.Conn
 	)
 	err := ns.Do(func() (err error) {
-		// the calling thread is in ns: no switch per socket
-		if h, err = netlink.NewHandle(); err != nil {
+		// The calling thread is in ns: no switch per socket. Only
+		// NETLINK_ROUTE: the container is configured through links,
+		// addresses, routes and tc (not xfrm or netfilter sockets).
+		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return fmt.Errorf("netlink handle: %w", err)
 		}
 		if c, err = tcfilter.OpenConn(); err != nil {

@@ -28,7 +28,7 @@ type Conn struct {
 	pid uint32
 	seq uint32
 	max int    // requests per sendmsg (chunkRequests, fewer with a small receive buffer)
-	buf []byte // max buffers of ackBufSize bytes for recvmmsg
+	buf []byte // buffers of ackBufSize bytes for recvmmsg, grown on demand up to max
 }
 
 const (
@@ -61,7 +61,6 @@ func OpenConn() (*Conn, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	c.buf = make([]byte, c.max*ackBufSize)
 	return c, nil
 }
 
@@ -196,6 +195,9 @@ type mmsghdr struct {
 // recv reads up to n queued datagrams without blocking (recvmmsg).
 func (c *Conn) recv(n int) ([][]byte, error) {
 	n = min(n, c.max)
+	if len(c.buf) < n*ackBufSize {
+		c.buf = make([]byte, n*ackBufSize)
+	}
 	iovs := make([]unix.Iovec, n)
 	hdrs := make([]mmsghdr, n)
 	for i := range hdrs {
