@@ -144,7 +144,7 @@ func BenchmarkInstall(b *testing.B) {
 					b.StartTimer()
 					var err error
 					if what == "veth" {
-						err = VethFilters{H: e.h, C: c, Veth: a, Eth0: e.eth0, Lo: e.lo, Sink: e.sink, VLAN: true, HostIP: e.s.HostIP,
+						err = VethFilters{H: e.h, C: c, Veth: a, Eth0: e.eth0, Lo: e.lo, Sinks: e.sinks, VLAN: true, HostIP: e.s.HostIP,
 							HostIP6: host6, MAC: e.s.HostMAC, Slot: 42, New: true}.Install(rs)
 					} else {
 						err = ContainerFilters{H: e.h, C: c, Lo: a, Eth0: p, HostIP: e.s.HostIP, HostIP6: host6}.Install(rs)
