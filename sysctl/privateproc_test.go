@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/isolatord/isolatord/nshandle/nstest"
 )
 
@@ -66,10 +68,10 @@ func TestPrivateSysNet(t *testing.T) {
 	}
 }
 
-// A Dir makes its private instance at the second key below net/, not for
-// one key alone, and the instances are released after Close (their mount
-// descriptors are closed in the background): the process's descriptors
-// come back to where they were.
+// A Dir makes its private instance at its first key below net/ (never
+// walking /proc/sys/net), not for keys elsewhere, and the instances are
+// released after Close (their mount descriptors are closed in the
+// background): the process's descriptors come back to where they were.
 func TestInstancesMadeAndReleased(t *testing.T) {
 	s := nstest.Scratch(t)
 	fds := func() int {
@@ -81,11 +83,11 @@ func TestInstancesMadeAndReleased(t *testing.T) {
 	}
 	before := fds()
 	err := In(s, func(d *Dir) error {
-		if _, err := d.Read("net/ipv4/ip_local_port_range"); err != nil {
+		if _, err := d.Read("kernel/ostype"); err != nil {
 			return err
 		}
 		if d.net != nil {
-			return errors.New("an instance was made for one key")
+			return errors.New("an instance was made for a key outside net/")
 		}
 		return nil
 	})
@@ -94,13 +96,26 @@ func TestInstancesMadeAndReleased(t *testing.T) {
 	}
 	for range 50 {
 		err := In(s, func(d *Dir) error {
-			for _, k := range []string{"net/ipv4/ip_local_port_range", "net/core/somaxconn", "kernel/ostype"} {
+			if _, err := d.Read("net/ipv4/ip_local_port_range"); err != nil {
+				return err
+			}
+			if d.net == nil {
+				return errors.New("no directory held from the first key on")
+			}
+			var held, shared unix.Stat_t
+			if err := unix.Fstat(int(d.net.Fd()), &held); err != nil {
+				return err
+			}
+			if err := unix.Stat("/proc/sys/net", &shared); err != nil {
+				return err
+			}
+			if held.Dev == shared.Dev {
+				return errors.New("the held net directory is the shared /proc's, not a private instance's")
+			}
+			for _, k := range []string{"net/core/somaxconn", "kernel/ostype"} {
 				if _, err := d.Read(k); err != nil {
 					return err
 				}
-			}
-			if d.net == nil {
-				return errors.New("no instance held from the second key on")
 			}
 			return nil
 		})

@@ -10,14 +10,16 @@
 // Why a Dir, not full paths: /proc/sys/net's dentry is shared by all network
 // namespaces, and each namespace has its own child dentries "ipv4", "ipv6",
 // "core"... under it: all with the same parent and name, so a full-path
-// lookup compares against every namespace's copy (proc_sys_compare, under the
-// global sysctl lock, shows up in profiles with 1,000 containers). A Dir holds
-// the net directory of a private procfs instance (privateproc.go) where the
-// process may make one, else /proc/sys/net, and the namespace's own
-// net/<first> directories below it, so that walk is paid once per Dir
-// instead of once per file. A Dir used for one key only does not pay for
-// the instance: that key is reached by its full path, and the instance is
-// made at the second key.
+// lookup compares against every copy of every namespace that ever looked
+// that name up there (proc_sys_compare, under the global sysctl lock, in
+// the one dcache hash chain of (net, name): with 1,000 containers it was a
+// quarter of a container's configuration). A Dir never walks it: from its
+// first key below net/ it holds the net directory of a private procfs
+// instance (privateproc.go), whose only dentries are the ones this Dir
+// looked up, and the namespace's own net/<first> directories below it. Only
+// where the process cannot make an instance (no new mount API, no
+// privilege) does it hold /proc/sys/net instead and pay the walk once per
+// net/<first> directory.
 //
 // The tests run in scratch namespaces as root (they skip otherwise) and check
 // that nothing leaks into the process's own namespace.
@@ -48,10 +50,9 @@ type Setting struct {
 // resolves entries under /proc/sys/net against the calling thread's
 // namespace. A Dir may be kept open and used by several goroutines at once.
 type Dir struct {
-	mu   sync.Mutex
-	used bool                // a key below net/ was reached (by its full path)
-	net  *os.File            // the held net directory, from the second key below net/ on
-	sub  map[string]*os.File // first component under net/ -> its directory
+	mu  sync.Mutex
+	net *os.File            // the held net directory, from the first key below net/ on
+	sub map[string]*os.File // first component under net/ -> its directory
 }
 
 // Open returns a Dir for the namespace of the calling thread (call it
@@ -97,13 +98,12 @@ func path(name string) string {
 	return "/proc/sys/" + strings.TrimPrefix(name, "/")
 }
 
-// netDir returns the held net directory, opened at the second key below
-// net/: nil for the first, which the caller reaches by its full path.
+// netDir returns the held net directory, opened at the first key below
+// net/: a private procfs instance's, else /proc/sys/net.
 func (d *Dir) netDir() (*os.File, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.net != nil || !d.used {
-		d.used = true
+	if d.net != nil {
 		return d.net, nil
 	}
 	f, err := openPrivateSysNet()
@@ -140,9 +140,6 @@ func (d *Dir) open(name string, flag int) (*os.File, error) {
 	net, err := d.netDir()
 	if err != nil {
 		return nil, err
-	}
-	if net == nil {
-		return os.OpenFile(p, flag, 0)
 	}
 	dirfd := int(net.Fd())
 	if first, rest, ok := strings.Cut(rel, "/"); ok {
