@@ -80,10 +80,12 @@ func Devconf() (eth0, lo map[int]uint32) {
 }
 
 // Configure configures the namespace ns through h (a netlink handle
-// opened inside ns): settings (Devconf, Sysctls, then
-// cfg.Copy), lo gets the
-// host MAC and MTU and is set up, eth0 gets the host address and is set up,
-// and the default route goes via cfg.Gateway. Sysctls are written before any
+// opened inside ns), on one thread inside ns: eth0's per-device settings
+// (Devconf; IPv6 address generation off when cfg.IPv6 is set) in one
+// request, the sysctls (Sysctls, then cfg.Copy) through a private procfs
+// instance of ns (sysctl.Dir), then lo's settings, the host MAC and MTU and
+// up in one request; then eth0 gets the host address and is set up, and
+// the default route goes via cfg.Gateway. Sysctls are written before any
 // link goes up, so no IPv6 address or ARP reply ever appears.
 func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 	var cl Links
@@ -106,49 +108,31 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 	}
 	cl.Eth0, cl.Lo = eth.Attrs().Index, lo.Attrs().Index
 
-	sysctls := sysctlsFor(cfg)
 	ethConf, loConf := Devconf()
-	err = sysctl.In(ns, func(sd *sysctl.Dir) error {
-		if err := sd.SetIPv4Conf(cl.Eth0, ethConf); err != nil {
-			return err
+	ethChange := linkChange{index: cl.Eth0, ipv4: ethConf, noAddrGen: cfg.IPv6 != nil}
+	// lo's settings only let more through (accept_local, route_localnet,
+	// rp_filter off), so that the kernel sets them just after the flags
+	// within the request opens no window for anything unwanted.
+	loChange := linkChange{index: cl.Lo, ipv4: loConf, up: true, mtu: cfg.MTU}
+	if len(cfg.MAC) == 6 {
+		loChange.mac = cfg.MAC
+	}
+	err = ns.Do(func() error {
+		if err := ethChange.apply(); err != nil {
+			return fmt.Errorf("container %s: %w", cfg.Eth0, err)
 		}
-		if err := sd.SetIPv4Conf(cl.Lo, loConf); err != nil {
-			return err
+		if err := sysctl.Here(func(sd *sysctl.Dir) error { return writeSysctls(sd, cfg) }); err != nil {
+			return fmt.Errorf("container sysctls: %w", err)
 		}
-		for _, kv := range sysctls {
-			err := sd.Write(kv.Name, kv.Value)
-			if err != nil && errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(kv.Name, "net/ipv6/") && !sd.HasIPv6() {
-				continue // no IPv6 in this kernel: nothing to turn off
-			}
-			if err != nil {
-				return err
-			}
-		}
-		for _, kv := range cfg.Copy {
-			err := sd.Write(kv.Name, kv.Value)
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
+		if err := loChange.apply(); err != nil {
+			return fmt.Errorf("container %s: %w", cfg.Lo, err)
 		}
 		return nil
 	})
 	if err != nil {
-		return cl, fmt.Errorf("container sysctls: %w", err)
+		return cl, err
 	}
 
-	if len(cfg.MAC) == 6 {
-		if err := h.LinkSetHardwareAddr(lo, cfg.MAC); err != nil {
-			return cl, fmt.Errorf("container %s MAC: %w", cfg.Lo, err)
-		}
-	}
-	if cfg.MTU > 0 {
-		if err := h.LinkSetMTU(lo, cfg.MTU); err != nil {
-			return cl, fmt.Errorf("container %s MTU: %w", cfg.Lo, err)
-		}
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return cl, fmt.Errorf("container %s up: %w", cfg.Lo, err)
-	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: cfg.Addr.IP.To4(), Mask: cfg.Addr.Mask}}
 	if err := h.AddrAdd(eth, addr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return cl, fmt.Errorf("container %s address %s: %w", cfg.Eth0, addr.IPNet, err)
@@ -173,6 +157,27 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 		}
 	}
 	return cl, nil
+}
+
+// writeSysctls writes Configure's sysctls (Sysctls or the IPv6 ones, then
+// the host's copied values) through sd.
+func writeSysctls(sd *sysctl.Dir, cfg Config) error {
+	for _, kv := range sysctlsFor(cfg) {
+		err := sd.Write(kv.Name, kv.Value)
+		if err != nil && errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(kv.Name, "net/ipv6/") && !sd.HasIPv6() {
+			continue // no IPv6 in this kernel: nothing to turn off
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, kv := range cfg.Copy {
+		err := sd.Write(kv.Name, kv.Value)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // HostSysctlsToCopy are the namespaced sysctls whose host values are copied

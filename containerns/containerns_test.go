@@ -16,10 +16,25 @@ import (
 
 var testMAC = net.HardwareAddr{0x02, 0x18, 0x00, 0x00, 0x00, 0x01}
 
+// TestConfigure reads back, inside the namespace, every setting Configure
+// makes; those a fresh namespace may already hold (rp_filter, inherited
+// from the initial namespace) are set to something else first, so that
+// each value read back was written.
 func TestConfigure(t *testing.T) {
 	host, ctr := nstest.Scratch(t), nstest.Scratch(t)
 	hh, ch := nstest.Netlink(t, host), nstest.Netlink(t, ctr)
 	if _, err := veth.Create(hh, ctr, veth.Spec{Name: "isotest0", PeerName: "eth0", MAC: testMAC, MTU: 1400}); err != nil {
+		t.Fatal(err)
+	}
+	err := sysctl.In(ctr, func(d *sysctl.Dir) error {
+		for _, k := range []string{"all", "eth0", "lo"} {
+			if err := d.Write("net/ipv4/conf/"+k+"/rp_filter", "2"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	pe, err := ch.LinkByName("eth0")
@@ -30,7 +45,10 @@ func TestConfigure(t *testing.T) {
 		Eth0: "eth0", Addr: net.IPNet{IP: net.IPv4(198, 18, 0, 1), Mask: net.CIDRMask(24, 32)},
 		MAC: testMAC, MTU: 1400, Gateway: net.ParseIP("198.18.0.2"),
 		Ports: ephemeral.Range{Begin: 32768, End: 33791},
-		Copy:  []sysctl.Setting{{Name: "net/core/somaxconn", Value: "777"}, {Name: "net/ipv4/not_here", Value: "1"}},
+		Copy: []sysctl.Setting{
+			{Name: "net/core/somaxconn", Value: "777"}, {Name: "net/ipv4/not_here", Value: "1"},
+			{Name: "net/ipv4/tcp_keepalive_time", Value: "1234"}, {Name: "net/ipv4/tcp_rmem", Value: "4096 131072 1048576"},
+		},
 	}
 	cl, err := Configure(ctr, ch, cfg)
 	if err != nil {
@@ -46,6 +64,10 @@ func TestConfigure(t *testing.T) {
 		"net/ipv4/conf/lo/route_localnet":    "1",
 		"net/ipv4/conf/eth0/arp_ignore":      "8",
 		"net/ipv4/conf/all/rp_filter":        "0",
+		"net/ipv4/conf/eth0/rp_filter":       "0",
+		"net/ipv4/conf/lo/rp_filter":         "0",
+		"net/ipv4/tcp_keepalive_time":        "1234",
+		"net/ipv4/tcp_rmem":                  "4096 131072 1048576",
 		"net/ipv6/conf/all/disable_ipv6":     "1",
 		"net/ipv6/conf/eth0/disable_ipv6":    "1",
 		"net/ipv6/conf/lo/disable_ipv6":      "1",

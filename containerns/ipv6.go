@@ -63,16 +63,10 @@ func sysctlsFor(cfg Config) []sysctl.Setting {
 	return append(out, IPv6Sysctls(cfg.Eth0)...)
 }
 
-// inet6AddrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h).
-const inet6AddrGenModeNone = 1
-
 // preIPv6Up does the IPv6 configuration of eth0 that must precede its
-// coming up: no address generation of its own, the host's addresses.
+// coming up, once its address generation is off (Configure's request of
+// eth0's settings): the host's addresses.
 func preIPv6Up(h *netlink.Handle, eth, lo netlink.Link, v6 *hostlink.IPv6) error {
-	name := eth.Attrs().Name
-	if err := h.LinkSetIP6AddrGenMode(eth, inet6AddrGenModeNone); err != nil {
-		return fmt.Errorf("container %s IPv6 address generation off: %w", name, err)
-	}
 	if err := addAddrs6(h, eth, v6); err != nil {
 		return err
 	}

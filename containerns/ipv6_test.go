@@ -108,6 +108,12 @@ func testContainerIPv6Config(t *testing.T, off []string) {
 		"net/ipv6/conf/eth0/router_solicitations": "0",
 		"net/ipv6/conf/eth0/addr_gen_mode":        "1",
 		"net/ipv4/ip_local_port_range":            "40960 40975",
+		// eth0's IPv4 settings go in the same request as its address
+		// generation mode.
+		"net/ipv4/conf/eth0/accept_local": "1",
+		"net/ipv4/conf/eth0/arp_ignore":   "8",
+		"net/ipv4/conf/lo/accept_local":   "1",
+		"net/ipv4/conf/lo/route_localnet": "1",
 	}
 	for k, v := range want {
 		got, err := readSysctl(ctr, k)
