@@ -66,11 +66,14 @@ func Sysctls(ports ephemeral.Range) []sysctl.Setting {
 	return []sysctl.Setting{
 		// Writing "all" also sets "default" and every existing device
 		// (addrconf_disable_ipv6), so eth0 and lo need no write of their own.
-		{Name: "net/ipv6/conf/all/disable_ipv6", Value: "1"},
+		{Name: allDisableIPv6, Value: "1"},
 		{Name: "net/ipv4/ip_local_port_range", Value: fmt.Sprintf("%d %d", ports.Begin, ports.End)},
 		{Name: "net/ipv4/conf/all/rp_filter", Value: "0"},
 	}
 }
+
+// allDisableIPv6 is the IPv6 switch of every device of a namespace.
+const allDisableIPv6 = "net/ipv6/conf/all/disable_ipv6"
 
 // Devconf are the per-device IPv4 settings of the container's eth0
 // and lo (see Sysctls for why each is needed).
@@ -163,7 +166,12 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 // the host's copied values) through sd.
 func writeSysctls(sd *sysctl.Dir, cfg Config) error {
 	for _, kv := range sysctlsFor(cfg) {
-		err := sd.Write(kv.Name, kv.Value)
+		var err error
+		if kv.Name == allDisableIPv6 {
+			err = sd.SetAllDisableIPv6(kv.Value) // written only when something differs
+		} else {
+			err = sd.Write(kv.Name, kv.Value)
+		}
 		if err != nil && errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(kv.Name, "net/ipv6/") && !sd.HasIPv6() {
 			continue // no IPv6 in this kernel: nothing to turn off
 		}

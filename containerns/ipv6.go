@@ -38,7 +38,7 @@ func IPv6Sysctls(eth0 string) []sysctl.Setting {
 	return []sysctl.Setting{
 		// Writing "all" sets "default" and every existing device, whatever
 		// they held (addrconf_disable_ipv6): eth0 and lo need no write.
-		{Name: "net/ipv6/conf/all/disable_ipv6", Value: "0"},
+		{Name: allDisableIPv6, Value: "0"},
 		{Name: "net/ipv6/conf/all/accept_dad", Value: "0"},
 		{Name: dev + "accept_dad", Value: "0"},
 		{Name: dev + "accept_ra", Value: "0"},
@@ -56,7 +56,7 @@ func sysctlsFor(cfg Config) []sysctl.Setting {
 	}
 	out := make([]sysctl.Setting, 0, len(base)+6)
 	for _, kv := range base {
-		if kv.Name != "net/ipv6/conf/all/disable_ipv6" {
+		if kv.Name != allDisableIPv6 {
 			out = append(out, kv)
 		}
 	}

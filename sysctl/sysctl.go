@@ -236,9 +236,54 @@ func (d *Dir) DisableIPv6(ifname string) error {
 	return err
 }
 
+// allDisableIPv6 turns IPv6 off (1) or on (0) for every device.
+const allDisableIPv6 = "net/ipv6/conf/all/disable_ipv6"
+
+// SetAllDisableIPv6 writes net/ipv6/conf/all/disable_ipv6, which the
+// kernel also writes to "default" and every device (addrconf_disable_ipv6),
+// unless all of them already hold value: that write takes the rtnl lock,
+// even when it changes nothing, and spins (restarting the write) while
+// another task holds it, a link deletion say. It reads "all" first and
+// writes at the first entry that differs, so it costs one read more than
+// a write when something has to change.
+func (d *Dir) SetAllDisableIPv6(value string) error {
+	same, err := d.allHold("net/ipv6/conf", "disable_ipv6", value)
+	if err != nil || same {
+		return err
+	}
+	return d.Write(allDisableIPv6, value)
+}
+
+// allHold reports whether dir/<entry>/key holds value for every entry of
+// dir, "all" first.
+func (d *Dir) allHold(dir, key, value string) (bool, error) {
+	if v, err := d.Read(dir + "/all/" + key); err != nil || normalize(v) != normalize(value) {
+		return false, err
+	}
+	f, err := d.open(dir, os.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return false, fmt.Errorf("read sysctl directory %s: %w", dir, err)
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return false, fmt.Errorf("read sysctl directory %s: %w", dir, err)
+	}
+	for _, n := range names {
+		v, err := d.Read(dir + "/" + n + "/" + key)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a device gone meanwhile
+		}
+		if err != nil || normalize(v) != normalize(value) {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 // HasIPv6 reports whether the kernel has IPv6 (net/ipv6/conf exists).
 func (d *Dir) HasIPv6() bool {
-	_, err := d.Read("net/ipv6/conf/all/disable_ipv6")
+	_, err := d.Read(allDisableIPv6)
 	return err == nil
 }
 

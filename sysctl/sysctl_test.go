@@ -113,3 +113,43 @@ func TestSetIPv4Conf(t *testing.T) {
 		t.Error("setting a missing link succeeded")
 	}
 }
+
+// SetAllDisableIPv6 writes only when "all", "default" or a device holds
+// another value, and then the write reaches every one of them.
+func TestSetAllDisableIPv6(t *testing.T) {
+	s := nstest.Scratch(t)
+	var v6 bool
+	if err := In(s, func(d *Dir) error { v6 = d.HasIPv6(); return nil }); err != nil || !v6 {
+		t.Skipf("no IPv6 in this kernel (%v)", err)
+	}
+	err := In(s, func(d *Dir) error {
+		const conf = "net/ipv6/conf"
+		if same, err := d.allHold(conf, "disable_ipv6", "0"); err != nil || !same {
+			return fmt.Errorf("a fresh namespace: all hold 0 = %v, %v", same, err)
+		}
+		if err := d.Write(conf+"/lo/disable_ipv6", "1"); err != nil {
+			return err
+		}
+		if same, err := d.allHold(conf, "disable_ipv6", "0"); err != nil || same {
+			return fmt.Errorf("lo 1: all hold 0 = %v, %v", same, err)
+		}
+		if err := d.SetAllDisableIPv6("0"); err != nil {
+			return err
+		}
+		if v, err := d.Read(conf + "/lo/disable_ipv6"); err != nil || v != "0" {
+			return fmt.Errorf("lo after all=0: %q %v", v, err)
+		}
+		if err := d.SetAllDisableIPv6("1"); err != nil {
+			return err
+		}
+		for _, e := range []string{"all", "default", "lo"} {
+			if v, err := d.Read(conf + "/" + e + "/disable_ipv6"); err != nil || v != "1" {
+				return fmt.Errorf("%s after all=1: %q %v", e, v, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
