@@ -50,7 +50,7 @@ func TestPrivateSysNet(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		sd := &Dir{net: f, sub: map[string]*os.File{}}
+		sd := &Dir{net: &sysNet{dir: f, refs: 1}, sub: map[string]*os.File{}}
 		defer sd.Close()
 		if err := sd.Write("net/ipv4/ip_local_port_range", "42000 42999"); err != nil {
 			return err
@@ -68,10 +68,11 @@ func TestPrivateSysNet(t *testing.T) {
 	}
 }
 
-// A Dir makes its private instance at its first key below net/ (never
-// walking /proc/sys/net), not for keys elsewhere, and the instances are
-// released after Close (their mount descriptors are closed in the
-// background): the process's descriptors come back to where they were.
+// A Dir takes a private instance at its first key below net/ (never
+// walking /proc/sys/net), none for keys elsewhere; an instance serves at
+// most instanceUses Dirs, and the instances are released after the Dirs
+// close (their descriptors closed in the background): the process's
+// descriptors come back to where they were, but for the current instance.
 func TestInstancesMadeAndReleased(t *testing.T) {
 	s := nstest.Scratch(t)
 	fds := func() int {
@@ -81,37 +82,48 @@ func TestInstancesMadeAndReleased(t *testing.T) {
 		}
 		return len(es)
 	}
-	before := fds()
+	var shared unix.Stat_t
+	if err := unix.Stat("/proc/sys/net", &shared); err != nil {
+		t.Fatal(err)
+	}
+	// heldDev is the device of d's net directory, after a key below net/.
+	heldDev := func(d *Dir) (uint64, error) {
+		if _, err := d.Read("net/ipv4/ip_local_port_range"); err != nil {
+			return 0, err
+		}
+		if d.net == nil {
+			return 0, errors.New("no directory held from the first key on")
+		}
+		var held unix.Stat_t
+		if err := unix.Fstat(int(d.net.dir.Fd()), &held); err != nil {
+			return 0, err
+		}
+		if held.Dev == shared.Dev {
+			return 0, errors.New("the held net directory is the shared /proc's, not a private instance's")
+		}
+		return held.Dev, nil
+	}
 	err := In(s, func(d *Dir) error {
 		if _, err := d.Read("kernel/ostype"); err != nil {
 			return err
 		}
 		if d.net != nil {
-			return errors.New("an instance was made for a key outside net/")
+			return errors.New("an instance was taken for a key outside net/")
 		}
-		return nil
+		_, err := heldDev(d)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 50 {
+	before := fds()
+	uses := map[*sysNet]int{}
+	for range 3 * instanceUses {
 		err := In(s, func(d *Dir) error {
-			if _, err := d.Read("net/ipv4/ip_local_port_range"); err != nil {
+			if _, err := heldDev(d); err != nil {
 				return err
 			}
-			if d.net == nil {
-				return errors.New("no directory held from the first key on")
-			}
-			var held, shared unix.Stat_t
-			if err := unix.Fstat(int(d.net.Fd()), &held); err != nil {
-				return err
-			}
-			if err := unix.Stat("/proc/sys/net", &shared); err != nil {
-				return err
-			}
-			if held.Dev == shared.Dev {
-				return errors.New("the held net directory is the shared /proc's, not a private instance's")
-			}
+			uses[d.net]++
 			for _, k := range []string{"net/core/somaxconn", "kernel/ostype"} {
 				if _, err := d.Read(k); err != nil {
 					return err
@@ -121,6 +133,14 @@ func TestInstancesMadeAndReleased(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+	}
+	if len(uses) < 3 {
+		t.Errorf("%d Dirs used %d instances, want a new one each %d: %v", 3*instanceUses, len(uses), instanceUses, uses)
+	}
+	for in, n := range uses {
+		if n > instanceUses {
+			t.Errorf("instance %p served %d Dirs, more than %d", in, n, instanceUses)
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)

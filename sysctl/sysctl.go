@@ -15,11 +15,11 @@
 // the one dcache hash chain of (net, name): with 1,000 containers it was a
 // quarter of a container's configuration). A Dir never walks it: from its
 // first key below net/ it holds the net directory of a private procfs
-// instance (privateproc.go), whose only dentries are the ones this Dir
-// looked up, and the namespace's own net/<first> directories below it. Only
-// where the process cannot make an instance (no new mount API, no
-// privilege) does it hold /proc/sys/net instead and pay the walk once per
-// net/<first> directory.
+// instance (privateproc.go), whose only dentries are those of the few
+// namespaces whose Dirs shared that instance, and the namespace's own
+// net/<first> directories below it. Only where the process cannot make an
+// instance (no new mount API, no privilege) does it hold /proc/sys/net
+// instead and pay the walk once per net/<first> directory.
 //
 // The tests run in scratch namespaces as root (they skip otherwise) and check
 // that nothing leaks into the process's own namespace.
@@ -51,7 +51,7 @@ type Setting struct {
 // namespace. A Dir may be kept open and used by several goroutines at once.
 type Dir struct {
 	mu  sync.Mutex
-	net *os.File            // the held net directory, from the first key below net/ on
+	net *sysNet             // the held net directory, from the first key below net/ on
 	sub map[string]*os.File // first component under net/ -> its directory
 }
 
@@ -82,12 +82,11 @@ func (d *Dir) Close() error {
 		f.Close()
 	}
 	d.sub = nil
-	if d.net == nil {
-		return nil
+	if d.net != nil {
+		d.net.release()
+		d.net = nil
 	}
-	err := d.net.Close()
-	d.net = nil
-	return err
+	return nil
 }
 
 // path is the /proc/sys file of a key.
@@ -98,22 +97,20 @@ func path(name string) string {
 	return "/proc/sys/" + strings.TrimPrefix(name, "/")
 }
 
-// netDir returns the held net directory, opened at the first key below
-// net/: a private procfs instance's, else /proc/sys/net.
+// netDir returns the held net directory, acquired at the first key below
+// net/: a private procfs instance's (shared with a few other Dirs), else
+// /proc/sys/net.
 func (d *Dir) netDir() (*os.File, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.net != nil {
-		return d.net, nil
-	}
-	f, err := openPrivateSysNet()
-	if err != nil {
-		if f, err = os.Open("/proc/sys/net"); err != nil {
+	if d.net == nil {
+		n, err := acquireSysNet()
+		if err != nil {
 			return nil, err
 		}
+		d.net = n
 	}
-	d.net = f
-	return f, nil
+	return d.net.dir, nil
 }
 
 // subdir is the held directory net/first, opened on first use.
@@ -123,7 +120,7 @@ func (d *Dir) subdir(first string) (int, error) {
 	if f, ok := d.sub[first]; ok {
 		return int(f.Fd()), nil
 	}
-	fd, err := unix.Openat(int(d.net.Fd()), first, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(int(d.net.dir.Fd()), first, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
