@@ -106,9 +106,8 @@ func openPrivateSysNet() (*os.File, error) {
 
 // Closing the descriptor of a detached mount unmounts it, and an unmount
 // waits for an RCU grace period: about a millisecond, eight times what the
-// rest of a private instance costs, and most of what a one-key Dir would
-// take. Background closers take that wait off the caller; the kernel lets
-// concurrent waiters share a grace period.
+// rest of a private instance costs. Background closers take that wait off
+// the caller; the kernel lets concurrent waiters share a grace period.
 const mountClosers = 4
 
 var (
