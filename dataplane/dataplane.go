@@ -42,6 +42,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/isolatord/isolatord/containerns"
@@ -115,6 +116,10 @@ type DataPlane struct {
 	hclosed bool
 	// writers holds a token per Setup or Teardown at work (admit.go).
 	writers chan struct{}
+	// inflight counts the Setups and Teardowns waiting for a token or at
+	// work; idle is told when it falls to 0 (admit.go).
+	inflight atomic.Int64
+	idle     chan struct{}
 	// statsVeth: container ID -> host veth ifindex of the containers in
 	// ctrs, for Stats (admit.go).
 	statsVeth sync.Map
@@ -246,6 +251,7 @@ func New(cfg Config) (*DataPlane, error) {
 		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
 		writers:  make(chan struct{}, maxWriters()),
+		idle:     make(chan struct{}, 1),
 	}
 	d.hostSysctl = sysctl.Open()
 	if d.sys, err = hostlink.OpenSysNet(host); err != nil {
