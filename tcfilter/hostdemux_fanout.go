@@ -4,11 +4,9 @@ package tcfilter
 // attributes (only without the echo programs).
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 )
 
 func fanNode(slot uint16, target int) node {
@@ -48,24 +46,6 @@ func (x *HostDemux) AddFanout(slot uint16, target int) error {
 // DelFanout removes slot's ICMP mirror node; missing counts the nodes that
 // were already gone (0 or 1).
 func (x *HostDemux) DelFanout(slot uint16) (missing int, err error) {
-	if x.dst == nil {
-		return 0, fmt.Errorf("%s: %w", x.d.label, ErrNoFanout)
-	}
-	if err := checkSlot(slot); err != nil {
-		return 0, err
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if err := x.ensureReady(); err != nil {
-		return 0, err
-	}
-	err = x.d.del(KindICMP, PrioIP, fanNode(slot, 0).handle)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		missing++
-	case err != nil:
-		return 0, err
-	}
-	delete(x.fanout, slot)
-	return missing, nil
+	o := x.Unroute([]Unroute{{Slot: slot, Fanout: true}})[0]
+	return o.MissingFanout, o.Err
 }

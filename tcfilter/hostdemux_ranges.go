@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"slices"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -178,56 +176,6 @@ func (x *HostDemux) checkFree(slot uint16, r ephemeral.Range) error {
 // nodes belong to another slot is left alone and reported. H2 tables left
 // empty are unlinked and deleted.
 func (x *HostDemux) DelRanges(slot uint16, rs []ephemeral.Range) (missing int, err error) {
-	if err := checkSlot(slot); err != nil {
-		return 0, err
-	}
-	for _, r := range rs {
-		if !r.IsAligned() {
-			return 0, fmt.Errorf("range %s: %w", r, ErrNotAligned)
-		}
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if err := x.ensureReady(); err != nil {
-		return 0, err
-	}
-	var (
-		errs    []error
-		touched []uint8
-	)
-next:
-	for _, r := range rs {
-		ns := x.demuxNodes(slot, 0, r)
-		for _, n := range ns {
-			if o, ok := x.nodes[n.handle]; ok && o.slot != slot {
-				errs = append(errs, fmt.Errorf("range %s is routed to slot %d, not %d", r, o.slot, slot))
-				continue next
-			}
-		}
-		for _, n := range ns {
-			err := x.d.del(KindIP, PrioIP, n.handle)
-			switch {
-			case errors.Is(err, unix.ENOENT) && n.handle>>20 == TablePort:
-				// counted by its dport node (TablePort nodes are a copy)
-			case errors.Is(err, unix.ENOENT):
-				missing++
-			case err != nil:
-				errs = append(errs, err)
-				continue
-			}
-			if _, ok := x.nodes[n.handle]; ok {
-				delete(x.nodes, n.handle)
-				if b, small := h2Of(n.handle); small {
-					x.h2[b]--
-					touched = append(touched, b)
-				}
-			}
-		}
-		first, last := chunks(r)
-		for c := first; c <= last; c++ {
-			x.owners[c] = slices.DeleteFunc(x.owners[c], func(o owned) bool { return o.slot == slot && o.r == r })
-		}
-	}
-	x.releaseH2(touched)
-	return missing, errors.Join(errs...)
+	o := x.Unroute([]Unroute{{Slot: slot, Ranges: rs}})[0]
+	return o.MissingRanges, o.Err
 }
