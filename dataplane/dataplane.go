@@ -120,6 +120,9 @@ type DataPlane struct {
 	// work; idle is told when it falls to 0 (admit.go).
 	inflight atomic.Int64
 	idle     chan struct{}
+	// unrouting combines the first step of concurrent teardowns
+	// (unroute.go).
+	unrouting unrouter
 	// statsVeth: container ID -> host veth ifindex of the containers in
 	// ctrs, for Stats (admit.go).
 	statsVeth sync.Map
@@ -253,6 +256,7 @@ func New(cfg Config) (*DataPlane, error) {
 		writers:  make(chan struct{}, maxWriters()),
 		idle:     make(chan struct{}, 1),
 	}
+	d.unrouting.turn = make(chan struct{}, 1)
 	d.hostSysctl = sysctl.Open()
 	if d.sys, err = hostlink.OpenSysNet(host); err != nil {
 		log.Info("veth counters read over netlink (behind rtnl): no sysfs for the host namespace", "err", err)

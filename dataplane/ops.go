@@ -262,72 +262,28 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	// hmu alone.
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
-	if err := d.begin(ctx, c.ID, dropCache); err != nil {
+	if err := checkID(c.ID); err != nil {
 		return rep, err
 	}
-	locked := true
-	defer func() {
-		if locked {
-			d.mu.Unlock()
-		}
-	}()
-	veth := 0
-	pin := d.pinOf(c)
-	if rec, ok := d.ctrs[c.ID]; ok {
-		c, veth, pin = rec.c, rec.veth, rec.pin
+	if err := checkCtx(ctx); err != nil {
+		return rep, err
 	}
-	d.dropNeigh(c.ID)
-	d.dropEchoOrigins(c.ID, veth)
-	var errs []error
+	// Everything that leads to the container goes first (unroute.go),
+	// under d.mu, maybe in one pass with other teardowns.
+	u := d.unroute(c)
+	if u.err != nil {
+		return rep, u.err
+	}
+	c, veth, pin := u.c, u.veth, u.pin
+	rep.Missing = u.missing
+	errs := u.errs
 	miss := func(format string, args ...any) { rep.Missing = append(rep.Missing, fmt.Sprintf(format, args...)) }
-
-	// Host filters are tagged by slot; never touch those of a slot that
-	// now belongs to another (known) container.
-	if other, ok := d.slots[c.Slot]; ok && other != c.ID {
-		miss("host filters of slot %d (the slot belongs to container %s)", c.Slot, other)
-	} else if c.Slot >= 1 && c.Slot <= MaxSlot {
-		if c.Ephemeral.Size() > 0 {
-			excl := exclusiveRanges(c.Ephemeral, c.Ports)
-			for _, dm := range []struct {
-				name string
-				d    *tcfilter.HostDemux
-			}{{d.links.Eth0, d.eth0}, {d.links.Lo, d.lo}} {
-				n, err := dm.d.DelRanges(c.Slot, excl)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s demux: %w", dm.name, err))
-				}
-				if n > 0 {
-					miss("%d of %d %s demux ranges", n, len(excl), dm.name)
-				}
-			}
-		}
-		n, err := d.eth0.DelFanout(c.Slot)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("fan-out: %w", err))
-		}
-		if n > 0 {
-			miss("fan-out entries (%d)", n)
-		}
-		for _, port := range c.Shared.Ports() {
-			prev := d.shared[port]
-			next := holdersWithout(prev, c.Slot)
-			if len(next) == len(prev) {
-				miss("shared port %d holder", port)
-				continue
-			}
-			if err := d.setShared(port, next); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
 
 	if d.trace != nil {
 		d.trace("teardown demux")
 	}
 	// Nothing leads to the container any more: the rest is its own objects,
 	// done without d.mu (only the handles must stay open).
-	d.mu.Unlock()
-	locked = false
 	name := VethName(c.ID)
 	existed := false
 	var err error
@@ -391,7 +347,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	}
 
 	d.mu.Lock()
-	locked = true
+	defer d.mu.Unlock()
 	for r, n := range departed {
 		d.departed[r] += n
 	}
