@@ -92,15 +92,18 @@ func (d *DataPlane) adoptEchoOrigins(id string, veth int, shaped bool) error {
 	return nil
 }
 
-// dropEchoOrigins forgets a container's veth and shaper exit (best effort:
-// a stale origin only matters if its ifindex is reused, and then it points
-// at a veth that is gone).
-func (d *DataPlane) dropEchoOrigins(id string, veth int) {
+// dropEchoOrigins forgets a container's veth and, if it has an egress
+// shaper pair (shaped), its exit (best effort: a stale origin only matters
+// if its ifindex is reused, and then it points at a veth that is gone).
+func (d *DataPlane) dropEchoOrigins(id string, veth int, shaped bool) {
 	if veth == 0 {
 		veth, _ = d.linkIndex(VethName(id))
 	}
-	_, exit := ShaperNames(id)
-	xi, _ := d.linkIndex(exit)
+	xi := 0
+	if shaped {
+		_, exit := ShaperNames(id)
+		xi, _ = d.linkIndex(exit)
+	}
 	for _, i := range []int{veth, xi} {
 		if err := d.eth0.DelEchoOrigin(i); err != nil {
 			d.log.Warn("echo origin not removed", "container", id, "ifindex", i, "err", err)

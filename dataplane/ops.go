@@ -315,9 +315,13 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	}
 
 	// The egress shaper pair (if any) after the veth: nothing is sent to
-	// it any more.
+	// it any more. Its entry was looked up with the paths (unroute).
 	entry, exit := ShaperNames(c.ID)
-	if existed, err := d.retireByName(entry); err != nil {
+	existed, err = false, u.shaperErr
+	if err == nil && u.shaper != 0 {
+		existed, err = d.retire(u.shaper)
+	}
+	if err != nil {
 		errs = append(errs, err)
 	} else if !existed && !c.Egress.IsZero() {
 		miss("egress shaper %s", entry)

@@ -38,6 +38,10 @@ type unrouteReq struct {
 	c    Container // as the caller knows it; the record's once done
 	veth int       // the host veth's ifindex the record knows (0: none)
 	pin  nspin.Pin
+	// shaper: the egress shaper entry's ifindex (0: none), or why it could
+	// not be looked up (shaperErr).
+	shaper    int
+	shaperErr error
 	// missing: objects already gone (TeardownReport.Missing); errs: what
 	// failed; err: the request was not done at all (not prepared, closed).
 	missing []string
@@ -106,7 +110,10 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 		}
 		c := u.c
 		d.dropNeigh(c.ID)
-		d.dropEchoOrigins(c.ID, u.veth)
+		entry, _ := ShaperNames(c.ID)
+		u.shaper, u.shaperErr = d.linkIndex(entry)
+		// (a pair goes as a whole: no entry, no exit)
+		d.dropEchoOrigins(c.ID, u.veth, u.shaper != 0 || u.shaperErr != nil)
 		// Host filters are tagged by slot; never touch those of a slot
 		// that now belongs to another (known) container.
 		if other, ok := d.slots[c.Slot]; ok && other != c.ID {
