@@ -140,27 +140,22 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 			onLo = append(onLo, k)
 		}
 	}
-	for i, o := range d.eth0.Unroute(eth0) {
-		k := cuts[i]
-		if o.Err != nil {
-			k.u.errs = append(k.u.errs, fmt.Errorf("%s demux: %w", d.links.Eth0, o.Err))
-		}
-		if o.MissingRanges > 0 {
-			k.u.miss("%d of %d %s demux ranges", o.MissingRanges, len(k.excl), d.links.Eth0)
-		}
-		if o.MissingFanout > 0 {
-			k.u.miss("fan-out entries (%d)", o.MissingFanout)
-		}
-	}
-	for i, o := range d.lo.Unroute(lo) {
-		k := onLo[i]
-		if o.Err != nil {
-			k.u.errs = append(k.u.errs, fmt.Errorf("%s demux: %w", d.links.Lo, o.Err))
-		}
-		if o.MissingRanges > 0 {
-			k.u.miss("%d of %d %s demux ranges", o.MissingRanges, len(k.excl), d.links.Lo)
+	note := func(ks []cut, device string, out []tcfilter.Unrouted) {
+		for i, o := range out {
+			k := ks[i]
+			if o.Err != nil {
+				k.u.errs = append(k.u.errs, fmt.Errorf("%s demux: %w", device, o.Err))
+			}
+			if o.MissingRanges > 0 {
+				k.u.miss("%d of %d %s demux ranges", o.MissingRanges, len(k.excl), device)
+			}
+			if o.MissingFanout > 0 {
+				k.u.miss("fan-out entries (%d)", o.MissingFanout)
+			}
 		}
 	}
+	note(cuts, d.links.Eth0, d.eth0.Unroute(eth0))
+	note(onLo, d.links.Lo, d.lo.Unroute(lo))
 
 	// Shared ports: each container's holdings leave their spreads.
 	for _, k := range cuts {
