@@ -3,6 +3,7 @@ package tcfilter
 import (
 	"net"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -31,6 +32,7 @@ type HostDemux struct {
 	spreadUsed map[uint32]uint16      // spread table id -> shared port
 	fanout     map[uint16]int         // slot -> mirror target (ARP and ICMP)
 	stale      []tableRef             // unlinked tables the kernel still held busy
+	staleTried time.Time              // the last attempt at them (retryStale)
 	echo       *echoSteer             // echo programs and maps (eth0, echo.go); nil: fan-out
 	echoErr    error                  // why echo is nil after Init
 	ip6        *IPv6Demux             // the IPv6 classifier (hostdemux6.go); nil: none

@@ -6,6 +6,7 @@ package tcfilter
 import (
 	"errors"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -73,11 +74,20 @@ func (x *HostDemux) unstale(htid uint32) {
 	x.stale = slices.DeleteFunc(x.stale, func(t tableRef) bool { return t.htid == htid })
 }
 
-// retryStale makes one attempt at deleting tables that were still busy.
+// staleRetryGap is the least time between two attempts at the stale
+// tables: the kernel frees an unlinked table in deferred work that needs
+// rtnl, so a table busy now stays busy for milliseconds, longer while
+// setups and teardowns keep rtnl busy; a retry at every call (every
+// teardown of a drain) would cost one futile request per stale table.
+const staleRetryGap = 20 * time.Millisecond
+
+// retryStale makes one attempt at deleting tables that were still busy, at
+// most once per staleRetryGap.
 func (x *HostDemux) retryStale() {
-	if len(x.stale) == 0 {
+	if len(x.stale) == 0 || time.Since(x.staleTried) < staleRetryGap {
 		return
 	}
+	x.staleTried = time.Now()
 	busy, _ := x.d.delTables(x.stale, 0)
 	x.stale = busy
 }
