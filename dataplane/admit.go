@@ -11,10 +11,6 @@ package dataplane
 // changing calls in at once only lengthens that queue. admit lets
 // maxWriters Setups and Teardowns work at once; the others wait in Go,
 // where reads do not queue behind them.
-//
-// Every Setup and Teardown, waiting or at work, is counted in d.inflight:
-// the background deletion of retired links waits until none is (retire.go),
-// so that a burst of them does not queue behind the kernel's link deletions.
 
 import (
 	"context"
@@ -30,23 +26,11 @@ func maxWriters() int {
 
 // admit waits for a writer's turn (or ctx); release ends it.
 func (d *DataPlane) admit(ctx context.Context) (release func(), err error) {
-	d.inflight.Add(1)
 	select {
 	case d.writers <- struct{}{}:
-		return func() { <-d.writers; d.leave() }, nil
+		return func() { <-d.writers }, nil
 	case <-ctx.Done():
-		d.leave()
 		return nil, ctx.Err()
-	}
-}
-
-// leave ends a writer's count in d.inflight; the last one tells d.idle.
-func (d *DataPlane) leave() {
-	if d.inflight.Add(-1) == 0 {
-		select {
-		case d.idle <- struct{}{}:
-		default:
-		}
 	}
 }
 

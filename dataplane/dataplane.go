@@ -42,7 +42,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/isolatord/isolatord/containerns"
@@ -116,10 +115,6 @@ type DataPlane struct {
 	hclosed bool
 	// writers holds a token per Setup or Teardown at work (admit.go).
 	writers chan struct{}
-	// inflight counts the Setups and Teardowns waiting for a token or at
-	// work; idle is told when it falls to 0 (admit.go).
-	inflight atomic.Int64
-	idle     chan struct{}
 	// unrouting combines the first step of concurrent teardowns
 	// (unroute.go).
 	unrouting unrouter
@@ -254,7 +249,6 @@ func New(cfg Config) (*DataPlane, error) {
 		shared:   map[uint16][]spread.Holder{},
 		departed: map[string]uint64{},
 		writers:  make(chan struct{}, maxWriters()),
-		idle:     make(chan struct{}, 1),
 	}
 	d.unrouting.turn = make(chan struct{}, 1)
 	d.hostSysctl = sysctl.Open()

@@ -17,9 +17,7 @@ package dataplane
 //     RetiredGroup.
 //
 // A background goroutine deletes them at a quiet moment of the control
-// plane (settle: no Setup or Teardown in flight, so that a burst of
-// teardowns, a node drain, never waits for the deletion of the links it
-// retired): a few, one request each by their retired name (the rtnl
+// plane (settle): a few, one request each by their retired name (the rtnl
 // lock is free between two, so a setup waits for one deletion at most);
 // many (a drain), the whole group with one RTM_DELLINK (the kernel's group
 // delete: one unregister_netdevice_many, one set of grace periods for every
@@ -159,57 +157,34 @@ func (r *retirer) loop() {
 const (
 	retireQuiet    = 5 * time.Millisecond
 	retireMaxDelay = 250 * time.Millisecond
-	// retireBurstDelay bounds the wait while a burst (several Setups or
-	// Teardowns in flight at once, a node drain) is under way.
-	retireBurstDelay = 5 * time.Second
 )
 
 // settle defers a deletion pass to a quiet moment of the control plane.
 // Deleting links holds the kernel's rtnl lock for a time that grows with the
 // number of tc actions on the host (mirred_device_event walks them all for
-// each link), and setups and teardowns need that lock too: so a pass waits
-// until no Setup or Teardown is in flight (d.inflight) and none started or
-// retired a link for retireQuiet (a setup/teardown loop deletes in
-// batches). It waits retireMaxDelay at most, or retireBurstDelay once more
-// than one was seen in flight at once: a burst (a drain) retires all its
-// links first and then deletes them in one pass, after its last call. It
-// starts at once when a setup waits for it (wait) or on close.
+// each link), and setups need that lock too: so a pass waits until no link
+// was retired and no setup started for retireQuiet (a drain retires all its
+// links first, a setup/teardown loop deletes in batches), retireMaxDelay at
+// most, and starts at once when a setup waits for it (wait) or on close.
 func (r *retirer) settle() {
-	start := time.Now()
 	limit := time.NewTimer(retireMaxDelay)
 	defer limit.Stop()
-	burst := false
 	for {
-		n := r.d.inflight.Load()
-		if n > 1 && !burst {
-			burst = true
-			limit.Reset(time.Until(start.Add(retireBurstDelay)))
-		}
-		var quiet <-chan time.Time
-		var qt *time.Timer
-		if n == 0 {
-			qt = time.NewTimer(retireQuiet)
-			quiet = qt.C
-		}
-		again := false
+		quiet := time.NewTimer(retireQuiet)
 		select {
 		case <-r.wake:
-			again = true
+			quiet.Stop()
+			continue
 		case <-r.busy:
-			again = true
-		case <-r.d.idle: // the last writer left: start the quiet time
-			again = true
+			quiet.Stop()
+			continue
 		case <-r.urgent:
 		case <-r.stop: // closed: seen again by loop
-		case <-quiet:
+		case <-quiet.C:
 		case <-limit.C:
 		}
-		if qt != nil {
-			qt.Stop()
-		}
-		if !again {
-			return
-		}
+		quiet.Stop()
+		return
 	}
 }
 
