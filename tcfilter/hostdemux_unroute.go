@@ -59,7 +59,7 @@ func (x *HostDemux) Unroute(us []Unroute) []Unrouted {
 			dels = x.planUnroute(dels, i, u, &out[i])
 		}
 	}
-	errs := x.d.delAll(dels)
+	errs := x.delAll(dels)
 	var touched []uint8
 	for k, del := range dels {
 		o := &out[del.entry]
@@ -126,12 +126,18 @@ next:
 	return dels
 }
 
-// delAll deletes the nodes of dels (all of prio PrioIP), one request each,
-// and returns each one's answer (as dev.del).
-func (d dev) delAll(dels []unrouteDel) []error {
+// delAll deletes the nodes of dels (all of prio PrioIP) in one batch
+// through the demux's Conn (one request at a time without one) and returns
+// each one's answer (as dev.del).
+func (x *HostDemux) delAll(dels []unrouteDel) []error {
+	b := batch{c: x.c}
+	for _, del := range dels {
+		b.del(x.d, del.kind, PrioIP, del.handle, false)
+	}
+	res, _ := b.run()
 	errs := make([]error, len(dels))
-	for i, del := range dels {
-		errs[i] = d.del(del.kind, PrioIP, del.handle)
+	for i, r := range res {
+		errs[i] = r.err
 	}
 	return errs
 }
