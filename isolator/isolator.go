@@ -874,6 +874,37 @@ func (s *Isolator) Cleanup(ctx context.Context, id string) (err error) {
 	return s.cleanup(ctx, &r)
 }
 
+// CleanupIfLabeled is Cleanup of a container carrying each of want's labels
+// with its value; one lacking any is kept (kept is true) and nothing
+// changes. The labels are checked under the container's lock, so a
+// container replaced meanwhile is never removed on another's behalf.
+func (s *Isolator) CleanupIfLabeled(ctx context.Context, id string, want map[string]string) (kept bool, err error) {
+	defer s.observe("cleanup", time.Now(), &err)
+	if err := validateID(id); err != nil {
+		return false, err
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	r, ok := s.get(id)
+	if !ok {
+		return false, nil
+	}
+	if !r.HasLabels(want) {
+		return true, nil
+	}
+	return false, s.cleanup(ctx, &r)
+}
+
+// HasLabels reports whether r carries each of want's labels with its value.
+func (r Record) HasLabels(want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := r.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
 // cleanup tears a container down; the per-container lock is held.
 func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 	if r.State != StatePrepared {

@@ -9,16 +9,6 @@ import (
 	"github.com/isolatord/isolatord/isolator"
 )
 
-// hasLabels reports whether r carries each of want's labels with its value.
-func hasLabels(r isolator.Record, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := r.Labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
 // Attach is Prepare then Isolate in one call. A container that existed
 // without require_labels is returned unchanged; one this call could not
 // isolate is cleaned up again unless it was isolated before.
@@ -36,7 +26,7 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if !hasLabels(r, req.GetRequireLabels()) {
+	if !r.HasLabels(req.GetRequireLabels()) {
 		return &pb.AttachResponse{Container: toProto(r), LabelsDiffer: true}, nil
 	}
 	wasIsolated := r.State == isolator.StateIsolated
@@ -57,20 +47,11 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 }
 
 // cleanupUnlessLabelsDiffer is Cleanup with require_labels: a container
-// lacking one of them is kept.
+// lacking one of them is kept (checked under the container's lock).
 func (s *server) cleanupUnlessLabelsDiffer(ctx context.Context, req *pb.CleanupRequest) (*pb.CleanupResponse, error) {
-	r, err := s.iso.Get(ctx, req.GetContainerId())
-	if isolator.KindOf(err) == isolator.ErrNotFound {
-		return &pb.CleanupResponse{}, nil // as Cleanup of an unknown container
-	}
+	kept, err := s.iso.CleanupIfLabeled(ctx, req.GetContainerId(), req.GetRequireLabels())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if !hasLabels(r, req.GetRequireLabels()) {
-		return &pb.CleanupResponse{Kept: true}, nil
-	}
-	if err := s.iso.Cleanup(ctx, req.GetContainerId()); err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.CleanupResponse{}, nil
+	return &pb.CleanupResponse{Kept: kept}, nil
 }
