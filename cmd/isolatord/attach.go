@@ -36,8 +36,10 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 			return nil, toStatus(err)
 		}
 		// Clean up even if the caller has gone: a prepared container
-		// nobody attached would hold its ports.
-		if cerr := s.iso.Cleanup(context.WithoutCancel(ctx), id); cerr != nil {
+		// nobody attached would hold its ports. The labels are checked
+		// again under the container's lock: one replaced meanwhile is not
+		// this call's to remove.
+		if _, cerr := s.iso.CleanupIfLabeled(context.WithoutCancel(ctx), id, req.GetRequireLabels()); cerr != nil {
 			st := status.Convert(toStatus(err))
 			return nil, status.Error(st.Code(), st.Message()+"; rollback (Cleanup) also failed: "+cerr.Error())
 		}
