@@ -250,6 +250,7 @@ func TestServerStops(t *testing.T) {
 	// A graceful stop: later calls are Unavailable.
 	go srv2.GracefulStop()
 	deadline := time.Now().Add(5 * time.Second)
+	err = nil // the loop below must see c2's own error, not the first call's
 	for err == nil && time.Now().Before(deadline) {
 		err = c2.Invoke(ctx, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{})
 	}
