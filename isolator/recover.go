@@ -87,7 +87,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		}
 		s.hostRetake(r, &rep)
 		s.records[r.ID] = r
-		if r.State != StatePrepared && r.NetNSIno != 0 {
+		if r.State != StatePrepared && r.State != StateCleaning && r.NetNSIno != 0 {
 			s.netnsOwner[r.NetNSIno] = r.ID
 		}
 	}
