@@ -75,14 +75,19 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 			rep.Unreserved = append(rep.Unreserved, r.ID)
 			s.log.Warn("recover: ephemeral block not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
 		}
-		req := holdRequest(r)
-		if err := s.ledger.Reserve(r.ID, req); err != nil {
-			rep.Unreserved = append(rep.Unreserved, r.ID)
-			s.log.Warn("recover: static ports not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "ports", portsString(req.Exclusive, req.Shared), "err", err)
+		// A cleaning record's ports are not claimed: it is cleaned up
+		// below, before any call is served, and another container may
+		// hold them already (a cleanup answers before its record's
+		// removal is committed, and frees its ports at once).
+		if req := holdRequest(r); r.State != StateCleaning {
+			if err := s.ledger.Reserve(r.ID, req); err != nil {
+				rep.Unreserved = append(rep.Unreserved, r.ID)
+				s.log.Warn("recover: static ports not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "ports", portsString(req.Exclusive, req.Shared), "err", err)
+			}
 		}
 		s.hostRetake(r, &rep)
 		s.records[r.ID] = r
-		if r.State != StatePrepared && r.NetNSIno != 0 {
+		if r.State != StatePrepared && r.State != StateCleaning && r.NetNSIno != 0 {
 			s.netnsOwner[r.NetNSIno] = r.ID
 		}
 	}
