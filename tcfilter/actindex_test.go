@@ -259,10 +259,12 @@ func TestInstallUpgradesLayout4(t *testing.T) {
 	}
 	// one datagram from an unowned port: counted by the old action only
 	sendUnowned(t, w, a)
-	wait.Until(5*time.Second, func() bool {
+	if !wait.Until(5*time.Second, func() bool {
 		fs, err := a.vf.dev().list()
 		return err == nil && a.vf.legacyDrops(fs)[DropPort] == 1
-	})
+	}) {
+		t.Fatal("the layout-4 port drop action did not count the datagram")
+	}
 	if m, _ := a.vf.Drops(); m[DropPort] != 0 {
 		t.Fatalf("a layout-4 drop counted in the map: %v", m)
 	}

@@ -506,15 +506,21 @@ func progID(fd int) int {
 	return int(binary.NativeEndian.Uint32(info[4:8])) // bpf_prog_info: type, id
 }
 
-// dropEcho detaches the echo programs and releases them (fallback).
-func (x *HostDemux) dropEcho() {
+// detachEcho deletes the echo filters of priority prio and protocol
+// proto from both directions of the demux's device (missing ones are fine).
+func (x *HostDemux) detachEcho(prio uint16, proto uint16) {
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 		err := x.d.h.FilterDel(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: x.d.ifindex, Parent: parent, Priority: PrioEcho, Protocol: unix.ETH_P_IP, Handle: echoHandle}})
+			LinkIndex: x.d.ifindex, Parent: parent, Priority: prio, Protocol: proto, Handle: echoHandle}})
 		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 			x.d.observe(OpRemove, KindICMP, err)
 		}
 	}
+}
+
+// dropEcho detaches the echo programs and releases them (fallback).
+func (x *HostDemux) dropEcho() {
+	x.detachEcho(PrioEcho, unix.ETH_P_IP)
 	if x.echo != nil {
 		x.echo.close()
 		x.echo = nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -253,13 +252,7 @@ func (x *HostDemux) Echo6Steering() error {
 
 // dropEcho6 detaches the ICMPv6 echo programs and releases them.
 func (x *HostDemux) dropEcho6() {
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		err := x.d.h.FilterDel(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: x.d.ifindex, Parent: parent, Priority: PrioEcho6, Protocol: unix.ETH_P_IPV6, Handle: echoHandle}})
-		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-			x.d.observe(OpRemove, KindICMP, err)
-		}
-	}
+	x.detachEcho(PrioEcho6, unix.ETH_P_IPV6)
 	if x.echo6 != nil {
 		x.echo6.close()
 		x.echo6 = nil

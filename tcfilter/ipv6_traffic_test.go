@@ -13,7 +13,6 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/shaping"
-	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
@@ -277,25 +276,7 @@ func TestTrafficDemuxIPv6(t *testing.T) {
 	})
 
 	t.Run("shared", func(t *testing.T) {
-		for _, c := range []*ctr{a, b} {
-			if err := c.vf.SetRanges(c.ranges, append(c.ranges, rg(9090, 9090))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.eth0D.setShared(9090, []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}); err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]int{}
-		for i := 0; i < 40; i++ {
-			got, err := echo(w.s.Client.Do, "tcp", at(9090))
-			if err != nil {
-				t.Fatalf("shared port connection %d: %v", i, err)
-			}
-			seen[got]++
-		}
-		if seen["ca"] == 0 || seen["cb"] == 0 || seen["ca"]+seen["cb"] != 40 {
-			t.Errorf("shared port answered by %v, want both containers", seen)
-		}
+		shareBetween(t, w, a, b, at(9090))
 		if err := w.eth0D.setShared(9090, nil); err != nil {
 			t.Fatal(err)
 		}

@@ -316,26 +316,7 @@ func TestTrafficDemux(t *testing.T) {
 	})
 
 	t.Run("shared", func(t *testing.T) {
-		// holders may send from the shared port
-		for _, c := range []*ctr{a, b} {
-			if err := c.vf.SetRanges(c.ranges, append(c.ranges, rg(9090, 9090))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.eth0D.setShared(9090, []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}); err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]int{}
-		for i := 0; i < 40; i++ {
-			got, err := echo(w.s.Client.Do, "tcp", at(9090))
-			if err != nil {
-				t.Fatalf("shared port connection %d: %v", i, err)
-			}
-			seen[got]++
-		}
-		if seen["ca"] == 0 || seen["cb"] == 0 || seen["ca"]+seen["cb"] != 40 {
-			t.Errorf("shared port answered by %v, want both containers", seen)
-		}
+		shareBetween(t, w, a, b, at(9090))
 		// the same source port always lands on the same holder
 		first := ""
 		for i := 0; i < 5; i++ {
@@ -361,6 +342,32 @@ func TestTrafficDemux(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// shareBetween makes port 9090 shared by a and b (holders may send from
+// it) and checks that 40 TCP connections from the client to addr are
+// answered by both containers and nobody else.
+func shareBetween(t *testing.T, w *wire, a, b *ctr, addr string) {
+	t.Helper()
+	for _, c := range []*ctr{a, b} {
+		if err := c.vf.SetRanges(c.ranges, append(c.ranges, rg(9090, 9090))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.eth0D.setShared(9090, []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i := 0; i < 40; i++ {
+		got, err := echo(w.s.Client.Do, "tcp", addr)
+		if err != nil {
+			t.Fatalf("shared port connection %d: %v", i, err)
+		}
+		seen[got]++
+	}
+	if seen["ca"] == 0 || seen["cb"] == 0 || seen["ca"]+seen["cb"] != 40 {
+		t.Errorf("shared port answered by %v, want both containers", seen)
+	}
 }
 
 // nops are 4 IP NOP options: they make IHL 6, so every L4 offset moves.

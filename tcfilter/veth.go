@@ -512,18 +512,9 @@ func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 	if err != nil {
 		return err
 	}
-	type pk struct {
-		prio   uint16
-		handle uint32 // node id only for root nodes
-	}
-	have := map[pk]*netlink.U32{}
+	have := map[nodeKey]*netlink.U32{}
 	for _, f := range fs {
-		htid, _, nid := SplitU32Handle(f.Handle)
-		if htid >= 0x800 {
-			have[pk{f.Priority, nid}] = f
-		} else {
-			have[pk{f.Priority, f.Handle}] = f
-		}
+		have[keyOf(f)] = f
 	}
 	want := v.fixedNodes()
 	for _, r := range rs {
@@ -531,7 +522,7 @@ func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 	}
 	var errs []error
 	for _, n := range want {
-		f, ok := have[pk{n.prio, n.handle}]
+		f, ok := have[nodeKey{n.prio, n.handle}]
 		if n.act != actRedirect || n.reason != "" || !ok {
 			continue
 		}
