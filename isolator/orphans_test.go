@@ -109,11 +109,14 @@ func TestOrphanedByPid(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(proc, "200")); err != nil {
 		t.Fatal(err)
 	}
+	// The new file is made while the old one still exists, then renamed
+	// over it: removing first let the filesystem give the new file the
+	// old inode number, so the move went unseen.
 	moved := filepath.Join(proc, "300", "ns", "net")
-	if err := os.Remove(moved); err != nil {
+	if err := os.WriteFile(moved+".new", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(moved, nil, 0o600); err != nil {
+	if err := os.Rename(moved+".new", moved); err != nil {
 		t.Fatal(err)
 	}
 	for _, threads := range []bool{false, true} {
