@@ -24,7 +24,8 @@ var neighbourSeries = []struct{ name, help string }{
 	{"neighbour_host_resolutions_total", "Host neighbour resolutions started for containers (addresses the host did not know)."},
 	{"neighbour_errors_total", "Failed netlink requests of the neighbour sync."},
 	{"neighbour_requests_refused_total", "Neighbour requests from containers not served: the container already waited for neighsync.MaxWaiting unresolved addresses."},
-	{"neighbour_resyncs_total", "Times neighbour notifications were lost (the neighbour sync's receive buffer was full) and the host's and containers' tables read again."},
+	{"neighbour_resyncs_total", "Times neighbour notifications were lost (a receive buffer of the neighbour sync was full) and the host's or the containers' tables read again."},
+	{"neighbour_requests_throttled_total", "Neighbour requests from containers not served: the container asked faster than its budget allows (it asks again)."},
 }
 
 func newNeighbourCollector() *neighbourCollector {
@@ -49,7 +50,7 @@ func (c *neighbourCollector) Collect(ch chan<- prometheus.Metric) {
 	if src != nil {
 		st = src()
 	}
-	for i, v := range []uint64{st.Asked, st.Pushed, st.Deleted, st.Kicks, st.Errors, st.Refused, st.Resyncs} {
+	for i, v := range []uint64{st.Asked, st.Pushed, st.Deleted, st.Kicks, st.Errors, st.Refused, st.Resyncs, st.Throttled} {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
 	}
 }

@@ -15,12 +15,12 @@ func TestNeighbourSeries(t *testing.T) {
 		}
 	}
 	m.WatchNeighbours(func() neighsync.Stats {
-		return neighsync.Stats{Asked: 6, Pushed: 5, Deleted: 4, Kicks: 3, Errors: 2, Refused: 1}
+		return neighsync.Stats{Asked: 1, Pushed: 2, Deleted: 3, Kicks: 4, Errors: 5, Refused: 6, Resyncs: 7, Throttled: 8}
 	})
 	f = scrape(t, m.Handler())
 	for i, s := range neighbourSeries {
-		if v := f.value(t, Namespace+"_"+s.name); v != float64(6-i) {
-			t.Errorf("%s = %v, want %d", s.name, v, 6-i)
+		if v := f.value(t, Namespace+"_"+s.name); v != float64(i+1) {
+			t.Errorf("%s = %v, want %d", s.name, v, i+1)
 		}
 	}
 }

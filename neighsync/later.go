@@ -111,11 +111,12 @@ func (s *Syncer) laterWorker() {
 func (s *Syncer) addLater(a laterAdd) {
 	ns, err := nshandle.Open(a.path)
 	var m *member
+	up := false
 	if err == nil {
 		if ns.Ino() != a.ino {
 			err = fmt.Errorf("%s is another namespace now (net:[%d], was net:[%d])", a.path, ns.Ino(), a.ino)
 		} else {
-			m, err = s.open(a.id, ns, a.eth0, s.servesIPv6())
+			m, up, err = s.open(a.id, ns, a.eth0, s.servesIPv6())
 		}
 		ns.Close()
 	}
@@ -123,6 +124,9 @@ func (s *Syncer) addLater(a laterAdd) {
 		err = s.register(m, a.gen)
 	}
 	if err == nil {
+		if up {
+			s.resyncMember(m) // requests it made before
+		}
 		return
 	}
 	s.mu.Lock()

@@ -59,6 +59,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -108,6 +109,9 @@ type Stats struct {
 	// Resyncs: times notifications were lost (the socket's receive
 	// buffer was full) and the tables read again.
 	Resyncs uint64
+	// Throttled: requests not served because their container asked more
+	// than its budget allows (budget.go).
+	Throttled uint64
 }
 
 // MaxWaiting bounds the addresses one container may wait for at a time
@@ -150,6 +154,10 @@ type member struct {
 	// waits are the addresses it waits for (a copy of its part of
 	// Syncer.waiting, bounded by MaxWaiting).
 	waits map[netip.Addr]bool
+	// writes counts changes of has (a resync's read of the table, made
+	// without the lock, tells what has lost only if none came meanwhile).
+	writes uint64
+	budget budget // requests it may still make now (budget.go)
 }
 
 // Start subscribes to the host's neighbour table on eth0 (hostNS is the
@@ -184,7 +192,7 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 		return nil, fmt.Errorf("neighbour sync: the host namespace's own id: %w", err)
 	}
 	s.selfID = int32(self)
-	if s.rx, err = newReceiver(hostNS); err != nil {
+	if s.rx, err = newReceiver(hostNS, eth0); err != nil {
 		return nil, fmt.Errorf("neighbour sync: %w", err)
 	}
 	s.resyncHost() // after subscribing: nothing falls in between
@@ -228,12 +236,23 @@ func (s *Syncer) Stats() Stats {
 // it sets the container's neighbour settings (ContainerSysctls) and serves
 // its neighbour requests. Adding an id again replaces the old member. The
 // Syncer keeps a netlink socket in ns, subscribed to nothing, until Remove.
+//
+// Requests the container made before are found by reading its table
+// (resync.go), unless eth0 was down when Add looked (fresh.go): a down
+// interface has no pending request, and one made once it is up reaches
+// the Syncer as a notification.
 func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
-	m, err := s.open(id, ns, eth0, s.servesIPv6())
+	m, up, err := s.open(id, ns, eth0, s.servesIPv6())
 	if err != nil {
 		return err
 	}
-	return s.register(m, 0)
+	if err := s.register(m, 0); err != nil {
+		return err
+	}
+	if up {
+		s.resyncMember(m) // requests it made before
+	}
+	return nil
 }
 
 // nsID names a namespace (its nsfs device and inode).
@@ -241,10 +260,11 @@ type nsID struct{ dev, ino uint64 }
 
 // open makes container id's request handle and settings (one thread
 // switch for both) and finds its namespace's id in the host's namespace,
-// giving it one if it has none.
-func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member, error) {
+// giving it one if it has none. up: eth0 was up before its settings were
+// made.
+func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (_ *member, up bool, _ error) {
 	if (nsID{ns.Dev(), ns.Ino()}) == s.hostNS {
-		return nil, fmt.Errorf("neighbour sync: container %s: %v is the host's namespace", id, ns)
+		return nil, false, fmt.Errorf("neighbour sync: container %s: %v is the host's namespace", id, ns)
 	}
 	var h *netlink.Handle
 	ifindex := 0
@@ -255,6 +275,7 @@ func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member
 		l, err := h.LinkByName(eth0)
 		if err == nil {
 			ifindex = l.Attrs().Index
+			up = l.Attrs().Flags&net.FlagUp != 0
 			err = setProbes(ifindex, v6)
 		}
 		if err != nil {
@@ -264,14 +285,14 @@ func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (*member
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
+		return nil, false, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m := &member{id: id, h: h, eth0: ifindex, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}}
+	m := &member{id: id, h: h, eth0: ifindex, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}, budget: newBudget(time.Now())}
 	if m.nsid, err = s.peerID(ns); err != nil {
 		h.Close()
-		return nil, fmt.Errorf("neighbour sync: container %s: %w", id, err)
+		return nil, false, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	return m, nil
+	return m, up, nil
 }
 
 // peerID returns ns's id in the host's namespace, giving it one if none.
@@ -297,7 +318,8 @@ var errCancelled = errors.New("neighbour sync: cancelled")
 
 // register starts serving m, replacing any earlier member of its id. A
 // non-zero later is the AddLater it completes: if a Remove or an Add of
-// the id came since, m is dropped instead (errCancelled).
+// the id came since, m is dropped instead (errCancelled). Requests m makes
+// from then on are heard; the caller reads m's table for earlier ones.
 func (s *Syncer) register(m *member, later uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -309,13 +331,16 @@ func (s *Syncer) register(m *member, later uint64) error {
 		m.h.Close()
 		return errCancelled
 	}
+	if err := s.rx.serve(m.eth0, true); err != nil {
+		m.h.Close()
+		return err
+	}
 	delete(s.pending, m.id)
 	if old, ok := s.ctrs[m.id]; ok {
 		s.drop(old)
 	}
 	s.ctrs[m.id] = m
 	s.byNSID[m.nsid] = append(s.byNSID[m.nsid], m)
-	s.resyncMemberLocked(m) // requests it made before
 	for ip, mac := range s.known {
 		if s.serves(ip) {
 			s.push(m, ip, mac)
@@ -352,6 +377,9 @@ func (s *Syncer) Remove(id string) {
 // drop stops serving m and closes its request handle, which releases its
 // namespace (with s.mu held).
 func (s *Syncer) drop(m *member) {
+	if err := s.rx.serve(m.eth0, false); err != nil {
+		s.log.Warn("neighbour sync: socket filter", "container", m.id, "err", err)
+	}
 	ms := slices.DeleteFunc(s.byNSID[m.nsid], func(o *member) bool { return o == m })
 	if len(ms) == 0 {
 		delete(s.byNSID, m.nsid)
@@ -415,6 +443,10 @@ func (s *Syncer) containerUpdateLocked(m *member, u netlink.NeighUpdate) {
 		if u.Type == unix.RTM_NEWNEIGH && u.State&netlink.NUD_FAILED != 0 {
 			delete(m.has, ip)
 			return // the next packet asks again
+		}
+		if !m.budget.take(time.Now()) {
+			s.stats.Throttled++
+			return // it asks again (app_solicit times, then on its next packet)
 		}
 		s.stats.Asked++
 		if mac, ok := s.known[ip]; ok {
@@ -493,11 +525,13 @@ func (s *Syncer) push(m *member, ip netip.Addr, mac net.HardwareAddr) {
 	}
 	s.stats.Pushed++
 	m.has[ip] = mac
+	m.writes++
 }
 
 func (s *Syncer) del(m *member, ip netip.Addr) {
 	err := m.h.NeighDel(&netlink.Neigh{LinkIndex: m.eth0, Family: family(ip), IP: net.IP(ip.AsSlice())})
 	delete(m.has, ip)
+	m.writes++
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		s.stats.Errors++
 		s.log.Warn("neighbour sync: delete entry", "container", m.id, "ip", net.IP(ip.AsSlice()), "err", err)

@@ -14,26 +14,26 @@ import (
 // entries) and for entries it no longer has. A container is also read so
 // when it starts being served, for the requests it made before.
 
-// resync re-reads the host's table and every served container's, after
-// the socket overflowed.
-func (s *Syncer) resync() {
+// countResync counts a resync after the socket (what: whose table it
+// reads) overflowed.
+func (s *Syncer) countResync(what string) {
 	s.mu.Lock()
 	s.stats.Resyncs++
 	s.mu.Unlock()
-	s.log.Warn("neighbour sync: notifications lost (receive buffer full); reading the tables again")
-	s.resyncHost()
+	s.log.Warn("neighbour sync: notifications lost (receive buffer full); reading the tables again", "tables", what)
+}
+
+// resyncMembers re-reads every served container's table, one at a time
+// (Add and Remove go on meanwhile), each read before taking the lock.
+func (s *Syncer) resyncMembers() {
 	s.mu.Lock()
 	ms := make([]*member, 0, len(s.ctrs))
 	for _, m := range s.ctrs {
 		ms = append(ms, m)
 	}
 	s.mu.Unlock()
-	for _, m := range ms { // one at a time: Add and Remove go on meanwhile
-		s.mu.Lock()
-		if !s.closed && s.ctrs[m.id] == m {
-			s.resyncMemberLocked(m)
-		}
-		s.mu.Unlock()
+	for _, m := range ms {
+		s.resyncMember(m)
 	}
 }
 
@@ -61,9 +61,19 @@ func (s *Syncer) resyncHost() {
 	}
 }
 
-// resyncMemberLocked reads m's entries on its eth0 (with s.mu held).
-func (s *Syncer) resyncMemberLocked(m *member) {
+// resyncMember reads m's entries on its eth0, then handles them under
+// the lock (a tenant's large table costs its reader, not every caller of
+// the lock), if m is still served.
+func (s *Syncer) resyncMember(m *member) {
+	s.mu.Lock()
+	writes := m.writes
+	s.mu.Unlock()
 	list, err := m.h.NeighList(m.eth0, netlink.FAMILY_ALL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ctrs[m.id] != m {
+		return
+	}
 	if err != nil {
 		s.stats.Errors++
 		s.log.Warn("neighbour sync: read a container's neighbours", "container", m.id, "err", err)
@@ -76,6 +86,9 @@ func (s *Syncer) resyncMemberLocked(m *member) {
 		}
 		// INCOMPLETE: a request; FAILED: no longer held; others: nothing to do
 		s.containerUpdateLocked(m, netlink.NeighUpdate{Type: unix.RTM_NEWNEIGH, Neigh: n})
+	}
+	if m.writes != writes {
+		return // what it has changed since the read
 	}
 	for ip := range m.has {
 		if !seen[ip] {
