@@ -143,6 +143,7 @@ type Syncer struct {
 	later   laterAdds // AddLater (later.go)
 	pending map[string]uint64
 	stats   Stats
+	reads   uint64 // containers' tables read (resyncMember)
 }
 
 type member struct {

@@ -67,6 +67,7 @@ func (s *Syncer) resyncHost() {
 func (s *Syncer) resyncMember(m *member) {
 	s.mu.Lock()
 	writes := m.writes
+	s.reads++
 	s.mu.Unlock()
 	list, err := m.h.NeighList(m.eth0, netlink.FAMILY_ALL)
 	s.mu.Lock()
