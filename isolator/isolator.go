@@ -459,19 +459,19 @@ type IsolateTarget struct {
 
 // Isolate plumbs the container's network. Repeating it with the same target
 // returns the same container; another target gets AlreadyExists.
-func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (_ Record, err error) {
-	defer s.observe("isolate", time.Now(), &err)
-	if err := validateID(id); err != nil {
-		return Record{}, err
-	}
+func (s *Isolator) Isolate(ctx context.Context, id string, t IsolateTarget) (Record, error) {
+	r, _, _, err := s.IsolateIfLabeled(ctx, id, nil, t)
+	return r, err
+}
+
+// isolateLocked is Isolate with id's lock held.
+func (s *Isolator) isolateLocked(ctx context.Context, id string, t IsolateTarget) (_ Record, err error) {
 	if t.Pid != 0 && t.NetNSPath != "" {
 		return Record{}, errorf(ErrInvalidArgument, "target: give either pid or netns_path, not both")
 	}
 	if t.Pid < 0 || (t.Pid == 0 && t.NetNSPath == "") {
 		return Record{}, errorf(ErrInvalidArgument, "pid: must be > 0 (or give netns_path), got %d", t.Pid)
 	}
-	unlock := s.locks.lock(id)
-	defer unlock()
 
 	s.mu.Lock()
 	r, ok := s.records[id]

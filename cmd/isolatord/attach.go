@@ -29,8 +29,15 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 	if !r.HasLabels(req.GetRequireLabels()) {
 		return &pb.AttachResponse{Container: toProto(r), LabelsDiffer: true}, nil
 	}
-	wasIsolated := r.State == isolator.StateIsolated
-	r, err = s.iso.Isolate(ctx, id, t)
+	if attachPrepared != nil {
+		attachPrepared(id)
+	}
+	// The labels again under the container's lock: one replaced since
+	// (another caller's Cleanup and Prepare) is not this call's to isolate.
+	r, differ, wasIsolated, err := s.iso.IsolateIfLabeled(ctx, id, req.GetRequireLabels(), t)
+	if differ {
+		return &pb.AttachResponse{Container: toProto(r), LabelsDiffer: true}, nil
+	}
 	if err != nil {
 		if wasIsolated {
 			return nil, toStatus(err)
@@ -47,6 +54,10 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 	}
 	return &pb.AttachResponse{Container: toProto(r), WasIsolated: wasIsolated}, nil
 }
+
+// attachPrepared, if set (by tests), is called between Attach's Prepare
+// and its Isolate.
+var attachPrepared func(id string)
 
 // cleanupUnlessLabelsDiffer is Cleanup with require_labels: a container
 // lacking one of them is kept (checked under the container's lock).

@@ -152,3 +152,46 @@ func TestLightClientAgainstServer(t *testing.T) {
 		t.Fatalf("List = %v, %v", l, err)
 	}
 }
+
+// TestAttachReplacedMeanwhile: between Attach's Prepare and its Isolate,
+// another caller replaces the container (its Cleanup, then its Prepare of
+// the same id for another network). Attach reports labels_differ and
+// leaves the replacement prepared: it is not isolated into this caller's
+// namespace, nor removed.
+func TestAttachReplacedMeanwhile(t *testing.T) {
+	c, _, _ := startServer(t, []uint32{uint32(os.Getuid())})
+	ctx := context.Background()
+	mine := map[string]string{"cni.network": "n1", "cni.ifname": "eth0"}
+	other := map[string]string{"cni.network": "n2", "cni.ifname": "eth0"}
+	t.Cleanup(func() { attachPrepared = nil })
+	replaced := false
+	attachPrepared = func(id string) {
+		if replaced {
+			return
+		}
+		replaced = true
+		if _, err := c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: id}); err != nil {
+			t.Error(err)
+		}
+		if _, err := c.Prepare(ctx, &pb.PrepareRequest{ContainerId: id, Labels: other, Ports: []*pb.PortRange{pr(31005, 31005, false)}}); err != nil {
+			t.Error(err)
+		}
+	}
+	r, err := c.Attach(ctx, attachReq("e1", mine, mine, pr(31004, 31004, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !replaced {
+		t.Fatal("the hook between Prepare and Isolate did not run")
+	}
+	if !r.GetLabelsDiffer() || r.GetContainer().GetLabels()["cni.network"] != "n2" {
+		t.Errorf("Attach of a container replaced meanwhile = %v, want labels_differ and the replacement", r)
+	}
+	g, err := c.Get(ctx, &pb.GetRequest{ContainerId: "e1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.GetContainer().GetState() != pb.ContainerState_CONTAINER_STATE_PREPARED || g.GetContainer().GetLabels()["cni.network"] != "n2" {
+		t.Errorf("the replacement after Attach: %v, want it prepared for n2", g.GetContainer())
+	}
+}
