@@ -15,10 +15,9 @@ import "time"
 // Budget of a container: a burst of budgetBurst requests, refilled at
 // budgetRate a second (a container meeting a whole /24 of neighbours at
 // once is served within a few seconds).
-var (
-	budgetBurst = 256.0
-	budgetRate  = 128.0
-)
+var budgetBurst = 256.0
+
+const budgetRate = 128.0
 
 // budget is a token bucket.
 type budget struct {

@@ -61,15 +61,36 @@ func (s *Syncer) resyncHost() {
 	}
 }
 
-// resyncMember reads m's entries on its eth0, then handles them under
-// the lock (a tenant's large table costs its reader, not every caller of
-// the lock), if m is still served.
+// resyncMember reads m's entries on its eth0 and sorts them out before
+// taking the lock (a tenant's large table of permanent entries costs its
+// reader, not every caller of the lock), then handles what matters, if m
+// is still served: pending requests (INCOMPLETE), entries no longer held
+// (FAILED) and entries m had that are gone.
 func (s *Syncer) resyncMember(m *member) {
 	s.mu.Lock()
 	writes := m.writes
+	had := make([]netip.Addr, 0, len(m.has))
+	for ip := range m.has {
+		had = append(had, ip)
+	}
 	s.reads++
 	s.mu.Unlock()
 	list, err := m.h.NeighList(m.eth0, netlink.FAMILY_ALL)
+	var asks []netlink.Neigh
+	seen := make(map[netip.Addr]bool, len(had))
+	for _, ip := range had {
+		seen[ip] = false
+	}
+	for _, n := range list {
+		if n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) != 0 {
+			asks = append(asks, n)
+		}
+		if ip, ok := key(n.IP); ok {
+			if _, was := seen[ip]; was {
+				seen[ip] = true
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.ctrs[m.id] != m {
@@ -80,19 +101,14 @@ func (s *Syncer) resyncMember(m *member) {
 		s.log.Warn("neighbour sync: read a container's neighbours", "container", m.id, "err", err)
 		return
 	}
-	seen := make(map[netip.Addr]bool, len(list))
-	for _, n := range list {
-		if ip, ok := key(n.IP); ok {
-			seen[ip] = true
-		}
-		// INCOMPLETE: a request; FAILED: no longer held; others: nothing to do
+	for _, n := range asks {
 		s.containerUpdateLocked(m, netlink.NeighUpdate{Type: unix.RTM_NEWNEIGH, Neigh: n})
 	}
 	if m.writes != writes {
 		return // what it has changed since the read
 	}
-	for ip := range m.has {
-		if !seen[ip] {
+	for ip, held := range seen {
+		if !held {
 			delete(m.has, ip)
 		}
 	}
