@@ -25,7 +25,10 @@ func (d *DataPlane) startNeigh(eth0 int, onLink net.IPNet, gateway net.IP) error
 	return nil
 }
 
-// addNeigh makes the syncer serve container id in namespace ns.
+// addNeigh makes the syncer serve container id in namespace ns. Called
+// while the container's eth0 is still down (as veth.Create leaves it), it
+// reads no neighbour table (a dump walks the machine's whole table):
+// requests made once eth0 is up reach the syncer as notifications.
 func (d *DataPlane) addNeigh(id string, ns *nshandle.NS) error {
 	if d.neigh == nil {
 		return nil

@@ -15,7 +15,8 @@
 //     retrans_time, 3 times, then the entry fails and the next packet asks
 //     again). The Syncer listens to those notifications (one netlink
 //     socket in the host's namespace receives every served namespace's,
-//     read by one goroutine: poll.go).
+//     another the host's own table, each with a filter keeping only what
+//     the Syncer uses, read by one goroutine: poll.go, filter.go).
 //   - If the host has a valid entry (any of REACHABLE, STALE, DELAY, PROBE,
 //     PERMANENT) for the address, the Syncer writes it into the container
 //     as a PERMANENT entry (INCOMPLETE -> PERMANENT releases the packets the
@@ -30,8 +31,10 @@
 //
 // Cost: per ARP frame from outside, nothing beyond the host's own ARP
 // processing (no copies). Per container set up: a netlink socket (not
-// subscribed to anything) in its namespace, its settings, and one netlink
-// request per entry the host has on eth0. Per new neighbour: one host
+// subscribed to anything) in its namespace, its settings, one netlink
+// request per entry the host has on eth0, and a read of its table if its
+// eth0 was up at Add. Per container, requests are served up to a budget
+// (budget.go). Per new neighbour: one host
 // resolution (only if the host does not know it) and one netlink request
 // per container that asked; per MAC change, one request per container
 // holding the entry.

@@ -220,3 +220,78 @@ func tenantLinks(t *testing.T, ns *nshandle.NS, h *netlink.Handle) floodLinks {
 	}
 	return fl
 }
+
+// TestServedIfindexes: the container filter keeps requests on every served
+// eth0's ifindex: a container whose eth0 has another ifindex than the
+// others' (its namespace had links before) is served as well; the filter
+// follows Add and Remove.
+func TestServedIfindexes(t *testing.T) {
+	sb := sandbox.New(t)
+	s, hh, clientMAC := hostSyncer(t, sb, netlink.FAMILY_V4)
+	addr := net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}
+	_, h2 := askingContainer(t, sb, s, "n2", addr, sb.ClientIP)
+	c := sb.StartContainer(t, "n57")
+	ns := mustOpenNS(t, c.NetNS)
+	h, err := ns.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", Index: 57}, PeerName: "x0"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"eth0", "x0"} {
+		ll, err := h.LinkByName(l)
+		if err == nil {
+			err = h.LinkSetUp(ll)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, _ := h.LinkByName("eth0")
+	if e.Attrs().Index != 57 {
+		t.Fatalf("eth0 is ifindex %d, want 57", e.Attrs().Index)
+	}
+	if err := h.AddrAdd(e, &netlink.Addr{IPNet: &addr, Flags: unix.IFA_F_NODAD}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add("n57", ns, "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	served := func() []int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var out []int
+		for i := range s.rx.served {
+			out = append(out, i)
+		}
+		slices.Sort(out)
+		return out
+	}
+	s.mu.Lock()
+	i2 := s.ctrs["n2"].eth0
+	s.mu.Unlock()
+	if got := served(); !slices.Equal(got, []int{i2, 57}) {
+		t.Errorf("filter ifindexes %v, want [%d 57]", got, i2)
+	}
+	waitFor(t, s, "the client's MAC in n2", func() bool { return hasPermanent(h2, sb.ClientIP, clientMAC) })
+	// an entry the host gets after Add: n57 has it only if its request is heard
+	base := sb.ClientIP.To4()
+	known := net.IPv4(base[0], base[1], base[2], 201)
+	if err := hh.NeighSet(&netlink.Neigh{LinkIndex: s.eth0, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: known, HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 201}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, s, "the host's entry known", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.known[mustKey(known)] != nil
+	})
+	askFrom(t, ns, known)
+	waitFor(t, s, "the host's entry in n57", func() bool { return hasPermanent(h, known, "02:00:00:00:00:c9") })
+	s.Remove("n57")
+	if got := served(); !slices.Equal(got, []int{i2}) {
+		t.Errorf("after Remove: filter ifindexes %v, want [%d]", got, i2)
+	}
+}
