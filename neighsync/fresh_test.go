@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -38,20 +37,7 @@ func TestAddBeforeUp(t *testing.T) {
 	if reads != 0 {
 		t.Errorf("%d tables read at Add of a container whose eth0 is down, want none", reads)
 	}
-	for _, l := range []string{"eth0", "x0"} {
-		ll, err := h.LinkByName(l)
-		if err == nil {
-			err = h.LinkSetUp(ll)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	e, _ := h.LinkByName("eth0")
-	addr := net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)}
-	if err := h.AddrAdd(e, &netlink.Addr{IPNet: &addr, Flags: unix.IFA_F_NODAD}); err != nil {
-		t.Fatal(err)
-	}
+	eth0Up(t, h, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)})
 	askFrom(t, ns, sb.ClientIP)
 	waitFor(t, s, "the client's MAC in n1", func() bool { return hasPermanent(h, sb.ClientIP, clientMAC) })
 }

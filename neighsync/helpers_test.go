@@ -90,15 +90,31 @@ func containerEth0(t *testing.T, n *nshandle.NS, addr net.IPNet) *netlink.Handle
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "x0"}); err != nil {
 		t.Fatal(err)
 	}
+	eth0Up(t, h, addr)
+	return h
+}
+
+// eth0Up sets eth0 and x0 up (handle h) and gives eth0 address addr; it
+// returns eth0.
+func eth0Up(t testing.TB, h *netlink.Handle, addr net.IPNet) netlink.Link {
+	t.Helper()
 	for _, l := range []string{"eth0", "x0"} {
-		ll, _ := h.LinkByName(l)
-		h.LinkSetUp(ll)
+		ll, err := h.LinkByName(l)
+		if err == nil {
+			err = h.LinkSetUp(ll)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	e, _ := h.LinkByName("eth0")
-	if err := h.AddrAdd(e, &netlink.Addr{IPNet: &addr, Flags: unix.IFA_F_NODAD}); err != nil {
+	e, err := h.LinkByName("eth0")
+	if err == nil {
+		err = h.AddrAdd(e, &netlink.Addr{IPNet: &addr, Flags: unix.IFA_F_NODAD})
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	return h
+	return e
 }
 
 // askFrom sends a datagram to dst from namespace n: n needs dst's MAC.

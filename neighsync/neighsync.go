@@ -112,8 +112,8 @@ type Stats struct {
 	// Resyncs: times notifications were lost (the socket's receive
 	// buffer was full) and the tables read again.
 	Resyncs uint64
-	// Throttled: requests not served because their container asked more
-	// than its budget allows (budget.go).
+	// Throttled: requests not served because their container's requests
+	// cost more of the reader's time than its budget allows (budget.go).
 	Throttled uint64
 }
 
@@ -139,6 +139,7 @@ type Syncer struct {
 	closed  bool
 	known   map[netip.Addr]net.HardwareAddr // host's valid entries on eth0 (both families)
 	waiting map[netip.Addr]map[string]bool  // address -> containers waiting for it
+	kicked  map[netip.Addr]time.Time        // address waited for -> when the host was last asked to resolve it
 	v6      *ipv6Side                       // nil: IPv6 neighbours are not served (neighsync6.go)
 	ctrs    map[string]*member
 	byNSID  map[int32][]*member // members by their namespace's id in the host's (poll.go)
@@ -184,7 +185,7 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 	}
 	s := &Syncer{
 		host: h, hostNS: nsID{hostNS.Dev(), hostNS.Ino()}, eth0: eth0, onLink: &onLink, log: log,
-		known: map[netip.Addr]net.HardwareAddr{}, waiting: map[netip.Addr]map[string]bool{}, ctrs: map[string]*member{},
+		known: map[netip.Addr]net.HardwareAddr{}, waiting: map[netip.Addr]map[string]bool{}, kicked: map[netip.Addr]time.Time{}, ctrs: map[string]*member{},
 		byNSID: map[int32][]*member{}, pending: map[string]uint64{},
 	}
 	if g, ok := key(gateway); ok && g.Is4() {
@@ -374,6 +375,7 @@ func (s *Syncer) Remove(id string) {
 		delete(w, id)
 		if len(w) == 0 {
 			delete(s.waiting, ip)
+			delete(s.kicked, ip)
 		}
 	}
 }
@@ -448,10 +450,12 @@ func (s *Syncer) containerUpdateLocked(m *member, u netlink.NeighUpdate) {
 			delete(m.has, ip)
 			return // the next packet asks again
 		}
-		if !m.budget.take(time.Now()) {
+		now := time.Now()
+		if !m.budget.ok(now) {
 			s.stats.Throttled++
 			return // it asks again (app_solicit times, then on its next packet)
 		}
+		defer func() { m.budget.charge(time.Since(now)) }()
 		s.stats.Asked++
 		if mac, ok := s.known[ip]; ok {
 			s.push(m, ip, mac)
@@ -479,10 +483,22 @@ func (s *Syncer) wait(m *member, ip netip.Addr) {
 		s.waiting[ip] = w
 	}
 	w[m.id] = true
+	now := time.Now()
+	if t, ok := s.kicked[ip]; ok && now.Sub(t) < kickGap {
+		return // the host is resolving it: its answer serves every waiter
+	}
 	if !s.kick(ip) {
 		s.unwait(ip) // nothing will answer: they ask again
+		return
 	}
+	s.kicked[ip] = now
 }
+
+// kickGap is the least time between two host resolutions of an address
+// containers wait for: asked again meanwhile (a container's next request,
+// another container's), the host is still resolving it (a lost answer
+// is made up for by the next resolution).
+const kickGap = time.Second
 
 // unwait forgets who waits for ip (with s.mu held).
 func (s *Syncer) unwait(ip netip.Addr) {
@@ -492,6 +508,7 @@ func (s *Syncer) unwait(ip netip.Addr) {
 		}
 	}
 	delete(s.waiting, ip)
+	delete(s.kicked, ip)
 }
 
 // resolvable reports whether the host may resolve ip for a container.

@@ -113,7 +113,7 @@ func TestWaitingIsBounded(t *testing.T) {
 	// its budget is not what this test is about
 	bb := budgetBurst
 	t.Cleanup(func() { s.mu.Lock(); budgetBurst = bb; s.mu.Unlock() })
-	budgetBurst, m.budget.tokens = 2*n, 2*n
+	budgetBurst, m.budget.left = time.Hour, time.Hour
 	base := mustKey(sb.IPv6Net().IP).As16()
 	for i := range n {
 		a := base
