@@ -200,6 +200,9 @@ func Start(hostNS *nshandle.NS, h *netlink.Handle, eth0 int, onLink net.IPNet, g
 	if s.rx, err = newReceiver(hostNS, eth0); err != nil {
 		return nil, fmt.Errorf("neighbour sync: %w", err)
 	}
+	if s.rx.unfiltered != nil {
+		log.Warn("neighbour sync: no socket filters; a tenant churning its own neighbour entries can delay others' requests", "err", s.rx.unfiltered)
+	}
 	s.resyncHost() // after subscribing: nothing falls in between
 	s.wg.Add(1)
 	go s.loop()

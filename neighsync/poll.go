@@ -60,6 +60,9 @@ type receiver struct {
 	// served are the container filter's ifindexes (filter.go), each with
 	// the number of members whose eth0 has it.
 	served map[int]int
+	// unfiltered: why the sockets have no filter (nil: they have); they
+	// then hear every neighbour notification, as before filters existed.
+	unfiltered error
 }
 
 // sock is one subscribed socket. lost: an overflow since its last
@@ -114,10 +117,10 @@ func (r *receiver) setup(eth0 int) (err error) {
 	}
 	// filters before subscribing: nothing unfiltered is queued
 	if err := attachFilter(r.all.fd, containerFilter(nil)); err != nil {
-		return err
-	}
-	if err := attachFilter(r.host.fd, hostFilter(eth0)); err != nil {
-		return err
+		r.unfiltered = err
+	} else if err := attachFilter(r.host.fd, hostFilter(eth0)); err != nil {
+		_ = unix.SetsockoptInt(r.all.fd, unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0)
+		r.unfiltered = err
 	}
 	for _, fd := range []int{r.all.fd, r.host.fd} {
 		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (unix.RTNLGRP_NEIGH - 1)}); err != nil {
@@ -151,8 +154,8 @@ func (r *receiver) serve(ifindex int, add bool) error {
 	} else {
 		r.served[ifindex] = n - 1
 	}
-	if n > 0 && (add || n > 1) {
-		return nil // the set is the same
+	if n > 0 && (add || n > 1) || r.unfiltered != nil {
+		return nil // the set is the same, or no filter
 	}
 	idx := make([]int, 0, len(r.served))
 	for i := range r.served {
