@@ -65,3 +65,29 @@ func TestAddReadsPendingRequests(t *testing.T) {
 	}
 	waitWithin(t, s, 3*time.Second, "the client's MAC in n1", func() bool { return hasPermanent(h, sb.ClientIP, clientMAC) })
 }
+
+// TestRemoveDuringRead: a container removed while its table is being read
+// (without the lock) keeps its socket until the read is over, then it is
+// closed (its namespace released).
+func TestRemoveDuringRead(t *testing.T) {
+	sb := sandbox.New(t)
+	s, _, _ := hostSyncer(t, sb, netlink.FAMILY_V4)
+	ns := withEth0(t)
+	if err := s.Add("x", ns, "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	m := s.ctrs["x"]
+	m.reading++ // a read under way
+	s.mu.Unlock()
+	s.Remove("x")
+	if all, _ := routeSockets(t, ns); all != 1 {
+		t.Fatalf("removed during a read: %d NETLINK_ROUTE sockets in its namespace, want its socket still open", all)
+	}
+	s.mu.Lock()
+	dropped := s.endRead(m)
+	s.mu.Unlock()
+	if all, _ := routeSockets(t, ns); !dropped || all != 0 {
+		t.Errorf("after the read: dropped=%v, %d NETLINK_ROUTE sockets, want dropped and none", dropped, all)
+	}
+}

@@ -148,6 +148,9 @@ type Syncer struct {
 	pending map[string]uint64
 	stats   Stats
 	reads   uint64 // containers' tables read (resyncMember)
+	// resyncing: resyncMembersAsync's goroutine runs; resyncAgain: it is
+	// to run once more.
+	resyncing, resyncAgain bool
 }
 
 type member struct {
@@ -163,6 +166,10 @@ type member struct {
 	// without the lock, tells what has lost only if none came meanwhile).
 	writes uint64
 	budget budget // requests it may still make now (budget.go)
+	// reading counts reads of its table under way (without the lock);
+	// dropped: no longer served, h to be closed by the last of them.
+	reading int
+	dropped bool
 }
 
 // Start subscribes to the host's neighbour table on eth0 (hostNS is the
@@ -395,7 +402,10 @@ func (s *Syncer) drop(m *member) {
 	} else {
 		s.byNSID[m.nsid] = ms
 	}
-	m.h.Close()
+	m.dropped = true
+	if m.reading == 0 {
+		m.h.Close()
+	} // else the last reader closes it (resync.go)
 }
 
 const validStates = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT

@@ -214,7 +214,7 @@ func (s *Syncer) loop() {
 		}
 		if r.all.due() {
 			s.countResync("containers")
-			s.resyncMembers()
+			s.resyncMembersAsync()
 		}
 	}
 }

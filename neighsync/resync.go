@@ -23,6 +23,36 @@ func (s *Syncer) countResync(what string) {
 	s.log.Warn("neighbour sync: notifications lost (receive buffer full); reading the tables again", "tables", what)
 }
 
+// resyncMembersAsync runs resyncMembers in the background: the reader
+// goes on serving requests meanwhile (a tenant's huge table takes long to
+// read). Asked again while one runs, it runs once more after it.
+func (s *Syncer) resyncMembersAsync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.resyncing {
+		s.resyncAgain = true
+		return
+	}
+	s.resyncing = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			s.resyncMembers()
+			s.mu.Lock()
+			again := s.resyncAgain && !s.closed
+			s.resyncAgain, s.resyncing = false, again
+			s.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
+}
+
 // resyncMembers re-reads every served container's table, one at a time
 // (Add and Remove go on meanwhile), each read before taking the lock.
 func (s *Syncer) resyncMembers() {
@@ -74,6 +104,11 @@ func (s *Syncer) resyncMember(m *member) {
 		had = append(had, ip)
 	}
 	s.reads++
+	if m.dropped {
+		s.mu.Unlock()
+		return
+	}
+	m.reading++ // h stays open until the read is over
 	s.mu.Unlock()
 	list, err := m.h.NeighList(m.eth0, netlink.FAMILY_ALL)
 	var asks []netlink.Neigh
@@ -93,6 +128,9 @@ func (s *Syncer) resyncMember(m *member) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.endRead(m) {
+		return
+	}
 	if s.closed || s.ctrs[m.id] != m {
 		return
 	}
@@ -112,4 +150,14 @@ func (s *Syncer) resyncMember(m *member) {
 			delete(m.has, ip)
 		}
 	}
+}
+
+// endRead ends a read of m's table and reports whether m was dropped
+// meanwhile (the last read closes its handle) (with s.mu held).
+func (s *Syncer) endRead(m *member) (dropped bool) {
+	m.reading--
+	if m.dropped && m.reading == 0 {
+		m.h.Close()
+	}
+	return m.dropped
 }
