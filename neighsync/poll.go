@@ -34,10 +34,10 @@ import (
 //
 // Overflow: if a socket's receive buffer fills (ENOBUFS), notifications
 // were lost. The reader drains what is queued, then re-reads the tables
-// that socket hears (resync.go): the host's, or every container's, where
-// requests still pending show as INCOMPLETE entries; a request that
-// failed meanwhile is asked again by the container's next packet, as
-// always.
+// that socket hears (resync.go): the host's, or every container's (in
+// the background: the reader goes on serving), where requests still
+// pending show as INCOMPLETE entries; a request that failed meanwhile is
+// asked again by the container's next packet, as always.
 
 // rcvBuf is the receive buffer asked for each socket (SO_RCVBUFFORCE, as
 // root; else SO_RCVBUF, capped by net.core.rmem_max): about 10,000
