@@ -21,6 +21,8 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/api/unarygrpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -58,10 +60,13 @@ func ConnectError(abs string, cause error) error {
 
 // Client calls isolatord's Isolator service on one connection. Errors are
 // gRPC statuses carrying the daemon's code and message
-// (google.golang.org/grpc/status.FromError reads them). Calls take no
+// (google.golang.org/grpc/status.FromError reads them), or the connection
+// error Dial describes. Calls take no
 // options: a deadline comes from the context.
 type Client struct {
 	conn *unarygrpc.Conn
+	// abs is the socket's path, for errors.
+	abs string
 }
 
 // Dial connects to isolatord's unix socket at socketPath (a relative path
@@ -69,11 +74,15 @@ type Client struct {
 //
 // Dial fails fast: when nothing listens on the socket (no such file,
 // connection refused, permission denied) it returns at once with an error
-// that names the socket and wraps the system error. Otherwise it waits for
-// the daemon's HTTP/2 greeting until ctx ends, or at most
-// DefaultDialTimeout when ctx has no deadline. The connection does not
-// reconnect: a client for a long-lived program dials again, or uses
-// isolatordv1grpc.Dial. The caller closes the client.
+// that names the socket and wraps the system error. It does not wait for
+// the daemon's HTTP/2 greeting: the first call sends its request with the
+// connection's preface and reads the greeting with the reply (one round
+// trip). If the greeting has not arrived when ctx's deadline passes (at
+// most DefaultDialTimeout when ctx has none), that call fails with the
+// error Dial would have returned: it names the socket and wraps
+// context.DeadlineExceeded. The connection does not reconnect: a client
+// for a long-lived program dials again, or uses isolatordv1grpc.Dial. The
+// caller closes the client.
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
 	abs, err := AbsSocket(socketPath)
 	if err != nil {
@@ -88,7 +97,7 @@ func Dial(ctx context.Context, socketPath string) (*Client, error) {
 	if err != nil {
 		return nil, ConnectError(abs, err)
 	}
-	return &Client{conn: conn}, nil
+	return &Client{conn: conn, abs: abs}, nil
 }
 
 // Close closes the connection.
@@ -99,11 +108,33 @@ func invoke[R any, PR interface {
 	*R
 	proto.Message
 }](ctx context.Context, c *Client, method string, req proto.Message) (*R, error) {
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encoding the request: %v", err)
+	}
+	b, err := c.conn.Invoke(ctx, servicePrefix+method, msg)
+	if err != nil {
+		return nil, c.callError(err)
+	}
 	reply := PR(new(R))
-	if err := c.conn.Invoke(ctx, servicePrefix+method, req, reply); err != nil {
-		return nil, err
+	if err := proto.Unmarshal(b, reply); err != nil {
+		return nil, status.Errorf(codes.Internal, "decoding the reply: %v", err)
 	}
 	return reply, nil
+}
+
+// callError is a failed call's error as a gRPC status, or, when the daemon
+// never greeted the connection, the error Dial would have returned.
+func (c *Client) callError(err error) error {
+	var he *unarygrpc.HandshakeError
+	if errors.As(err, &he) {
+		return ConnectError(c.abs, err)
+	}
+	var e *unarygrpc.Error
+	if errors.As(err, &e) {
+		return status.Error(codes.Code(e.Code), e.Message)
+	}
+	return err
 }
 
 // Prepare reserves a new container's ports.

@@ -76,7 +76,10 @@ func TestDialRelativePath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("api.Dial(relative): %v", err)
 	}
-	conn.Close()
+	defer conn.Close()
+	if _, err := conn.Status(context.Background(), &isolatordv1.StatusRequest{}); err != nil {
+		t.Fatalf("Status over a relative path: %v", err)
+	}
 }
 
 func TestDialMissingSocketFailsFast(t *testing.T) {
@@ -126,10 +129,12 @@ func TestDialRefused(t *testing.T) {
 	}
 }
 
-func TestDialHonoursContext(t *testing.T) {
+// TestGreetingBoundedByDialContext: Dial does not wait for the daemon's
+// HTTP/2 greeting; a server that accepts but never speaks fails the first
+// call at Dial's deadline with the error Dial would have given, naming
+// the socket and wrapping context.DeadlineExceeded.
+func TestGreetingBoundedByDialContext(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "mute.sock")
-	// Accepts connections but never speaks HTTP/2: the handshake cannot
-	// finish, so only the context can end Dial.
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -146,13 +151,21 @@ func TestDialHonoursContext(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
+	start := time.Now()
 	conn, err := api.Dial(ctx, sock)
-	if err == nil {
-		conn.Close()
-		t.Fatal("Dial succeeded against a server that never answers")
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+	defer conn.Close()
+	_, err = conn.Status(context.Background(), &isolatordv1.StatusRequest{})
+	if err == nil {
+		t.Fatal("Status succeeded against a server that never answers")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), sock) {
+		t.Errorf("error %v does not wrap context.DeadlineExceeded and name %s", err, sock)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the call ended %v after Dial, past Dial's 300ms deadline", d)
 	}
 }
 

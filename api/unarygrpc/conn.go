@@ -3,14 +3,24 @@
 // client (a CNI plugin, a CLI) needs to ask a local gRPC server a few
 // questions, at a fraction of grpc-go's start-up cost.
 //
+// Messages travel as bytes: the caller encodes the request and decodes the
+// reply, so that neither protobuf's reflection nor grpc-go is linked.
+//
+// Dial does not wait for the server: the HTTP/2 preface and SETTINGS go out
+// with the first call's HEADERS and DATA in one write, and the server's
+// SETTINGS are read with the reply, so a call on a new connection costs
+// one round trip. Until they are sent, the request follows HTTP/2's
+// default settings (a 16 KiB frame, a 64 KiB window), as the protocol
+// allows a client to.
+//
 // One call runs at a time on a Conn (calls from several goroutines wait
-// for each other). Errors are gRPC statuses (google.golang.org/grpc/status,
-// which links no transport): the server's code and message (percent-
-// decoded), DeadlineExceeded or Canceled when the context ends, Unavailable
-// when the connection fails or the server goes away. The client announces
-// a 1 MiB flow-control window and replenishes it, so replies of any size up
-// to MaxReplySize are read; it honours the server's windows when sending,
-// and answers PING and SETTINGS.
+// for each other). Errors are *Error: the server's code and message
+// (percent-decoded), DeadlineExceeded or Canceled when the context ends,
+// Unavailable when the connection fails or the server goes away; and
+// *HandshakeError when the server never greeted the connection. The client
+// announces a 1 MiB flow-control window and replenishes it, so replies of
+// any size up to MaxReplySize are read; it honours the server's windows
+// when sending, and answers PING and SETTINGS.
 package unarygrpc
 
 import (
@@ -27,9 +37,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2/hpack"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // MaxReplySize bounds a reply message (grpc-go's own client default is 4
@@ -64,14 +71,23 @@ type Conn struct {
 
 	// cur is the call in progress, which the header decoder fills.
 	cur *call
-	// gotSettings: the server's first SETTINGS arrived.
-	gotSettings bool
+	// gotSettings: the server's first SETTINGS arrived (its greeting);
+	// greetBy is Dial's deadline for them (zero: none); greetLimited is
+	// set while it bounds the call in progress, and liftGreetBy gives the
+	// call back its own deadline once they are in.
+	gotSettings  bool
+	greetBy      time.Time
+	greetLimited bool
+	liftGreetBy  func()
 }
 
-// Dial connects to the unix socket at path and exchanges the HTTP/2
-// preface and SETTINGS with the server before ctx ends. An error from
-// connecting is returned as the net package gives it (errors.Is finds
-// syscall.ENOENT, ECONNREFUSED, EACCES).
+// Dial connects to the unix socket at path and returns at once: the
+// HTTP/2 preface and SETTINGS wait in the buffer for the first call. An
+// error from connecting is returned as the net package gives it
+// (errors.Is finds syscall.ENOENT, ECONNREFUSED, EACCES). ctx's deadline
+// still bounds the wait for the server's greeting: a call that has not
+// received it by then fails with a *HandshakeError wrapping
+// context.DeadlineExceeded, as a dial that waited would have.
 func Dial(ctx context.Context, path string) (*Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
@@ -82,12 +98,11 @@ func Dial(ctx context.Context, path string) (*Conn, error) {
 		nc: nc, br: bufio.NewReaderSize(nc, 32<<10),
 		nextStream: 1, sendConn: defaultWindow, initSend: defaultWindow, maxFrame: defaultMaxFrame,
 	}
+	c.greetBy, _ = ctx.Deadline()
 	c.enc = hpack.NewEncoder(&c.hbuf)
 	c.dec = hpack.NewDecoder(4096, c.emit)
 	c.dec.SetMaxStringLength(MaxReplySize)
 
-	stop := c.watch(ctx)
-	defer stop()
 	c.wbuf = append(c.wbuf, preface...)
 	var s []byte
 	for _, kv := range [][2]uint32{{settingEnablePush, 0}, {settingInitialWindowSize, ourWindow}, {settingMaxFrameSize, ourMaxFrame}} {
@@ -96,67 +111,75 @@ func Dial(ctx context.Context, path string) (*Conn, error) {
 	}
 	c.wbuf = appendFrame(c.wbuf, frameSettings, 0, 0, s)
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, ourWindow-defaultWindow)
-	for !c.gotSettings {
-		if err := c.step(); err != nil {
-			return nil, handshakeError(ctx, nc, err)
-		}
-	}
-	if err := c.flush(); err != nil {
-		return nil, handshakeError(ctx, nc, err)
-	}
 	return c, nil
-}
-
-// handshakeError closes nc and says why the handshake failed, wrapping
-// ctx's error when ctx ended it.
-func handshakeError(ctx context.Context, nc net.Conn, err error) error {
-	nc.Close()
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("HTTP/2 handshake: %w", ctx.Err())
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("HTTP/2 handshake: %w", context.DeadlineExceeded)
-	}
-	return fmt.Errorf("HTTP/2 handshake: %w", err)
 }
 
 // Close closes the connection.
 func (c *Conn) Close() error { return c.nc.Close() }
 
-// watch applies ctx's deadline to the socket, and ends blocked reads and
-// writes when ctx is cancelled; the returned func undoes it.
-func (c *Conn) watch(ctx context.Context) func() {
+// watch applies the call's deadline to the socket (ctx's, or Dial's
+// deadline for the greeting when that is earlier and the greeting has not
+// arrived), and ends blocked reads and writes when ctx is cancelled. lift
+// drops the greeting's deadline; stop undoes it all.
+func (c *Conn) watch(ctx context.Context) (lift, stop func()) {
 	d, _ := ctx.Deadline()
-	c.nc.SetDeadline(d)
+	first := d
+	if !c.gotSettings && !c.greetBy.IsZero() && (d.IsZero() || c.greetBy.Before(d)) {
+		first = c.greetBy
+	}
+	var mu sync.Mutex
+	ended := false
+	set := func(t time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			c.nc.SetDeadline(t)
+		}
+	}
+	set(first)
+	c.greetLimited = !first.Equal(d)
 	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
+	after := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		ended = true
 		c.nc.SetDeadline(time.Unix(1, 0))
+		mu.Unlock()
 		close(fired)
 	})
-	return func() {
-		if !stop() {
+	lift = func() {
+		if c.greetLimited {
+			c.greetLimited = false
+			set(d)
+		}
+	}
+	stop = func() {
+		if !after() {
 			<-fired // let it finish before the deadline is cleared
 		}
 		c.nc.SetDeadline(time.Time{})
 	}
+	return lift, stop
 }
 
-// ioError is the status for a failed read or write during what: the
-// context's end if it ended, else Unavailable. The connection is broken.
+// ioError is the error for a failed read or write during what: the
+// context's end if it ended; before the server's greeting, a
+// *HandshakeError; else Unavailable. The connection is broken.
 func (c *Conn) ioError(ctx context.Context, what string, err error) error {
 	var st error
+	var e *Error
 	switch {
-	case errors.Is(ctx.Err(), context.Canceled):
-		st = status.Error(codes.Canceled, "context canceled")
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
-		st = status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	case ctx.Err() != nil:
+		st = contextError(ctx.Err())
+	case errors.As(err, &e):
+		st = err
+	case !c.gotSettings && c.greetLimited && errors.Is(err, os.ErrDeadlineExceeded):
+		st = &HandshakeError{Err: context.DeadlineExceeded}
+	case !c.gotSettings && !errors.Is(err, os.ErrDeadlineExceeded):
+		st = &HandshakeError{Err: err}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		st = errorf(DeadlineExceeded, "context deadline exceeded")
 	default:
-		var s interface{ GRPCStatus() *status.Status }
-		if errors.As(err, &s) {
-			st = err
-		} else {
-			st = status.Errorf(codes.Unavailable, "%s: %v", what, err)
-		}
+		st = errorf(Unavailable, what+": "+err.Error())
 	}
 	if c.broken == nil {
 		c.broken = st
@@ -249,7 +272,7 @@ func (c *Conn) handle(f frame) error {
 			return err
 		}
 		if len(k.data)+len(p) > MaxReplySize+5 {
-			k.err = status.Errorf(codes.ResourceExhausted, "reply larger than %d bytes", MaxReplySize)
+			k.err = errorf(ResourceExhausted, fmt.Sprintf("reply larger than %d bytes", MaxReplySize))
 			return k.err
 		}
 		k.data = append(k.data, p...)
@@ -309,6 +332,9 @@ func (c *Conn) handle(f frame) error {
 			}
 		}
 		c.wbuf = appendFrame(c.wbuf, frameSettings, flagAck, 0, nil)
+		if !c.gotSettings && c.liftGreetBy != nil {
+			c.liftGreetBy()
+		}
 		c.gotSettings = true
 	case framePing:
 		if f.flags&flagAck == 0 && len(f.payload) == 8 {
@@ -321,8 +347,8 @@ func (c *Conn) handle(f frame) error {
 		c.goAway = true
 		c.lastStream = binary.BigEndian.Uint32(f.payload) & 0x7fffffff
 		if k != nil && !k.done && k.id > c.lastStream {
-			return status.Errorf(codes.Unavailable, "the server is closing the connection (GOAWAY, error code %d) before this call: %s",
-				binary.BigEndian.Uint32(f.payload[4:8]), f.payload[8:])
+			return errorf(Unavailable, fmt.Sprintf("the server is closing the connection (GOAWAY, error code %d) before this call: %s",
+				binary.BigEndian.Uint32(f.payload[4:8]), f.payload[8:]))
 		}
 	case frameWindowUpdate:
 		if len(f.payload) != 4 {
@@ -391,64 +417,62 @@ func (c *Conn) endHeaders(k *call) error {
 
 // resetError is the status of a stream the server reset with code.
 func resetError(code uint32) error {
-	c := codes.Internal
+	c := Internal
 	switch code {
 	case 0x7: // REFUSED_STREAM
-		c = codes.Unavailable
+		c = Unavailable
 	case 0x8: // CANCEL
-		c = codes.Canceled
+		c = Canceled
 	case 0xb: // ENHANCE_YOUR_CALM
-		c = codes.ResourceExhausted
+		c = ResourceExhausted
 	case 0xc: // INADEQUATE_SECURITY
-		c = codes.PermissionDenied
+		c = PermissionDenied
 	}
-	return status.Errorf(c, "the server reset the stream (HTTP/2 error code %d)", code)
+	return errorf(c, fmt.Sprintf("the server reset the stream (HTTP/2 error code %d)", code))
 }
 
-// Invoke calls method ("/package.Service/Method") with req and decodes the
-// reply into reply.
-func (c *Conn) Invoke(ctx context.Context, method string, req, reply proto.Message) error {
-	msg, err := proto.Marshal(req)
-	if err != nil {
-		return status.Errorf(codes.Internal, "encoding the request: %v", err)
-	}
+// Invoke calls method ("/package.Service/Method") with the encoded request
+// req and returns the encoded reply.
+func (c *Conn) Invoke(ctx context.Context, method string, req []byte) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken != nil {
-		return c.broken
+		return nil, c.broken
 	}
 	if c.goAway || c.nextStream > maxWindow {
-		return status.Error(codes.Unavailable, "the server closed the connection (GOAWAY)")
+		return nil, errorf(Unavailable, "the server closed the connection (GOAWAY)")
 	}
 	if err := ctx.Err(); err != nil {
-		return status.FromContextError(err).Err()
+		return nil, contextError(err)
 	}
 	k := &call{id: c.nextStream, sendWin: c.initSend}
 	c.nextStream += 2
 	c.cur = k
-	defer func() { c.cur = nil }()
-
-	stop := c.watch(ctx)
-	defer stop()
-	if err := c.send(ctx, k, method, msg); err != nil {
-		return c.ioError(ctx, "sending the request", err)
+	lift, stop := c.watch(ctx)
+	c.liftGreetBy = lift
+	defer func() {
+		stop()
+		c.cur, c.liftGreetBy = nil, nil
+	}()
+	if err := c.send(ctx, k, method, req); err != nil {
+		return nil, c.ioError(ctx, "sending the request", err)
 	}
 	for !k.done {
 		if err := c.step(); err != nil {
-			return c.ioError(ctx, "reading the reply", err)
+			return nil, c.ioError(ctx, "reading the reply", err)
 		}
 	}
 	if err := c.flush(); err != nil {
-		return c.ioError(ctx, "reading the reply", err)
+		return nil, c.ioError(ctx, "reading the reply", err)
 	}
 	if k.err != nil {
 		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
 			// The server gave up at the deadline it was sent.
-			return status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+			return nil, errorf(DeadlineExceeded, "context deadline exceeded")
 		}
-		return k.err
+		return nil, k.err
 	}
-	return k.result(reply)
+	return k.result()
 }
 
 // send writes the request's HEADERS and DATA, within the server's windows.
@@ -512,54 +536,51 @@ func (c *Conn) send(ctx context.Context, k *call, method string, msg []byte) err
 	return c.flush()
 }
 
-// result turns the finished stream into reply or an error.
-func (k *call) result(reply proto.Message) error {
+// result is the finished stream's reply message, or its error.
+func (k *call) result() ([]byte, error) {
 	if !k.hasGRPCStatus {
 		if k.httpStatus != "" && k.httpStatus != "200" {
-			return status.Errorf(httpCode(k.httpStatus), "unexpected HTTP status %s from the server (content-type %q)", k.httpStatus, k.contentType)
+			return nil, errorf(httpCode(k.httpStatus), fmt.Sprintf("unexpected HTTP status %s from the server (content-type %q)", k.httpStatus, k.contentType))
 		}
-		return status.Error(codes.Internal, "the server ended the stream without a grpc-status")
+		return nil, errorf(Internal, "the server ended the stream without a grpc-status")
 	}
 	code, err := strconv.ParseUint(k.grpcStatus, 10, 32)
 	if err != nil {
-		return status.Errorf(codes.Internal, "malformed grpc-status %q", k.grpcStatus)
+		return nil, errorf(Internal, fmt.Sprintf("malformed grpc-status %q", k.grpcStatus))
 	}
 	if code != 0 {
-		return status.Error(codes.Code(code), decodeMessage(k.grpcMessage))
+		return nil, errorf(Code(code), decodeMessage(k.grpcMessage))
 	}
 	d := k.data
 	if len(d) < 5 {
-		return status.Error(codes.Internal, "the server sent no reply message")
+		return nil, errorf(Internal, "the server sent no reply message")
 	}
 	if d[0] != 0 {
-		return status.Error(codes.Internal, "the server sent a compressed reply, which was not asked for")
+		return nil, errorf(Internal, "the server sent a compressed reply, which was not asked for")
 	}
 	n := binary.BigEndian.Uint32(d[1:5])
 	if uint64(n) != uint64(len(d)-5) {
-		return status.Errorf(codes.Internal, "reply framing: message of %d bytes announced, %d received", n, len(d)-5)
+		return nil, errorf(Internal, fmt.Sprintf("reply framing: message of %d bytes announced, %d received", n, len(d)-5))
 	}
-	if err := proto.Unmarshal(d[5:], reply); err != nil {
-		return status.Errorf(codes.Internal, "decoding the reply: %v", err)
-	}
-	return nil
+	return d[5:], nil
 }
 
 // httpCode maps an HTTP status without grpc-status to a gRPC code, as
 // gRPC's HTTP/2 protocol says.
-func httpCode(s string) codes.Code {
+func httpCode(s string) Code {
 	switch s {
 	case "400":
-		return codes.Internal
+		return Internal
 	case "401":
-		return codes.Unauthenticated
+		return Unauthenticated
 	case "403":
-		return codes.PermissionDenied
+		return PermissionDenied
 	case "404":
-		return codes.Unimplemented
+		return Unimplemented
 	case "429", "502", "503", "504":
-		return codes.Unavailable
+		return Unavailable
 	}
-	return codes.Unknown
+	return Unknown
 }
 
 // encodeTimeout formats d as a grpc-timeout value: at most 8 digits and a

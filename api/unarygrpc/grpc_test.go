@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
@@ -101,6 +102,25 @@ func dial(t *testing.T, sock string) *unarygrpc.Conn {
 	return c
 }
 
+// invoke calls method on c with req encoded by the generated code and
+// decodes the reply into reply; an *unarygrpc.Error comes back as the
+// grpc-go status it stands for.
+func invoke(ctx context.Context, c *unarygrpc.Conn, method string, req, reply proto.Message) error {
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	out, err := c.Invoke(ctx, method, b)
+	if err != nil {
+		var e *unarygrpc.Error
+		if errors.As(err, &e) {
+			return status.Error(codes.Code(e.Code), e.Message)
+		}
+		return err
+	}
+	return proto.Unmarshal(out, reply)
+}
+
 const (
 	mStatus  = "/isolatord.v1.Isolator/Status"
 	mGet     = "/isolatord.v1.Isolator/Get"
@@ -118,18 +138,18 @@ func TestCallsAndErrorsOnOneConnection(t *testing.T) {
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		var st pb.StatusResponse
-		if err := c.Invoke(ctx, mStatus, &pb.StatusRequest{}, &st); err != nil || st.GetVersion() != "test" {
+		if err := invoke(ctx, c, mStatus, &pb.StatusRequest{}, &st); err != nil || st.GetVersion() != "test" {
 			t.Fatalf("Status #%d = %v, %v", i, &st, err)
 		}
-		err := c.Invoke(ctx, mGet, &pb.GetRequest{ContainerId: "odd"}, &pb.GetResponse{})
+		err := invoke(ctx, c, mGet, &pb.GetRequest{ContainerId: "odd"}, &pb.GetResponse{})
 		if s, ok := status.FromError(err); !ok || s.Code() != codes.FailedPrecondition || s.Message() != oddMessage {
 			t.Fatalf("Get(odd) #%d = %v, want FailedPrecondition %q", i, err, oddMessage)
 		}
-		err = c.Invoke(ctx, mGet, &pb.GetRequest{ContainerId: "c9"}, &pb.GetResponse{})
+		err = invoke(ctx, c, mGet, &pb.GetRequest{ContainerId: "c9"}, &pb.GetResponse{})
 		if s, _ := status.FromError(err); s.Code() != codes.NotFound || s.Message() != "container_id: c9 is not known" {
 			t.Fatalf("Get(c9) = %v", err)
 		}
-		err = c.Invoke(ctx, "/isolatord.v1.Isolator/Nope", &pb.GetRequest{}, &pb.GetResponse{})
+		err = invoke(ctx, c, "/isolatord.v1.Isolator/Nope", &pb.GetRequest{}, &pb.GetResponse{})
 		if status.Code(err) != codes.Unimplemented {
 			t.Fatalf("unknown method = %v, want Unimplemented", err)
 		}
@@ -154,7 +174,7 @@ func TestLargeReplyAndRequest(t *testing.T) {
 	defer cancel()
 	for i := 0; i < 2; i++ {
 		var l pb.ListResponse
-		if err := c.Invoke(ctx, mList, &pb.ListRequest{}, &l); err != nil {
+		if err := invoke(ctx, c, mList, &pb.ListRequest{}, &l); err != nil {
 			t.Fatalf("List #%d: %v", i, err)
 		}
 		if n := len(l.GetContainers()); n != 20000 || l.GetContainers()[19999].GetContainerId() != "container-19999" {
@@ -166,7 +186,7 @@ func TestLargeReplyAndRequest(t *testing.T) {
 		big[fmt.Sprint("k", i)] = strings.Repeat(string(rune('a'+i%26)), 8000)
 	}
 	var p pb.PrepareResponse
-	if err := c.Invoke(ctx, mPrepare, &pb.PrepareRequest{ContainerId: "big", Labels: big}, &p); err != nil {
+	if err := invoke(ctx, c, mPrepare, &pb.PrepareRequest{ContainerId: "big", Labels: big}, &p); err != nil {
 		t.Fatalf("Prepare with %d bytes of labels: %v", 40*8000, err)
 	}
 	if len(p.GetContainer().GetLabels()) != 40 || p.GetContainer().GetLabels()["k39"] != big["k39"] {
@@ -185,7 +205,7 @@ func TestDeadlineReachesServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 42*time.Second)
 	defer cancel()
 	var st pb.StatusResponse
-	if err := c.Invoke(ctx, mStatus, &pb.StatusRequest{}, &st); err != nil {
+	if err := invoke(ctx, c, mStatus, &pb.StatusRequest{}, &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.GetHostInterface() != "42s" {
@@ -195,7 +215,7 @@ func TestDeadlineReachesServer(t *testing.T) {
 	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer scancel()
 	start := time.Now()
-	err := c.Invoke(sctx, mUsage, &pb.UsageRequest{}, &pb.UsageResponse{})
+	err := invoke(sctx, c, mUsage, &pb.UsageRequest{}, &pb.UsageResponse{})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("slow call = %v, want DeadlineExceeded", err)
 	}
@@ -215,7 +235,7 @@ func TestCancel(t *testing.T) {
 		<-svc.entered
 		cancel()
 	}()
-	err := c.Invoke(ctx, mUsage, &pb.UsageRequest{}, &pb.UsageResponse{})
+	err := invoke(ctx, c, mUsage, &pb.UsageRequest{}, &pb.UsageResponse{})
 	if status.Code(err) != codes.Canceled {
 		t.Fatalf("cancelled call = %v, want Canceled", err)
 	}
@@ -236,7 +256,7 @@ func TestServerStops(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := c.Invoke(ctx, mUsage, &pb.UsageRequest{}, &pb.UsageResponse{})
+	err := invoke(ctx, c, mUsage, &pb.UsageRequest{}, &pb.UsageResponse{})
 	wg.Wait()
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("call during Stop = %v, want Unavailable", err)
@@ -244,7 +264,7 @@ func TestServerStops(t *testing.T) {
 
 	srv2, sock2 := serveGRPC(t, &testService{})
 	c2 := dial(t, sock2)
-	if err := c2.Invoke(ctx, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{}); err != nil {
+	if err := invoke(ctx, c2, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{}); err != nil {
 		t.Fatal(err)
 	}
 	// A graceful stop: later calls are Unavailable.
@@ -252,7 +272,7 @@ func TestServerStops(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	err = nil // the loop below must see c2's own error, not the first call's
 	for err == nil && time.Now().Before(deadline) {
-		err = c2.Invoke(ctx, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{})
+		err = invoke(ctx, c2, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{})
 	}
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("call after GracefulStop = %v, want Unavailable", err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -172,7 +174,7 @@ func TestPingPaddingContinuation(t *testing.T) {
 	})
 	c := rawDial(t, sock)
 	var got pb.StatusResponse
-	if err := c.Invoke(context.Background(), mStatus, &pb.StatusRequest{}, &got); err != nil {
+	if err := invoke(context.Background(), c, mStatus, &pb.StatusRequest{}, &got); err != nil {
 		t.Fatal(err)
 	}
 	if !proto.Equal(&got, want) {
@@ -180,11 +182,19 @@ func TestPingPaddingContinuation(t *testing.T) {
 	}
 }
 
-// TestSmallServerWindow: a server announcing a 7-byte stream window and
-// granting 7 bytes at a time gets the request in pieces no larger.
+// TestSmallServerWindow: once a server has announced a 7-byte stream
+// window, granting 7 bytes at a time, it gets a request in pieces no
+// larger. (The first call on a connection is sent before the server's
+// SETTINGS arrive, under HTTP/2's default window.)
 func TestSmallServerWindow(t *testing.T) {
 	req := &pb.GetRequest{ContainerId: "a-container-with-a-long-name"}
+	notKnown := func(s *rawServer, id uint32) {
+		s.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, EndStream: true,
+			BlockFragment: s.headers(":status", "200", "content-type", "application/grpc", "grpc-status", "5", "grpc-message", "container_id: %22x%22 is not known %E2%9C%97")})
+	}
 	sock := serveRaw(t, []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 7}}, func(s *rawServer) {
+		id, _, _ := s.request(nil)
+		notKnown(s, id)
 		id, _, body := s.request(func(f *http2.DataFrame) {
 			if n := len(f.Data()); n > 7 {
 				t.Errorf("DATA frame of %d bytes in a 7-byte window", n)
@@ -196,16 +206,99 @@ func TestSmallServerWindow(t *testing.T) {
 		if !bytes.Equal(body, grpcMessage(t, req)) {
 			t.Errorf("request body %x", body)
 		}
-		s.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, EndStream: true,
-			BlockFragment: s.headers(":status", "200", "content-type", "application/grpc", "grpc-status", "5", "grpc-message", "container_id: %22x%22 is not known %E2%9C%97")})
+		notKnown(s, id)
 		s.drain()
 	})
 	c := rawDial(t, sock)
-	err := c.Invoke(context.Background(), mGet, req, &pb.GetResponse{})
-	st, _ := status.FromError(err)
-	if st.Code() != codes.NotFound || st.Message() != "container_id: \"x\" is not known ✗" {
-		t.Fatalf("error %v, want NotFound with the decoded message", err)
+	for i := 0; i < 2; i++ {
+		err := invoke(context.Background(), c, mGet, req, &pb.GetResponse{})
+		st, _ := status.FromError(err)
+		if st.Code() != codes.NotFound || st.Message() != "container_id: \"x\" is not known ✗" {
+			t.Fatalf("call %d: error %v, want NotFound with the decoded message", i, err)
+		}
 	}
+}
+
+// TestFirstCallIsOneWrite: Dial waits for nothing, and the first call
+// writes the preface, SETTINGS, WINDOW_UPDATE, HEADERS and the whole DATA
+// at once, without waiting for the server's SETTINGS: a server that reads
+// one chunk before it says anything finds the complete request in it.
+func TestFirstCallIsOneWrite(t *testing.T) {
+	dir, err := os.MkdirTemp("", "uone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "s.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	req := &pb.GetRequest{ContainerId: "c1"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nc, err := lis.Accept()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 64<<10)
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Errorf("first read: %v", err)
+			return
+		}
+		chunk := buf[:n]
+		if !bytes.HasPrefix(chunk, []byte(http2.ClientPreface)) {
+			t.Errorf("first chunk %q does not start with the preface", chunk)
+			return
+		}
+		fr := http2.NewFramer(io.Discard, bytes.NewReader(chunk[len(http2.ClientPreface):]))
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		var types []http2.FrameType
+		var body []byte
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				break
+			}
+			types = append(types, f.Header().Type)
+			if d, ok := f.(*http2.DataFrame); ok {
+				body = append(body, d.Data()...)
+				if !d.StreamEnded() {
+					t.Errorf("DATA without END_STREAM")
+				}
+			}
+		}
+		want := []http2.FrameType{http2.FrameSettings, http2.FrameWindowUpdate, http2.FrameHeaders, http2.FrameData}
+		if fmt.Sprint(types) != fmt.Sprint(want) {
+			t.Errorf("first chunk holds frames %v, want %v", types, want)
+		}
+		if !bytes.Equal(body, grpcMessage(t, req)) {
+			t.Errorf("request body %x", body)
+		}
+		// Now greet and answer (the client's frames were read above).
+		s := &rawServer{t: t, fr: http2.NewFramer(nc, nc)}
+		s.enc = hpack.NewEncoder(&s.hbuf)
+		s.fr.WriteSettings()
+		s.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true,
+			BlockFragment: s.headers(":status", "200", "content-type", "application/grpc", "grpc-status", "5", "grpc-message", "gone")})
+		s.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		s.drain()
+	}()
+	c := rawDial(t, sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = invoke(ctx, c, mGet, req, &pb.GetResponse{})
+	if st, _ := status.FromError(err); st.Code() != codes.NotFound || st.Message() != "gone" {
+		t.Fatalf("error %v, want NotFound gone", err)
+	}
+	c.Close()
+	<-done
 }
 
 // TestResetGoAwayHTTPStatus: RST_STREAM, a GOAWAY that excludes the call
@@ -237,7 +330,7 @@ func TestResetGoAwayHTTPStatus(t *testing.T) {
 			c := rawDial(t, sock)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			err := c.Invoke(ctx, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{})
+			err := invoke(ctx, c, mStatus, &pb.StatusRequest{}, &pb.StatusResponse{})
 			if status.Code(err) != tc.code {
 				t.Fatalf("error %v, want %v", err, tc.code)
 			}
@@ -245,8 +338,10 @@ func TestResetGoAwayHTTPStatus(t *testing.T) {
 	}
 }
 
-// TestHandshakeDeadline: a server that accepts but never speaks HTTP/2
-// leaves Dial to its context.
+// TestHandshakeDeadline: against a server that accepts but never speaks
+// HTTP/2, Dial returns at once and the first call fails with a
+// *HandshakeError wrapping context.DeadlineExceeded at Dial's deadline,
+// although its own context allows longer.
 func TestHandshakeDeadline(t *testing.T) {
 	dir, err := os.MkdirTemp("", "umute")
 	if err != nil {
@@ -262,10 +357,53 @@ func TestHandshakeDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := unarygrpc.Dial(ctx, sock); err == nil {
-		t.Fatal("Dial succeeded without a server greeting")
+	c, err := unarygrpc.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ccancel()
+	_, err = c.Invoke(cctx, mStatus, nil)
+	var he *unarygrpc.HandshakeError
+	if !errors.As(err, &he) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call without a greeting = %v, want a HandshakeError wrapping DeadlineExceeded", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("Dial took %v past a 200ms deadline", d)
+		t.Fatalf("the call took %v past Dial's 200ms deadline", d)
+	}
+	// The connection stays broken.
+	if _, err := c.Invoke(cctx, mStatus, nil); !errors.As(err, &he) {
+		t.Fatalf("second call = %v, want the HandshakeError again", err)
+	}
+}
+
+// TestGreetingLiftsDialDeadline: once the server has greeted, the call
+// runs to its own deadline, past Dial's.
+func TestGreetingLiftsDialDeadline(t *testing.T) {
+	dialDeadline := time.Now().Add(300 * time.Millisecond)
+	sock := serveRaw(t, nil, func(s *rawServer) {
+		id, _, _ := s.request(nil)
+		<-time.After(time.Until(dialDeadline) + 200*time.Millisecond)
+		s.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, BlockFragment: s.headers(":status", "200", "content-type", "application/grpc")})
+		s.fr.WriteData(id, false, grpcMessage(t, &pb.StatusResponse{Version: "late"}))
+		s.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, EndStream: true, BlockFragment: s.headers("grpc-status", "0")})
+		s.drain()
+	})
+	ctx, cancel := context.WithDeadline(context.Background(), dialDeadline)
+	defer cancel()
+	c, err := unarygrpc.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	var got pb.StatusResponse
+	if err := invoke(cctx, c, mStatus, &pb.StatusRequest{}, &got); err != nil || got.GetVersion() != "late" {
+		t.Fatalf("call answered after Dial's deadline = %v, %v", &got, err)
+	}
+	if time.Now().Before(dialDeadline) {
+		t.Fatal("the answer came before Dial's deadline: the test proves nothing")
 	}
 }
