@@ -14,12 +14,9 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"path/filepath"
-	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/liteclient"
 	"github.com/isolatord/isolatord/api/unarygrpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,81 +24,49 @@ import (
 )
 
 // DefaultSocket is where isolatord listens unless configured otherwise.
-const DefaultSocket = "/run/isolatord/isolatord.sock"
+const DefaultSocket = liteclient.DefaultSocket
 
-// DefaultDialTimeout bounds Dial when its context has no deadline.
-const DefaultDialTimeout = 5 * time.Second
-
-// servicePrefix starts the Isolator service's method paths.
-const servicePrefix = "/isolatord.v1.Isolator/"
+// DefaultDialTimeout bounds Dial, and the wait for the daemon's greeting,
+// when Dial's context has no deadline.
+const DefaultDialTimeout = liteclient.DefaultDialTimeout
 
 // AbsSocket checks a socket path and makes it absolute.
-func AbsSocket(socketPath string) (string, error) {
-	if socketPath == "" {
-		return "", errors.New("isolatord socket path is empty")
-	}
-	abs, err := filepath.Abs(socketPath)
-	if err != nil {
-		return "", fmt.Errorf("isolatord socket %q: %w", socketPath, err)
-	}
-	return abs, nil
-}
+func AbsSocket(socketPath string) (string, error) { return liteclient.AbsSocket(socketPath) }
 
 // ConnectError is the error for a failed connection to the socket at abs:
 // it names the socket and wraps cause without net.OpError's "dial unix
 // PATH:" prefix, so errors.Is(err, syscall.ENOENT) works.
-func ConnectError(abs string, cause error) error {
-	var op *net.OpError
-	if errors.As(cause, &op) && op.Err != nil {
-		cause = op.Err
-	}
-	return fmt.Errorf("cannot connect to isolatord at %s: %w", abs, cause)
-}
+func ConnectError(abs string, cause error) error { return liteclient.ConnectError(abs, cause) }
 
 // Client calls isolatord's Isolator service on one connection. Errors are
 // gRPC statuses carrying the daemon's code and message
 // (google.golang.org/grpc/status.FromError reads them), or the connection
-// error Dial describes. Calls take no
-// options: a deadline comes from the context.
+// error Dial describes. Calls take no options: a deadline comes from the
+// context.
 type Client struct {
-	conn *unarygrpc.Conn
-	// abs is the socket's path, for errors.
-	abs string
+	lc *liteclient.Client
 }
 
 // Dial connects to isolatord's unix socket at socketPath (a relative path
-// is made absolute) and returns a client that is ready for calls.
-//
-// Dial fails fast: when nothing listens on the socket (no such file,
-// connection refused, permission denied) it returns at once with an error
-// that names the socket and wraps the system error. It does not wait for
-// the daemon's HTTP/2 greeting: the first call sends its request with the
-// connection's preface and reads the greeting with the reply (one round
-// trip). If the greeting has not arrived when ctx's deadline passes (at
-// most DefaultDialTimeout when ctx has none), that call fails with the
-// error Dial would have returned: it names the socket and wraps
-// context.DeadlineExceeded. The connection does not reconnect: a client
+// is made absolute) and returns a client, as liteclient.Dial does: it
+// fails fast when nothing listens on the socket, with an error that names
+// the socket and wraps the system error, and does not wait for the
+// daemon's HTTP/2 greeting (the first call reads it with its reply; if it
+// has not come by ctx's deadline, or DefaultDialTimeout, that call fails
+// with the error Dial would have given, wrapping
+// context.DeadlineExceeded). The connection does not reconnect: a client
 // for a long-lived program dials again, or uses isolatordv1grpc.Dial. The
 // caller closes the client.
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
-	abs, err := AbsSocket(socketPath)
+	lc, err := liteclient.Dial(ctx, socketPath)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultDialTimeout)
-		defer cancel()
-	}
-	conn, err := unarygrpc.Dial(ctx, abs)
-	if err != nil {
-		return nil, ConnectError(abs, err)
-	}
-	return &Client{conn: conn, abs: abs}, nil
+	return &Client{lc: lc}, nil
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error { return c.lc.Close() }
 
 // invoke calls method with req and returns its reply.
 func invoke[R any, PR interface {
@@ -112,29 +77,19 @@ func invoke[R any, PR interface {
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "encoding the request: %v", err)
 	}
-	b, err := c.conn.Invoke(ctx, servicePrefix+method, msg)
+	b, err := c.lc.Invoke(ctx, method, msg)
 	if err != nil {
-		return nil, c.callError(err)
+		var e *unarygrpc.Error
+		if errors.As(err, &e) {
+			return nil, status.Error(codes.Code(e.Code), e.Message)
+		}
+		return nil, err
 	}
 	reply := PR(new(R))
 	if err := proto.Unmarshal(b, reply); err != nil {
 		return nil, status.Errorf(codes.Internal, "decoding the reply: %v", err)
 	}
 	return reply, nil
-}
-
-// callError is a failed call's error as a gRPC status, or, when the daemon
-// never greeted the connection, the error Dial would have returned.
-func (c *Client) callError(err error) error {
-	var he *unarygrpc.HandshakeError
-	if errors.As(err, &he) {
-		return ConnectError(c.abs, err)
-	}
-	var e *unarygrpc.Error
-	if errors.As(err, &e) {
-		return status.Error(codes.Code(e.Code), e.Message)
-	}
-	return err
 }
 
 // Prepare reserves a new container's ports.
