@@ -11,8 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/isolatord/isolatord/api"
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/liteclient"
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -51,7 +50,7 @@ var labelArgs = []string{
 type NetConf struct {
 	types.PluginConf
 
-	// Socket is isolatord's unix socket; default api.DefaultSocket.
+	// Socket is isolatord's unix socket; default liteclient.DefaultSocket.
 	Socket string `json:"socket,omitempty"`
 	// Ports are static ports every container of this network holds
 	// exclusively, on top of its port mappings.
@@ -172,7 +171,7 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 		}
 	}
 	if conf.Socket == "" {
-		conf.Socket = api.DefaultSocket
+		conf.Socket = liteclient.DefaultSocket
 	}
 	if both := conf.Ports.Intersect(conf.SharedPorts.Set); !both.Empty() {
 		return nil, configError("ports %s are listed both in \"ports\" and in \"sharedPorts\"", both)
@@ -257,13 +256,13 @@ func (r PortRequest) Equal(o PortRequest) bool {
 }
 
 // Proto converts the request to the API's list, sorted by begin.
-func (r PortRequest) Proto() []*pb.PortRange {
-	var out []*pb.PortRange
+func (r PortRequest) Proto() []liteclient.PortRange {
+	var out []liteclient.PortRange
 	for _, rg := range r.Exclusive.Ranges() {
-		out = append(out, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End)})
+		out = append(out, liteclient.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End)})
 	}
 	for _, rg := range r.Shared.Ranges() {
-		out = append(out, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End), Shared: true})
+		out = append(out, liteclient.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End), Shared: true})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Begin < out[j].Begin })
 	return out
@@ -272,10 +271,10 @@ func (r PortRequest) Proto() []*pb.PortRange {
 // portRequestFromProto is the inverse of Proto, for a container the daemon
 // returned. Ranges outside 1-65535 cannot come from the daemon; they are
 // clipped rather than trusted.
-func portRequestFromProto(ps []*pb.PortRange) PortRequest {
+func portRequestFromProto(ps []liteclient.PortRange) PortRequest {
 	var excl, shared []ephemeral.Range
 	for _, p := range ps {
-		b, e := p.GetBegin(), p.GetEnd()
+		b, e := p.Begin, p.End
 		if b == 0 || b > 65535 || e < b {
 			continue
 		}
@@ -283,7 +282,7 @@ func portRequestFromProto(ps []*pb.PortRange) PortRequest {
 			e = 65535
 		}
 		r := ephemeral.Range{Begin: uint16(b), End: uint16(e)}
-		if p.GetShared() {
+		if p.Shared {
 			shared = append(shared, r)
 		} else {
 			excl = append(excl, r)

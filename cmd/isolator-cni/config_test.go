@@ -8,7 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/isolatord/isolatord/api"
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/liteclient"
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -135,7 +135,7 @@ func TestPortMappingsTCPAndUDPAreOnePort(t *testing.T) {
 		t.Errorf("shared = %s, want none", req.Shared)
 	}
 	ps := req.Proto()
-	if len(ps) != 2 || ps[0].GetBegin() != 31001 || ps[0].GetEnd() != 31001 || ps[1].GetBegin() != 31005 || ps[0].GetShared() {
+	if len(ps) != 2 || ps[0].Begin != 31001 || ps[0].End != 31001 || ps[1].Begin != 31005 || ps[0].Shared {
 		t.Errorf("proto = %v, want two single exclusive ports", ps)
 	}
 }
@@ -213,7 +213,7 @@ func TestRequestedPortsMergesStaticSharedAndArgs(t *testing.T) {
 func mustErr(_ PortRequest, err error) error { return err }
 
 func TestPortRequestFromProtoIgnoresNonsense(t *testing.T) {
-	got := portRequestFromProto([]*pb.PortRange{
+	got := portRequestFromProto([]liteclient.PortRange{
 		{Begin: 31000, End: 31001},
 		{Begin: 0, End: 5},
 		{Begin: 9, End: 3},

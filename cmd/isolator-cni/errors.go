@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/isolatord/isolatord/api/unarygrpc"
 )
 
 // Plugin-defined CNI error codes (the spec reserves 100 and above for
@@ -35,26 +35,26 @@ const (
 // cniCode maps a gRPC status code from isolatord to a CNI error code.
 // field is the API field the call was about, to tell a missing network
 // namespace (NOT_FOUND on netns_path) from an unknown container.
-func cniCode(c codes.Code, netnsCall bool) uint {
+func cniCode(c unarygrpc.Code, netnsCall bool) uint {
 	switch c {
-	case codes.InvalidArgument, codes.OutOfRange:
+	case unarygrpc.InvalidArgument, unarygrpc.OutOfRange:
 		return types.ErrInvalidNetworkConfig
-	case codes.FailedPrecondition:
+	case unarygrpc.FailedPrecondition:
 		return ErrPortUnavailable
-	case codes.AlreadyExists:
+	case unarygrpc.AlreadyExists:
 		return ErrContainerExists
-	case codes.ResourceExhausted:
+	case unarygrpc.ResourceExhausted:
 		return ErrNoCapacity
-	case codes.NotFound:
+	case unarygrpc.NotFound:
 		if netnsCall {
 			return types.ErrInvalidNetNS
 		}
 		return types.ErrUnknownContainer
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
+	case unarygrpc.Unavailable, unarygrpc.DeadlineExceeded, unarygrpc.Canceled, unarygrpc.Aborted:
 		return types.ErrTryAgainLater
-	case codes.PermissionDenied, codes.Unauthenticated:
+	case unarygrpc.PermissionDenied, unarygrpc.Unauthenticated:
 		return ErrNotAuthorized
-	case codes.Unimplemented:
+	case unarygrpc.Unimplemented:
 		return types.ErrIncompatibleCNIVersion
 	}
 	return types.ErrInternal
@@ -62,7 +62,8 @@ func cniCode(c codes.Code, netnsCall bool) uint {
 
 // daemonError turns an error from an isolatord RPC into a CNI error whose
 // message is the daemon's message and whose details name the call and the
-// gRPC code. An error that already is a CNI error is returned as is.
+// gRPC code. An error that already is a CNI error is returned as is; a
+// connection the daemon never greeted is connectError's.
 func daemonError(rpc string, err error) error {
 	if err == nil {
 		return nil
@@ -71,19 +72,23 @@ func daemonError(rpc string, err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	st, ok := status.FromError(err)
-	if !ok {
+	var he *unarygrpc.HandshakeError
+	if errors.As(err, &he) {
+		return connectError(err)
+	}
+	var st *unarygrpc.Error
+	if !errors.As(err, &st) {
 		return types.NewError(types.ErrInternal, "isolatord "+rpc+": "+err.Error(), "")
 	}
-	msg := st.Message()
-	if st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded {
+	msg := st.Message
+	if st.Code == unarygrpc.Unavailable || st.Code == unarygrpc.DeadlineExceeded {
 		msg = "isolatord did not answer " + rpc + ": " + msg
 	}
-	details := fmt.Sprintf("isolatord %s: %s", rpc, st.Code())
-	if st.Code() == codes.Unimplemented {
+	details := fmt.Sprintf("isolatord %s: %s", rpc, st.Code)
+	if st.Code == unarygrpc.Unimplemented {
 		details += " (isolatord is older than isolator-cni: restart it after an upgrade)"
 	}
-	return types.NewError(cniCode(st.Code(), rpc == "Isolate" || rpc == "Attach"), msg, details)
+	return types.NewError(cniCode(st.Code, rpc == "Isolate" || rpc == "Attach"), msg, details)
 }
 
 // connectError is the CNI error for a daemon that cannot be reached: try
@@ -93,7 +98,7 @@ func connectError(err error) error {
 }
 
 // isCode reports whether err is a gRPC status with code c.
-func isCode(err error, c codes.Code) bool {
-	st, ok := status.FromError(err)
-	return ok && st.Code() == c
+func isCode(err error, c unarygrpc.Code) bool {
+	var st *unarygrpc.Error
+	return errors.As(err, &st) && st.Code == c
 }

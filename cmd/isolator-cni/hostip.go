@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
 // anyHostIP reports whether a port mapping's hostIP means every host
@@ -35,9 +33,9 @@ func hostIP(ctx context.Context, c daemon, conf *NetConf) (string, error) {
 	if !namesHostIP(conf) {
 		return "", nil
 	}
-	st, err := c.Status(ctx, &pb.StatusRequest{})
+	st, err := c.Status(ctx)
 	if err != nil {
 		return "", daemonError("Status", err)
 	}
-	return st.GetHostIp(), nil
+	return st.HostIP, nil
 }

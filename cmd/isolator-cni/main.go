@@ -2,8 +2,8 @@
 // container runtimes speaking CNI (containerd/CRI, CRI-O, Nomad's cni/NAME
 // networks) execute, and that turns each CNI verb into calls to isolatord's
 // gRPC API on its unix socket, the way the CNI dhcp plugin talks to its
-// daemon (through api.Client, which links no grpc-go or net/http, so that
-// the plugin starts fast). It keeps no state of its own: isolatord holds everything, and
+// daemon (through liteclient, which links no grpc-go, net/http or
+// protobuf reflection, so that the plugin starts fast). It keeps no state of its own: isolatord holds everything, and
 // every container the plugin prepares carries the labels cni.network (the
 // network name) and cni.ifname, so DEL, CHECK and GC only ever touch this
 // network's containers.

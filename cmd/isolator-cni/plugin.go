@@ -11,19 +11,18 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"google.golang.org/grpc/codes"
 
-	"github.com/isolatord/isolatord/api"
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	lc "github.com/isolatord/isolatord/api/liteclient"
+	"github.com/isolatord/isolatord/api/unarygrpc"
 )
 
-// daemon is what the plugin asks isolatord (api.Client).
+// daemon is what the plugin asks isolatord (liteclient.Client).
 type daemon interface {
-	Attach(context.Context, *pb.AttachRequest) (*pb.AttachResponse, error)
-	Cleanup(context.Context, *pb.CleanupRequest) (*pb.CleanupResponse, error)
-	Get(context.Context, *pb.GetRequest) (*pb.GetResponse, error)
-	List(context.Context, *pb.ListRequest) (*pb.ListResponse, error)
-	Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
+	Attach(context.Context, *lc.AttachRequest) (*lc.AttachResponse, error)
+	Cleanup(context.Context, *lc.CleanupRequest) (*lc.CleanupResponse, error)
+	Get(context.Context, *lc.GetRequest) (*lc.GetResponse, error)
+	List(context.Context) (*lc.ListResponse, error)
+	Status(context.Context) (*lc.StatusResponse, error)
 }
 
 // Plugin carries out the CNI verbs against isolatord. Its fields are the
@@ -47,7 +46,7 @@ type Plugin struct {
 func newPlugin(stdout io.Writer) *Plugin {
 	return &Plugin{
 		Dial: func(ctx context.Context, socket string) (daemon, func() error, error) {
-			c, err := api.Dial(ctx, socket)
+			c, err := lc.Dial(ctx, socket)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -57,7 +56,7 @@ func newPlugin(stdout io.Writer) *Plugin {
 		Stdout:        stdout,
 		Timeout:       60 * time.Second,
 		StatusTimeout: 5 * time.Second,
-		DialTimeout:   api.DefaultDialTimeout,
+		DialTimeout:   lc.DefaultDialTimeout,
 		DaemonWait:    DefaultDaemonWait,
 	}
 }
@@ -65,18 +64,27 @@ func newPlugin(stdout io.Writer) *Plugin {
 // owner checks that a container isolatord returned belongs to this network
 // and interface: the plugin never touches containers of other networks or
 // containers created outside CNI.
-func owner(c *pb.Container, network, ifname string) error {
-	l := c.GetLabels()
+func owner(c *lc.Container, network, ifname string) error {
+	c = orEmpty(c)
+	l := c.Labels
 	got, ok := l[LabelNetwork]
 	switch {
 	case !ok:
-		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord outside CNI (no %s label), not by network %q", c.GetContainerId(), LabelNetwork, network), "")
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord outside CNI (no %s label), not by network %q", c.ContainerID, LabelNetwork, network), "")
 	case got != network:
-		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord for CNI network %q, not %q", c.GetContainerId(), got, network), "")
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord for CNI network %q, not %q", c.ContainerID, got, network), "")
 	case l[LabelIfName] != ifname:
-		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is attached to network %q as %q, not %q", c.GetContainerId(), network, l[LabelIfName], ifname), "")
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is attached to network %q as %q, not %q", c.ContainerID, network, l[LabelIfName], ifname), "")
 	}
 	return nil
+}
+
+// orEmpty is c, or an empty container when a reply carried none.
+func orEmpty(c *lc.Container) *lc.Container {
+	if c == nil {
+		return &lc.Container{}
+	}
+	return c
 }
 
 // ownerLabels are the labels of a container that network attached as
@@ -142,25 +150,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	att, err := c.Attach(ctx, &pb.AttachRequest{
-		Prepare: &pb.PrepareRequest{
-			ContainerId: args.ContainerID,
+	att, err := c.Attach(ctx, &lc.AttachRequest{
+		Prepare: &lc.PrepareRequest{
+			ContainerID: args.ContainerID,
 			Ports:       req.Proto(),
 			Labels:      cargs.labels(conf.Name, args.IfName),
 		},
-		Target:        &pb.AttachRequest_NetnsPath{NetnsPath: args.Netns},
+		NetnsPath:     args.Netns,
 		RequireLabels: ownerLabels(conf.Name, args.IfName),
 	})
 	if err != nil {
 		return daemonError("Attach", err)
 	}
-	if att.GetLabelsDiffer() {
-		if err := owner(att.GetContainer(), conf.Name, args.IfName); err != nil {
+	if att.LabelsDiffer {
+		if err := owner(att.Container, conf.Name, args.IfName); err != nil {
 			return err
 		}
 		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord with other labels", args.ContainerID), "")
 	}
-	wasIsolated := att.GetWasIsolated()
+	wasIsolated := att.WasIsolated
 
 	// rollback undoes this ADD after a later step failed (isolatord undid
 	// a failed Attach itself). A container that was already isolated (a
@@ -172,7 +180,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer rcancel()
-		if _, err := c.Cleanup(rctx, &pb.CleanupRequest{ContainerId: args.ContainerID}); err != nil {
+		if _, err := c.Cleanup(rctx, &lc.CleanupRequest{ContainerID: args.ContainerID}); err != nil {
 			var ce *types.Error
 			if errors.As(cause, &ce) {
 				ce.Details = joinDetails(ce.Details, "rollback (Cleanup) also failed: "+err.Error())
@@ -195,7 +203,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		return rollback(types.NewError(types.ErrInternal, fmt.Sprintf("isolator-cni: %s in %s has no %s after Isolate (has %v)", ContainerIfName, args.Netns, want, ifc.Addrs), ""))
 	}
-	result := buildResult(prev, att.GetContainer(), args.IfName, args.Netns, ifc, addr)
+	result := buildResult(prev, orEmpty(att.Container), args.IfName, args.Netns, ifc, addr)
 	out, err := result.GetAsVersion(conf.CNIVersion)
 	if err != nil {
 		return rollback(types.NewError(types.ErrIncompatibleCNIVersion, "isolator-cni: "+err.Error(), ""))
@@ -219,7 +227,7 @@ func joinDetails(a, b string) string {
 // result): the host end of the veth (no sandbox), then eth0 inside the
 // namespace with the host's address, gateway and default route, and its
 // IPv6 addresses and route when it has IPv6.
-func buildResult(prev *types100.Result, c *pb.Container, ifname, netnsPath string, ifc nsIface, addr net.IPNet) *types100.Result {
+func buildResult(prev *types100.Result, c *lc.Container, ifname, netnsPath string, ifc nsIface, addr net.IPNet) *types100.Result {
 	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
 	if prev != nil {
 		r.Interfaces = append(r.Interfaces, prev.Interfaces...)
@@ -227,7 +235,7 @@ func buildResult(prev *types100.Result, c *pb.Container, ifname, netnsPath strin
 		r.Routes = append(r.Routes, prev.Routes...)
 		r.DNS = prev.DNS
 	}
-	if v := c.GetVeth(); v != "" {
+	if v := c.Veth; v != "" {
 		r.Interfaces = append(r.Interfaces, &types100.Interface{Name: v})
 	}
 	idx := len(r.Interfaces)
@@ -270,8 +278,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 	// One call: isolatord cleans the container up only if it is this
 	// network's and interface's; otherwise it leaves it to its owner.
-	_, err = c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)})
-	if err != nil && !isCode(err, codes.NotFound) {
+	_, err = c.Cleanup(ctx, &lc.CleanupRequest{ContainerID: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)})
+	if err != nil && !isCode(err, unarygrpc.NotFound) {
 		return daemonError("Cleanup", err)
 	}
 	return nil
@@ -301,18 +309,18 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	defer closeConn()
 
-	got, err := c.Get(ctx, &pb.GetRequest{ContainerId: args.ContainerID})
+	got, err := c.Get(ctx, &lc.GetRequest{ContainerID: args.ContainerID})
 	if err != nil {
 		return daemonError("Get", err)
 	}
-	ctr := got.GetContainer()
+	ctr := orEmpty(got.Container)
 	if err := owner(ctr, conf.Name, args.IfName); err != nil {
 		return err
 	}
-	if ctr.GetState() != pb.ContainerState_CONTAINER_STATE_ISOLATED {
-		return checkFailed("container %s is %s in isolatord, not isolated", args.ContainerID, api.StateName(ctr.GetState()))
+	if ctr.State != lc.StateIsolated {
+		return checkFailed("container %s is %s in isolatord, not isolated", args.ContainerID, lc.StateName(ctr.State))
 	}
-	if src := ctr.GetNetnsSource(); src != args.Netns {
+	if src := ctr.NetnsSource; src != args.Netns {
 		return checkFailed("container %s is isolated in %s, but the runtime says its namespace is %s", args.ContainerID, src, args.Netns)
 	}
 	hip, err := hostIP(ctx, c, conf)
@@ -323,15 +331,15 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if have := portRequestFromProto(ctr.GetPorts()); !have.Equal(want) {
+	if have := portRequestFromProto(ctr.Ports); !have.Equal(want) {
 		return checkFailed("container %s holds ports %s in isolatord, but the configuration and port mappings ask for %s", args.ContainerID, have, want)
 	}
 	return p.checkInterface(prev, ctr, args.IfName, args.Netns)
 }
 
 // checkInterface compares prevResult with the namespace.
-func (p *Plugin) checkInterface(prev *types100.Result, ctr *pb.Container, ifname, netnsPath string) error {
-	idx, veth := -1, ctr.GetVeth() == ""
+func (p *Plugin) checkInterface(prev *types100.Result, ctr *lc.Container, ifname, netnsPath string) error {
+	idx, veth := -1, ctr.Veth == ""
 	for i, ifc := range prev.Interfaces {
 		if ifc == nil {
 			continue
@@ -339,7 +347,7 @@ func (p *Plugin) checkInterface(prev *types100.Result, ctr *pb.Container, ifname
 		if ifc.Name == ifname && ifc.Sandbox == netnsPath {
 			idx = i
 		}
-		if ifc.Sandbox == "" && ifc.Name == ctr.GetVeth() {
+		if ifc.Sandbox == "" && ifc.Name == ctr.Veth {
 			veth = true
 		}
 	}
@@ -347,7 +355,7 @@ func (p *Plugin) checkInterface(prev *types100.Result, ctr *pb.Container, ifname
 		return checkFailed("prevResult has no interface %s in %s", ifname, netnsPath)
 	}
 	if !veth {
-		return checkFailed("prevResult lacks host interface %s, isolatord's veth for %s", ctr.GetVeth(), ctr.GetContainerId())
+		return checkFailed("prevResult lacks host interface %s, isolatord's veth for %s", ctr.Veth, ctr.ContainerID)
 	}
 	ifc, err := p.ReadNS(netnsPath, ifname)
 	if err != nil {
@@ -414,20 +422,21 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return connectError(err)
 	}
 	defer closeConn()
-	list, err := c.List(ctx, &pb.ListRequest{})
+	list, err := c.List(ctx)
 	if err != nil {
 		return daemonError("List", err)
 	}
 	var failed []error
-	for _, ctr := range list.GetContainers() {
-		l := ctr.GetLabels()
+	for _, ctr := range list.Containers {
+		ctr = orEmpty(ctr)
+		l := ctr.Labels
 		if l[LabelNetwork] != conf.Name {
 			continue
 		}
-		if valid[types.GCAttachment{ContainerID: ctr.GetContainerId(), IfName: l[LabelIfName]}] {
+		if valid[types.GCAttachment{ContainerID: ctr.ContainerID, IfName: l[LabelIfName]}] {
 			continue
 		}
-		if _, err := c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: ctr.GetContainerId()}); err != nil && !isCode(err, codes.NotFound) {
+		if _, err := c.Cleanup(ctx, &lc.CleanupRequest{ContainerID: ctr.ContainerID}); err != nil && !isCode(err, unarygrpc.NotFound) {
 			failed = append(failed, daemonError("Cleanup", err))
 		}
 	}
@@ -459,7 +468,12 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrPluginNotAvailable, "isolatord is not available: "+err.Error(), "")
 	}
 	defer closeConn()
-	if _, err := c.Status(ctx, &pb.StatusRequest{}); err != nil {
+	if _, err := c.Status(ctx); err != nil {
+		var he *unarygrpc.HandshakeError
+		if errors.As(err, &he) {
+			// The connection's failure, found with the first call.
+			return types.NewError(types.ErrPluginNotAvailable, "isolatord is not available: "+err.Error(), "")
+		}
 		return types.NewError(types.ErrPluginNotAvailable, "isolatord at "+conf.Socket+" did not answer Status: "+err.Error(), "")
 	}
 	return nil

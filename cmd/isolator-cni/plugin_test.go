@@ -25,6 +25,7 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
+	"github.com/isolatord/isolatord/api/liteclient"
 )
 
 // fakeDaemon is an in-memory isolatord with the API's semantics that matter
@@ -59,15 +60,15 @@ func (f *fakeDaemon) Prepare(ctx context.Context, r *pb.PrepareRequest) (*pb.Pre
 }
 
 func (f *fakeDaemon) prepare(r *pb.PrepareRequest) (*pb.PrepareResponse, error) {
-	want := portRequestFromProto(r.GetPorts())
+	want := portsOf(r.GetPorts())
 	if c, ok := f.ctrs[r.GetContainerId()]; ok {
-		if have := portRequestFromProto(c.GetPorts()); !have.Equal(want) {
+		if have := portsOf(c.GetPorts()); !have.Equal(want) {
 			return nil, status.Errorf(codes.AlreadyExists, "container_id: %s is already prepared with ports %s (asked for %s)", c.GetContainerId(), have, want)
 		}
 		return &pb.PrepareResponse{Container: clone(c)}, nil
 	}
 	for _, c := range f.ctrs {
-		have := portRequestFromProto(c.GetPorts())
+		have := portsOf(c.GetPorts())
 		if both := have.Exclusive.Union(have.Shared).Intersect(want.Exclusive); !both.Empty() {
 			return nil, status.Errorf(codes.FailedPrecondition, "ports: port %s is held by %s", both, c.GetContainerId())
 		}
@@ -301,7 +302,7 @@ func TestAddReportsEth0WithHostAddress(t *testing.T) {
 		t.Errorf("route = %+v", r.Routes[0])
 	}
 	got := e.daemon.ctrs["c1"]
-	if ports := portRequestFromProto(got.Ports).String(); ports != "31001-31002" {
+	if ports := portsOf(got.Ports).String(); ports != "31001-31002" {
 		t.Errorf("daemon holds ports %q, want 31001-31002", ports)
 	}
 	if got.Labels[LabelNetwork] != "isolator" || got.Labels[LabelIfName] != "eth0" {
@@ -649,4 +650,13 @@ func TestAddRollsBackWhenResultCannotBeGiven(t *testing.T) {
 	if e.daemon.has("c2") {
 		t.Errorf("c2 still held after its result could not be written; calls: %s", e.daemon.callLog())
 	}
+}
+
+// portsOf is the port request a container of the fake daemon holds.
+func portsOf(ps []*pb.PortRange) PortRequest {
+	var out []liteclient.PortRange
+	for _, p := range ps {
+		out = append(out, liteclient.PortRange{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
+	}
+	return portRequestFromProto(out)
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +120,63 @@ func TestVerbsWaitForRestartingDaemon(t *testing.T) {
 	for _, bad := range []string{`"forever"`, `"-1s"`, `"1h"`, `true`} {
 		if _, err := parseConfig(e.conf("1.0.0", `,"daemonWait":`+bad)); err == nil {
 			t.Errorf("daemonWait %s accepted", bad)
+		}
+	}
+}
+
+// TestMuteDaemonIsTryAgainLater: a socket that takes connections but never
+// speaks (a daemon that does not come up behind a socket systemd holds)
+// fails ADD and DEL with "try again later" and STATUS with "not
+// available", naming the socket, within the dial timeout rather than the
+// verb's: the connection's failure, found with the first call.
+func TestMuteDaemonIsTryAgainLater(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "mute.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	p := newPlugin(&strings.Builder{})
+	p.Timeout, p.StatusTimeout, p.DialTimeout, p.DaemonWait = time.Minute, time.Minute, 300*time.Millisecond, 0
+	p.ReadNS = func(string, string) (nsIface, error) { return nsIface{}, errors.New("not reached") }
+	conf := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"isolator","type":"isolator-cni","socket":%q}`, sock))
+	for _, v := range []struct {
+		name string
+		run  func() error
+		code uint
+		msg  string
+	}{
+		{"ADD", func() error { return p.Add(cmdArgs("c1", conf)) }, types.ErrTryAgainLater, "cannot connect to isolatord at " + sock + ": HTTP/2 handshake: context deadline exceeded"},
+		{"DEL", func() error { return p.Del(cmdArgs("c1", conf)) }, types.ErrTryAgainLater, "cannot connect to isolatord at " + sock + ": HTTP/2 handshake: context deadline exceeded"},
+		{"STATUS", func() error { return p.Status(&skel.CmdArgs{StdinData: conf}) }, types.ErrPluginNotAvailable, "isolatord is not available: cannot connect to isolatord at " + sock},
+	} {
+		start := time.Now()
+		e := cniErr(t, v.run(), v.code)
+		if !strings.HasPrefix(e.Msg, v.msg) {
+			t.Errorf("%s: message %q, want %q", v.name, e.Msg, v.msg)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s failed after %v, not at the 300ms dial timeout", v.name, d)
 		}
 	}
 }
