@@ -198,10 +198,14 @@ func (c *Conn) flush() error {
 	return err
 }
 
-// step writes what is pending, then reads and handles one frame.
+// step reads and handles one frame, writing what is pending first when it
+// would have to wait for the server (answers to frames read together go
+// out in one write).
 func (c *Conn) step() error {
-	if err := c.flush(); err != nil {
-		return err
+	if c.br.Buffered() == 0 {
+		if err := c.flush(); err != nil {
+			return err
+		}
 	}
 	f, err := readFrame(c.br, &c.rbuf)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 
@@ -136,5 +137,140 @@ func TestReadNSIfaceIPv6(t *testing.T) {
 	if cidrs(ifc.Addrs) != "198.18.0.1/24" || ifc.Gateway.String() != "198.18.0.2" ||
 		cidrs(ifc.Addrs6) != "2001:db8::1/64" || ifc.Gateway6.String() != "fe80::2" {
 		t.Errorf("read %s gw %v, IPv6 %s gw %v", cidrs(ifc.Addrs), ifc.Gateway, cidrs(ifc.Addrs6), ifc.Gateway6)
+	}
+}
+
+// TestReadNSIfaceAgreesWithNetlink: on a namespace with more than isolatord
+// makes (a secondary and a point-to-point address, another link with its
+// own default route, a default route in another table, a route that is not
+// the default), readNSIface reads what the netlink library reads for the
+// same questions: eth0's MAC, MTU, IPv4 addresses, global IPv6 addresses,
+// and the first default gateway out of eth0 in the main table per family.
+func TestReadNSIfaceAgreesWithNetlink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace")
+	}
+	ns, err := nshandle.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := ns.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, v := range [][2]string{{"eth0", "x0"}, {"eth1", "x1"}} {
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: v[0], MTU: 1400}, PeerName: v[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]netlink.Link{}
+	for _, n := range []string{"eth0", "x0", "eth1", "x1"} {
+		l, err := h.LinkByName(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		links[n] = l
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add := func(ifname, cidr, peer string) {
+		t.Helper()
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Flags = unix.IFA_F_NODAD
+		if peer != "" {
+			p, _ := netlink.ParseAddr(peer)
+			a.Peer = p.IPNet
+		}
+		if err := h.AddrAdd(links[ifname], a); err != nil {
+			t.Fatalf("address %s on %s: %v", cidr, ifname, err)
+		}
+	}
+	add("eth0", "198.18.0.1/24", "")
+	add("eth0", "198.18.0.9/24", "")
+	add("eth0", "198.18.5.1/32", "198.18.5.2/32")
+	add("eth0", "2001:db8::1/64", "")
+	add("eth0", "2001:db8:1::1/64", "")
+	add("eth0", "fe80::1/64", "")
+	add("eth1", "198.18.1.1/24", "")
+	add("eth1", "2001:db8:2::1/64", "")
+	e0, e1 := links["eth0"].Attrs().Index, links["eth1"].Attrs().Index
+	for _, r := range []*netlink.Route{
+		{LinkIndex: e0, Dst: &net.IPNet{IP: net.IPv4(198, 18, 7, 0).To4(), Mask: net.CIDRMask(24, 32)}, Gw: net.ParseIP("198.18.0.3")},
+		{LinkIndex: e0, Gw: net.ParseIP("198.18.0.4"), Table: 100},
+		{LinkIndex: e1, Gw: net.ParseIP("198.18.1.2"), Priority: 5},
+		{LinkIndex: e0, Gw: net.ParseIP("198.18.0.2"), Priority: 10},
+		{LinkIndex: e0, Gw: net.ParseIP("fe80::2"), Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}},
+	} {
+		if err := h.RouteAdd(r); err != nil {
+			t.Fatalf("route %v: %v", r, err)
+		}
+	}
+
+	// The reference: the netlink library's answers.
+	var want nsIface
+	l, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.MAC, want.MTU = l.Attrs().HardwareAddr, l.Attrs().MTU
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		addrs, err := h.AddrList(l, fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			switch {
+			case fam == netlink.FAMILY_V4:
+				want.Addrs = append(want.Addrs, *a.IPNet)
+			case a.IP.To4() == nil && a.IP.IsGlobalUnicast():
+				want.Addrs6 = append(want.Addrs6, *a.IPNet)
+			}
+		}
+		routes, err := h.RouteList(l, fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range routes {
+			ones := 0
+			if r.Dst != nil {
+				ones, _ = r.Dst.Mask.Size()
+			}
+			if (r.Dst == nil || (ones == 0 && r.Dst.IP.IsUnspecified())) && r.Gw != nil {
+				if fam == netlink.FAMILY_V4 {
+					want.Gateway = r.Gw
+				} else {
+					want.Gateway6 = r.Gw
+				}
+				break
+			}
+		}
+	}
+	got, err := readNSIface(fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("readNSIface read\n%+v\nthe netlink library\n%+v", got, want)
+	}
+	sorted := func(ns []net.IPNet) string {
+		s := strings.Split(cidrs(ns), ", ")
+		sort.Strings(s)
+		return strings.Join(s, ", ")
+	}
+	if sorted(got.Addrs) != "198.18.0.1/24, 198.18.0.9/24, 198.18.5.1/32" || got.Gateway.String() != "198.18.0.2" || got.MTU != 1400 ||
+		sorted(got.Addrs6) != "2001:db8:1::1/64, 2001:db8::1/64" || got.Gateway6.String() != "fe80::2" {
+		t.Errorf("read %+v", got)
+	}
+	if _, err := readNSIface(fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), "eth9"); err == nil || !strings.Contains(err.Error(), "eth9 in ") || !strings.Contains(err.Error(), "Link not found") {
+		t.Errorf("a missing link: %v", err)
+	}
+	if _, err := readNSIface("/nonexistent/ns", "eth0"); err == nil || !strings.Contains(err.Error(), "open network namespace /nonexistent/ns: no such file or directory") {
+		t.Errorf("a missing namespace: %v", err)
 	}
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,63 +15,43 @@ type nsIface struct {
 	Addrs   []net.IPNet // IPv4 addresses with their prefix
 	Gateway net.IP      // default route's gateway, nil if none
 	// Addrs6 are the global IPv6 addresses (none when the container has
-	// no IPv6), Gateway6 the IPv6 default route's gateway (nsread6.go).
+	// no IPv6), Gateway6 the IPv6 default route's gateway.
 	Addrs6   []net.IPNet
 	Gateway6 net.IP
 }
 
 // readNSIface reads ifname inside the network namespace at nsPath through a
-// netlink socket opened there (no thread switches namespaces). The plugin
-// only reads: isolatord configured the namespace.
+// netlink socket opened there (rtnl.go): the link, then one dump of the
+// addresses and one of the routes, both families at once. The plugin only
+// reads: isolatord configured the namespace.
 func readNSIface(nsPath, ifname string) (nsIface, error) {
 	var out nsIface
-	nsh, err := netns.GetFromPath(nsPath)
+	s, err := openRtnl(nsPath)
 	if err != nil {
-		return out, fmt.Errorf("open network namespace %s: %w", nsPath, err)
+		return out, err
 	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
-	if err != nil {
-		return out, fmt.Errorf("netlink in %s: %w", nsPath, err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName(ifname)
+	defer s.Close()
+	l, err := s.linkByName(ifname)
 	if err != nil {
 		return out, fmt.Errorf("%s in %s: %w", ifname, nsPath, err)
 	}
-	out.MAC = link.Attrs().HardwareAddr
-	out.MTU = link.Attrs().MTU
-	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+	out.MAC, out.MTU = l.mac, l.mtu
+	addrs, err := s.addresses(l.index)
+	if err != nil {
 		return out, fmt.Errorf("addresses of %s in %s: %w", ifname, nsPath, err)
 	}
 	for _, a := range addrs {
-		if a.IPNet != nil {
-			out.Addrs = append(out.Addrs, *a.IPNet)
+		switch {
+		case a.family == unix.AF_INET:
+			out.Addrs = append(out.Addrs, a.ipnet)
+		case a.ipnet.IP.To4() == nil && a.ipnet.IP.IsGlobalUnicast():
+			out.Addrs6 = append(out.Addrs6, a.ipnet)
 		}
 	}
-	routes, err := h.RouteList(link, netlink.FAMILY_V4)
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+	if out.Gateway, out.Gateway6, err = s.defaultGateways(l.index); err != nil {
 		return out, fmt.Errorf("routes of %s in %s: %w", ifname, nsPath, err)
 	}
-	for _, r := range routes {
-		if isDefault(r.Dst) && r.Gw != nil {
-			out.Gateway = r.Gw
-			break
-		}
-	}
-	if err := readIPv6(h, link, &out); err != nil {
-		return out, fmt.Errorf("%w in %s", err, nsPath)
-	}
 	return out, nil
-}
-
-func isDefault(dst *net.IPNet) bool {
-	if dst == nil {
-		return true
-	}
-	ones, _ := dst.Mask.Size()
-	return ones == 0 && dst.IP.IsUnspecified()
 }
 
 // address picks the interface's address for ip (the host IP isolatord

@@ -1,42 +1,12 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"strings"
 
 	types "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netlink"
 )
-
-// readIPv6 adds link's global IPv6 addresses (the host's, when isolatord
-// gives containers IPv6) and its IPv6 default gateway to out. A namespace
-// with IPv6 disabled has none.
-func readIPv6(h *netlink.Handle, link netlink.Link, out *nsIface) error {
-	name := link.Attrs().Name
-	addrs, err := h.AddrList(link, netlink.FAMILY_V6)
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return fmt.Errorf("IPv6 addresses of %s: %w", name, err)
-	}
-	for _, a := range addrs {
-		if a.IPNet != nil && a.IP.To4() == nil && a.IP.IsGlobalUnicast() {
-			out.Addrs6 = append(out.Addrs6, *a.IPNet)
-		}
-	}
-	routes, err := h.RouteList(link, netlink.FAMILY_V6)
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return fmt.Errorf("IPv6 routes of %s: %w", name, err)
-	}
-	for _, r := range routes {
-		if isDefault(r.Dst) && r.Gw != nil {
-			out.Gateway6 = r.Gw
-			break
-		}
-	}
-	return nil
-}
 
 // addIPv6 adds the interface's IPv6 addresses (interface index idx) and
 // its IPv6 default route to r.
