@@ -1,8 +1,8 @@
 // Package liteclient is a client of isolatord's Isolator service for
 // programs that start once per call, such as the CNI plugin: the few
-// messages they need, encoded and decoded with protowire alone (no
-// protobuf reflection, whose package initialisation, and the reading of
-// the executable it does, would come before every call), over unarygrpc.
+// messages they need, encoded and decoded by hand in the protobuf wire
+// format (wire.go; no protobuf package, whose initialisation would come
+// before every call), over unarygrpc.
 // It also holds what every client shares: the default socket, the dial
 // timeout, and the errors for a socket nobody answers on. Package api's
 // Client, which speaks the generated messages, is built on it.

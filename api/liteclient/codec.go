@@ -4,8 +4,6 @@ import (
 	"errors"
 	"slices"
 	"unicode/utf8"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The encoders write fields in field-number order (a oneof's member last)
@@ -13,7 +11,7 @@ import (
 // even when empty, and go out sorted by key (what the generated code's
 // deterministic marshalling gives).
 
-func appendString(b []byte, num protowire.Number, s string) []byte {
+func appendString(b []byte, num number, s string) []byte {
 	if s == "" {
 		return b
 	}
@@ -22,29 +20,32 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 
 // appendStringAlways writes s even when empty: a oneof member or a map
 // entry's key or value.
-func appendStringAlways(b []byte, num protowire.Number, s string) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
+func appendStringAlways(b []byte, num number, s string) []byte {
+	b = appendTag(b, num, bytesType)
+	return appendBytesValue(b, []byte(s))
 }
 
-func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+func appendVarint(b []byte, num number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+	b = appendTag(b, num, varintType)
+	return appendVarintValue(b, v)
 }
 
-func appendBool(b []byte, num protowire.Number, v bool) []byte {
-	return appendVarint(b, num, protowire.EncodeBool(v))
+func appendBool(b []byte, num number, v bool) []byte {
+	if !v {
+		return b
+	}
+	return appendVarint(b, num, 1)
 }
 
-func appendMessage(b []byte, num protowire.Number, m []byte) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, m)
+func appendMessage(b []byte, num number, m []byte) []byte {
+	b = appendTag(b, num, bytesType)
+	return appendBytesValue(b, m)
 }
 
-func appendStringMap(b []byte, num protowire.Number, m map[string]string) []byte {
+func appendStringMap(b []byte, num number, m map[string]string) []byte {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -66,11 +67,11 @@ var errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
 // the number of bytes of the field's value it consumed, or -1 when it does
 // not know the field (or its wire type), which is then skipped, as the
 // generated code skips unknown fields.
-func decodeFields(m []byte, field func(num protowire.Number, typ protowire.Type, v []byte) (int, error)) error {
+func decodeFields(m []byte, field func(num number, typ wireType, v []byte) (int, error)) error {
 	for len(m) > 0 {
-		num, typ, n := protowire.ConsumeTag(m)
+		num, typ, n := tag(m)
 		if n < 0 {
-			return protowire.ParseError(n)
+			return errWire
 		}
 		m = m[n:]
 		used, err := field(num, typ, m)
@@ -78,9 +79,9 @@ func decodeFields(m []byte, field func(num protowire.Number, typ protowire.Type,
 			return err
 		}
 		if used < 0 {
-			used = protowire.ConsumeFieldValue(num, typ, m)
+			used = skip(num, typ, m, recursionLimit)
 			if used < 0 {
-				return protowire.ParseError(used)
+				return errWire
 			}
 		}
 		m = m[used:]
@@ -90,18 +91,18 @@ func decodeFields(m []byte, field func(num protowire.Number, typ protowire.Type,
 
 // consumeVarint reads a varint field's value.
 func consumeVarint(v []byte) (uint64, int, error) {
-	x, n := protowire.ConsumeVarint(v)
+	x, n := varint(v)
 	if n < 0 {
-		return 0, 0, protowire.ParseError(n)
+		return 0, 0, errWire
 	}
 	return x, n, nil
 }
 
 // consumeBytes reads a length-delimited field's value.
 func consumeBytes(v []byte) ([]byte, int, error) {
-	x, n := protowire.ConsumeBytes(v)
+	x, n := lengthDelimited(v)
 	if n < 0 {
-		return nil, 0, protowire.ParseError(n)
+		return nil, 0, errWire
 	}
 	return x, n, nil
 }
@@ -125,8 +126,8 @@ func decodeStringMapEntry(v []byte, m *map[string]string) (int, error) {
 		return 0, err
 	}
 	var key, val string
-	err = decodeFields(e, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
-		if typ != protowire.BytesType || (num != 1 && num != 2) {
+	err = decodeFields(e, func(num number, typ wireType, v []byte) (int, error) {
+		if typ != bytesType || (num != 1 && num != 2) {
 			return -1, nil
 		}
 		s, n, err := consumeString(v)

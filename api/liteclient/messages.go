@@ -2,8 +2,6 @@ package liteclient
 
 import (
 	"fmt"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The messages below are the Isolator service's (api/isolatord/v1), cut
@@ -49,8 +47,8 @@ func (p *PortRange) marshal(b []byte) []byte {
 }
 
 func (p *PortRange) unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
-		if typ != protowire.VarintType || num < 1 || num > 3 {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
+		if typ != varintType || num < 1 || num > 3 {
 			return -1, nil
 		}
 		x, n, err := consumeVarint(v)
@@ -78,13 +76,13 @@ type Container struct {
 }
 
 func (c *Container) unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
 		switch {
-		case num == 2 && typ == protowire.VarintType:
+		case num == 2 && typ == varintType:
 			x, n, err := consumeVarint(v)
 			c.State = ContainerState(int32(x))
 			return n, err
-		case typ != protowire.BytesType:
+		case typ != bytesType:
 			return -1, nil
 		}
 		switch num {
@@ -174,11 +172,11 @@ type AttachResponse struct {
 
 // Unmarshal decodes the reply into r.
 func (r *AttachResponse) Unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
 		switch {
-		case num == 1 && typ == protowire.BytesType:
+		case num == 1 && typ == bytesType:
 			return unmarshalContainer(v, &r.Container)
-		case (num == 2 || num == 3) && typ == protowire.VarintType:
+		case (num == 2 || num == 3) && typ == varintType:
 			x, n, err := consumeVarint(v)
 			if num == 2 {
 				r.WasIsolated = x != 0
@@ -212,8 +210,8 @@ type CleanupResponse struct {
 
 // Unmarshal decodes the reply into r.
 func (r *CleanupResponse) Unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
-		if num != 50 || typ != protowire.VarintType {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
+		if num != 50 || typ != varintType {
 			return -1, nil
 		}
 		x, n, err := consumeVarint(v)
@@ -237,8 +235,8 @@ type GetResponse struct {
 
 // Unmarshal decodes the reply into r.
 func (r *GetResponse) Unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
-		if num != 1 || typ != protowire.BytesType {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
+		if num != 1 || typ != bytesType {
 			return -1, nil
 		}
 		return unmarshalContainer(v, &r.Container)
@@ -252,8 +250,8 @@ type ListResponse struct {
 
 // Unmarshal decodes the reply into r.
 func (r *ListResponse) Unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
-		if num != 1 || typ != protowire.BytesType {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
+		if num != 1 || typ != bytesType {
 			return -1, nil
 		}
 		var c *Container
@@ -271,8 +269,8 @@ type StatusResponse struct {
 
 // Unmarshal decodes the reply into r.
 func (r *StatusResponse) Unmarshal(m []byte) error {
-	return decodeFields(m, func(num protowire.Number, typ protowire.Type, v []byte) (int, error) {
-		if (num != 1 && num != 13) || typ != protowire.BytesType {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
+		if (num != 1 && num != 13) || typ != bytesType {
 			return -1, nil
 		}
 		s, n, err := consumeString(v)
