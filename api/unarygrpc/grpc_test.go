@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -69,16 +68,7 @@ func (s *testService) Usage(ctx context.Context, _ *pb.UsageRequest) (*pb.UsageR
 // serveGRPC runs svc on a grpc-go server on a fresh unix socket.
 func serveGRPC(t *testing.T, svc *testService) (*grpc.Server, string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ugrpc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sock, lis := listenUnix(t)
 	if svc.entered == nil {
 		svc.entered = make(chan struct{}, 1)
 	}

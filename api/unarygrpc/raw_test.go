@@ -36,16 +36,7 @@ type rawServer struct {
 // preface, sends settings, and runs script on it; it returns the socket.
 func serveRaw(t *testing.T, settings []http2.Setting, script func(s *rawServer)) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "uraw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sock, lis := listenUnix(t)
 	done := make(chan struct{})
 	t.Cleanup(func() { lis.Close(); <-done })
 	go func() {
@@ -219,22 +210,30 @@ func TestSmallServerWindow(t *testing.T) {
 	}
 }
 
-// TestFirstCallIsOneWrite: Dial waits for nothing, and the first call
-// writes the preface, SETTINGS, WINDOW_UPDATE, HEADERS and the whole DATA
-// at once, without waiting for the server's SETTINGS: a server that reads
-// one chunk before it says anything finds the complete request in it.
-func TestFirstCallIsOneWrite(t *testing.T) {
-	dir, err := os.MkdirTemp("", "uone")
+// listenUnix listens on a fresh unix socket (under /tmp: a test's own
+// directory may be too long for a socket path) until the test ends.
+func listenUnix(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "uraw")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "s.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	t.Cleanup(func() { lis.Close() })
+	return sock, lis
+}
+
+// TestFirstCallIsOneWrite: Dial waits for nothing, and the first call
+// writes the preface, SETTINGS, WINDOW_UPDATE, HEADERS and the whole DATA
+// at once, without waiting for the server's SETTINGS: a server that reads
+// one chunk before it says anything finds the complete request in it.
+func TestFirstCallIsOneWrite(t *testing.T) {
+	sock, lis := listenUnix(t)
 	req := &pb.GetRequest{ContainerId: "c1"}
 	done := make(chan struct{})
 	go func() {
@@ -293,7 +292,7 @@ func TestFirstCallIsOneWrite(t *testing.T) {
 	c := rawDial(t, sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err = invoke(ctx, c, mGet, req, &pb.GetResponse{})
+	err := invoke(ctx, c, mGet, req, &pb.GetResponse{})
 	if st, _ := status.FromError(err); st.Code() != codes.NotFound || st.Message() != "gone" {
 		t.Fatalf("error %v, want NotFound gone", err)
 	}
@@ -343,17 +342,7 @@ func TestResetGoAwayHTTPStatus(t *testing.T) {
 // *HandshakeError wrapping context.DeadlineExceeded at Dial's deadline,
 // although its own context allows longer.
 func TestHandshakeDeadline(t *testing.T) {
-	dir, err := os.MkdirTemp("", "umute")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
+	sock, _ := listenUnix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()

@@ -89,10 +89,10 @@ func TestAddReportsBothFamilies(t *testing.T) {
 	}
 }
 
-// TestReadNSIfaceIPv6: readNSIface reads a real namespace's eth0: its IPv4
-// address and gateway, its global IPv6 address (not the link-local one)
-// and its IPv6 default gateway.
-func TestReadNSIfaceIPv6(t *testing.T) {
+// scratchNS is a new network namespace and a netlink handle in it, both
+// closed when the test ends; it skips the test when not root.
+func scratchNS(t *testing.T) (*nshandle.NS, *netlink.Handle) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace")
 	}
@@ -100,12 +100,20 @@ func TestReadNSIfaceIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	t.Cleanup(func() { ns.Close() })
 	h, err := ns.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	t.Cleanup(h.Close)
+	return ns, h
+}
+
+// TestReadNSIfaceIPv6: readNSIface reads a real namespace's eth0: its IPv4
+// address and gateway, its global IPv6 address (not the link-local one)
+// and its IPv6 default gateway.
+func TestReadNSIfaceIPv6(t *testing.T) {
+	ns, h := scratchNS(t)
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "x0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,19 +155,7 @@ func TestReadNSIfaceIPv6(t *testing.T) {
 // same questions: eth0's MAC, MTU, IPv4 addresses, global IPv6 addresses,
 // and the first default gateway out of eth0 in the main table per family.
 func TestReadNSIfaceAgreesWithNetlink(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
-	}
-	ns, err := nshandle.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := ns.Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ns, h := scratchNS(t)
 	for _, v := range [][2]string{{"eth0", "x0"}, {"eth1", "x1"}} {
 		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: v[0], MTU: 1400}, PeerName: v[1]}); err != nil {
 			t.Fatal(err)
@@ -267,7 +263,7 @@ func TestReadNSIfaceAgreesWithNetlink(t *testing.T) {
 		sorted(got.Addrs6) != "2001:db8:1::1/64, 2001:db8::1/64" || got.Gateway6.String() != "fe80::2" {
 		t.Errorf("read %+v", got)
 	}
-	if _, err := readNSIface(fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), "eth9"); err == nil || !strings.Contains(err.Error(), "eth9 in ") || !strings.Contains(err.Error(), "Link not found") {
+	if _, err := readNSIface(fmt.Sprintf("/proc/self/fd/%d", ns.Fd()), "eth9"); err == nil || !strings.Contains(err.Error(), "eth9 in ") || !strings.Contains(err.Error(), "link not found") {
 		t.Errorf("a missing link: %v", err)
 	}
 	if _, err := readNSIface("/nonexistent/ns", "eth0"); err == nil || !strings.Contains(err.Error(), "open network namespace /nonexistent/ns: no such file or directory") {

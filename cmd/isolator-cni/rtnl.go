@@ -126,7 +126,7 @@ type link struct {
 }
 
 // errLinkNotFound is the error for a name no link has.
-var errLinkNotFound = errors.New("Link not found")
+var errLinkNotFound = errors.New("link not found")
 
 // linkByName asks for the link named name.
 func (s *rtnl) linkByName(name string) (link, error) {
