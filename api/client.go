@@ -1,11 +1,12 @@
 // Package api is isolatord's client-facing protocol. The messages live in
 // the generated package isolatordv1 (api/isolatord/v1, from isolator.proto)
 // and the service's grpc-go stubs in isolatordv1grpc; this package adds what
-// every client (isolatorctl, the CNI plugin, runtimes written in Go) needs
-// to reach the daemon: the default socket path; Client, the Isolator
-// service over a small HTTP/2 client (unarygrpc) that links neither grpc-go
-// nor net/http, so that short-lived clients start fast; and StateName, a
-// container state as clients show it.
+// every client (isolatorctl, runtimes written in Go) needs to reach the
+// daemon: the default socket path; Client, the Isolator service over a
+// small HTTP/2 client (unarygrpc, through liteclient) that links neither
+// grpc-go's transport nor net/http, so that short-lived clients start fast;
+// and StateName, a container state as clients show it. The CNI plugin uses
+// liteclient alone, which links no protobuf at all.
 //
 // The daemon listens on a unix socket only, so there is no TLS: access is
 // controlled by the socket file's permissions.
