@@ -198,11 +198,11 @@ func (c *Conn) flush() error {
 	return err
 }
 
-// step reads and handles one frame, writing what is pending first when it
-// would have to wait for the server (answers to frames read together go
-// out in one write).
+// step reads and handles one frame, writing what is pending first unless
+// the next frame is read already (answers to frames that arrived together
+// go out in one write, and nothing waits unsent while reading blocks).
 func (c *Conn) step() error {
-	if c.br.Buffered() == 0 {
+	if !c.frameBuffered() {
 		if err := c.flush(); err != nil {
 			return err
 		}
@@ -213,6 +213,16 @@ func (c *Conn) step() error {
 	}
 
 	return c.handle(f)
+}
+
+// frameBuffered reports whether a whole frame is in the read buffer.
+func (c *Conn) frameBuffered() bool {
+	n := c.br.Buffered()
+	if n < 9 {
+		return false
+	}
+	h, err := c.br.Peek(3)
+	return err == nil && 9+(int(h[0])<<16|int(h[1])<<8|int(h[2])) <= n
 }
 
 // call is the state of one call's stream.
