@@ -99,6 +99,5 @@ func connectError(err error) error {
 
 // isCode reports whether err is a gRPC status with code c.
 func isCode(err error, c unarygrpc.Code) bool {
-	var st *unarygrpc.Error
-	return errors.As(err, &st) && st.Code == c
+	return err != nil && unarygrpc.CodeOf(err) == c
 }
