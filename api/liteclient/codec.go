@@ -7,9 +7,9 @@ import (
 )
 
 // The encoders write fields in field-number order (a oneof's member last)
-// and leave out zero scalars, as the generated code does; map entries carry key and value
-// even when empty, and go out sorted by key (what the generated code's
-// deterministic marshalling gives).
+// and leave out zero scalars, as the generated code does; map entries
+// carry key and value even when empty, and go out sorted by key (what the
+// generated code's deterministic marshalling gives).
 
 func appendString(b []byte, num number, s string) []byte {
 	if s == "" {
