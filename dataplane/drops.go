@@ -86,7 +86,7 @@ func (d *DataPlane) departedDrops(veth int) map[string]uint64 {
 func (d *DataPlane) pruneDrops(ls []netlink.Link) {
 	live := map[int]bool{}
 	for _, l := range ls {
-		if isVethName(l.Attrs().Name) {
+		if isVethName(l.Attrs().Name) && !isRetired(l.Attrs()) {
 			live[l.Attrs().Index] = true
 		}
 	}

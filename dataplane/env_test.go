@@ -255,8 +255,21 @@ func (e *env) hostFilters() string {
 	return "eth0:\n" + e.tcShow("eth0") + "lo:\n" + e.tcShow("lo")
 }
 
-// hostLinks lists the sandbox host's link names.
+// hostLinks lists the sandbox host's link names but those of retired
+// links (awaiting deletion in the background: no container's).
 func (e *env) hostLinks() []string {
+	e.t.Helper()
+	var out []string
+	for _, a := range e.hostLinkAttrs() {
+		if !isRetired(a) {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
+// hostLinkAttrs lists the sandbox host's links, retired ones included.
+func (e *env) hostLinkAttrs() []*netlink.LinkAttrs {
 	e.t.Helper()
 	h, err := e.sb.Host.Netlink()
 	if err != nil {
@@ -272,9 +285,9 @@ func (e *env) hostLinks() []string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []string
+	var out []*netlink.LinkAttrs
 	for _, l := range ls {
-		out = append(out, l.Attrs().Name)
+		out = append(out, l.Attrs())
 	}
 	return out
 }

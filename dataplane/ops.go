@@ -207,6 +207,9 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 		idx = v.(int)
 	} else {
 		l, err := d.hr.LinkByName(VethName(c.ID))
+		if err == nil && isRetired(l.Attrs()) {
+			err = errRetired(l.Attrs().Name) // torn down, awaiting deletion
+		}
 		if err != nil {
 			return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
 		}
@@ -290,16 +293,20 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	var departed map[string]uint64
 	// The veth is muted and left to the background deletion (retire.go).
 	if veth != 0 {
-		// The ifindex is only trusted if it still carries our name.
+		// The ifindex is only trusted if it still carries our name (and
+		// was not retired already: a teardown done again).
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
-			existed, err = d.retire(veth)
+			existed = true
+			if !isRetired(l.Attrs()) {
+				existed, err = d.retire(veth, true)
+			}
 			// Once muted nothing more is counted for it.
 			departed = d.departedDrops(veth) // added under d.mu below
 		} else {
-			existed, err = d.retireByName(name)
+			existed, err = d.retireByName(name, true)
 		}
 	} else {
-		existed, err = d.retireByName(name)
+		existed, err = d.retireByName(name, true)
 	}
 	if err != nil {
 		errs = append(errs, err)
@@ -319,15 +326,16 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	entry, exit := ShaperNames(c.ID)
 	existed, err = false, u.shaperErr
 	if err == nil && u.shaper != 0 {
-		existed, err = d.retire(u.shaper)
+		existed, err = d.retire(u.shaper, false)
 	}
 	if err != nil {
 		errs = append(errs, err)
 	} else if !existed && !c.Egress.IsZero() {
 		miss("egress shaper %s", entry)
 	} else if existed {
-		// Its peer goes with it; renamed too, so the names are free.
-		if _, err := d.retireByName(exit); err != nil {
+		// Its peer goes with it; in the group too, so that a lookup by
+		// name skips it.
+		if _, err := d.retireByName(exit, false); err != nil {
 			errs = append(errs, err)
 		}
 	}

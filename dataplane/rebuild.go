@@ -83,7 +83,7 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	if err := d.fillRootQdiscs(); err != nil {
 		return out, err
 	}
-	ls := d.recoveryLinkList
+	ls := liveLinks(d.recoveryLinkList) // a retired link is no container's
 	skip := make(map[string]bool, len(known))
 	for _, id := range known {
 		skip[VethName(id)] = true
@@ -391,6 +391,9 @@ func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 	d.recoveryKnown = map[string]map[uint16][]tcfilter.Entry{}
 	for _, l := range ls {
 		a := l.Attrs()
+		if isRetired(a) {
+			continue // no container's (it keeps its name until deleted)
+		}
 		d.recoveryLinks[a.Name] = a.Index
 		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() {
 			d.recoveryCurrent[a.Name] = true
@@ -464,6 +467,9 @@ func (d *DataPlane) recoveryLinkIndex(name string) (int, error) {
 	l, err := d.h.LinkByName(name)
 	if err != nil {
 		return 0, err
+	}
+	if isRetired(l.Attrs()) {
+		return 0, errRetired(name)
 	}
 	return l.Attrs().Index, nil
 }

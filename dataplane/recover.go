@@ -103,11 +103,12 @@ func (d *DataPlane) ourVeths() (map[string]int, error) {
 // ifindex).
 func vethsIn(ls []netlink.Link) map[string]int { return linksNamed(ls, isVethName) }
 
-// linksNamed keeps the links of ls whose names match (name -> ifindex).
+// linksNamed keeps the links of ls whose names match (name -> ifindex),
+// but retired ones (no container's; the background deletion's).
 func linksNamed(ls []netlink.Link, match func(string) bool) map[string]int {
 	out := map[string]int{}
 	for _, l := range ls {
-		if match(l.Attrs().Name) {
+		if match(l.Attrs().Name) && !isRetired(l.Attrs()) {
 			out[l.Attrs().Name] = l.Attrs().Index
 		}
 	}

@@ -5,31 +5,40 @@ package dataplane
 // Deleting a veth pair costs the kernel ~20 ms of waiting (RCU grace periods
 // and barriers in unregister_netdevice), whatever the size of the pair, and
 // deleting many links in one request costs about the same as deleting one.
-// So Teardown does not delete a container's links itself: after the host
-// demux entries that lead to the veth are gone, it retires the veth (and the
-// egress shaper pair, if any):
+// Setting a link down (dev_close: dev_deactivate_many) and renaming it
+// (netif_change_name) each wait for an expedited grace period too, under
+// the rtnl lock, which serialises a drain. So Teardown does not delete a
+// container's links, nor set them down or rename them: after the host
+// demux entries that lead to the veth are gone, it retires the veth (and
+// the egress shaper pair, if any) in one write to the kernel:
 //
-//  1. the host end is set down: the pair has no carrier, nothing the
-//     container sends leaves it and nothing is delivered to it (a mirred
-//     redirect to a down link drops the packet);
-//  2. it is renamed RetiredPrefix+ifindex (so the container's veth name is
-//     free at once for a new setup of the same ID) and moved to link group
-//     RetiredGroup.
+//  1. the veth is muted: a filter ahead of all others on its ingress
+//     drops (and the qdisc counts) everything the container sends
+//     (tcfilter.Mute); nothing leads to it any more, so the container is
+//     cut off while the link stays up;
+//  2. it is moved to link group RetiredGroup (netif_set_group: no wait).
+//
+// Without cls_bpf (no mute filter) the link is set down instead, in the
+// same request as the group. A retired link keeps its name until it is
+// deleted: every lookup of a container's links by name skips links of
+// RetiredGroup (isRetired), and a Setup of the same container ID meanwhile
+// finds the name taken (as it finds eth0 taken in the same namespace),
+// waits for the pending deletion and retries.
 //
 // A background goroutine deletes them at a quiet moment of the control
-// plane (settle): a few, one request each by their retired name (the rtnl
-// lock is free between two, so a setup waits for one deletion at most);
-// many (a drain), the whole group with one RTM_DELLINK (the kernel's group
-// delete: one unregister_netdevice_many, one set of grace periods for every
-// link in it).
+// plane (settle): a few, one request each by ifindex after reading the
+// link back (still in RetiredGroup and ours; the rtnl lock is free between
+// two, so a setup waits for one deletion at most); many (a drain), the
+// whole group with one RTM_DELLINK (the kernel's group delete: one
+// unregister_netdevice_many, one set of grace periods for every link in
+// it), after a dump has shown that every link of the group is ours
+// (ourRetired: a veth named like ours whose alias names that container,
+// an egress shaper end named like ours, or a link an earlier version
+// renamed RetiredPrefix+ifindex). A link of the group we cannot attribute
+// is never deleted: it is reported, and from then on teardowns delete
+// their links themselves.
 // The kernel holds the pending list itself: a daemon killed with retired
-// links still present deletes them at its next start (PrepareHost), after
-// checking that every link of the group has a retired name (a link of that
-// group we did not name is left alone and reported).
-//
-// The retired veth's peer keeps its name (eth0) inside the container's
-// namespace until the group is deleted; a Setup into that same namespace
-// meanwhile finds eth0 taken, waits for the pending deletion and retries.
+// links still present deletes them at its next start (PrepareHost).
 
 import (
 	"errors"
@@ -50,14 +59,13 @@ import (
 const (
 	// RetiredGroup is the link group of retired links awaiting deletion.
 	RetiredGroup = 0x150d1e7e
-	// RetiredPrefix starts the name of a retired link (then its ifindex).
+	// RetiredPrefix starts the name an earlier version gave a retired link
+	// (then its ifindex); such links are still recognised and deleted.
 	RetiredPrefix = "isdel"
 )
 
-// retiredName is the name of a retired link.
-func retiredName(idx int) string { return RetiredPrefix + strconv.Itoa(idx) }
-
-// isRetiredName reports whether name is a retired link's name.
+// isRetiredName reports whether name is the name an earlier version gave a
+// retired link.
 func isRetiredName(name string) bool {
 	rest, ok := strings.CutPrefix(name, RetiredPrefix)
 	if !ok || rest == "" {
@@ -67,10 +75,48 @@ func isRetiredName(name string) bool {
 	return err == nil
 }
 
+// isRetired reports whether a host link is retired (in RetiredGroup): no
+// longer any container's, whatever its name.
+func isRetired(a *netlink.LinkAttrs) bool { return a.Group == RetiredGroup }
+
+// ourRetired reports whether a link of RetiredGroup is one isolatord
+// retired: a host veth named like ours whose alias names the container
+// the name belongs to, an egress shaper end named like ours, or a link an
+// earlier version renamed for deletion.
+func ourRetired(a *netlink.LinkAttrs) bool {
+	switch {
+	case !isRetired(a):
+		return false
+	case isRetiredName(a.Name), isShaperEntryName(a.Name), isShaperExitName(a.Name):
+		return true
+	case isVethName(a.Name):
+		m, ok := parseAlias(a.Alias)
+		return ok && VethName(m.ID) == a.Name
+	}
+	return false
+}
+
+// errRetired is the not-found error of a lookup by name that found only a
+// retired link.
+func errRetired(name string) error {
+	return fmt.Errorf("link %s is retired (awaiting deletion): %w", name, unix.ENODEV)
+}
+
+// liveLinks leaves out the retired links of ls.
+func liveLinks(ls []netlink.Link) []netlink.Link {
+	out := make([]netlink.Link, 0, len(ls))
+	for _, l := range ls {
+		if !isRetired(l.Attrs()) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // retirer deletes retired links in the background, batched.
 type retirer struct {
 	d       *DataPlane
-	pending atomic.Int64 // links retired and not yet deleted
+	pending atomic.Int64 // links retired and not yet deleted (len(idxs) and those of a pass under way)
 	// unsafe: the group holds links that are not ours, so it is never
 	// deleted as a whole; retire then deletes links itself.
 	unsafe atomic.Bool
@@ -79,11 +125,12 @@ type retirer struct {
 	busy   chan struct{} // a setup started: the control plane is not quiet
 	stop   chan struct{}
 	done   chan struct{}
-	sock   retireSocket // of the retire requests (setRetired)
+	sock   retireSocket     // of the retire requests (setRetired)
+	bg     *netlink.Handle // of the deletions (the goroutine's; opened at its first pass)
 
 	mu      sync.Mutex
 	waiters chan struct{} // closed at the end of the next pass
-	names   []string      // retired by this run and not deleted yet (pending counts the sweep's too)
+	idxs    []int         // ifindexes retired and not deleted yet
 }
 
 func newRetirer(d *DataPlane) *retirer {
@@ -137,8 +184,22 @@ func (r *retirer) close() {
 	r.sock.close()
 }
 
+// add hands retired links to the deletion.
+func (r *retirer) add(idxs ...int) {
+	r.mu.Lock()
+	r.idxs = append(r.idxs, idxs...)
+	r.mu.Unlock()
+	r.pending.Add(int64(len(idxs)))
+	r.kick()
+}
+
 func (r *retirer) loop() {
 	defer close(r.done)
+	defer func() {
+		if r.bg != nil {
+			r.bg.Close()
+		}
+	}()
 	for {
 		select {
 		case <-r.wake:
@@ -197,43 +258,43 @@ func (d *DataPlane) WaitRetired() {
 }
 
 // retireOneByOne: up to this many links waiting, a pass deletes them one
-// request each (by their retired name), so that the kernel's rtnl lock is
-// free between two of them and a setup waits for one deletion at most; more
-// (a drain), and the whole group goes in one request, for throughput.
-const retireOneByOne = 8
+// request each, so that the kernel's rtnl lock is free between two of them
+// and a setup waits for one deletion at most; more (a drain), and the
+// whole group goes in one request, for throughput. The group delete needs
+// a dump of the host's links first (every link of the group must be ours),
+// which costs the kernel ~30 ms of CPU with 1,000 containers (each veth's
+// peer namespace id is looked up by a walk of the namespace ids): a pass
+// of fewer links deletes them for less, one by one (the CPU of a deletion
+// is the same either way; a group saves waiting).
+const retireOneByOne = 32
 
 // pass deletes the retired links once.
 func (r *retirer) pass() {
 	r.mu.Lock()
-	names := r.names
-	r.names = nil
+	idxs := r.idxs
+	r.idxs = nil
 	r.mu.Unlock()
-	n := r.pending.Load()
+	var left []int
 	var err error
-	if int(n) <= retireOneByOne && len(names) == int(n) {
-		var left []string
-		for _, name := range names {
-			if e := r.d.deleteRetiredLink(name); e != nil {
-				err = e
-				left = append(left, name)
-				continue
-			}
-			r.pending.Add(-1)
-		}
-		if len(left) > 0 {
-			r.mu.Lock()
-			r.names = append(left, r.names...)
-			r.mu.Unlock()
-		}
-	} else if err = r.d.deleteRetired(); err == nil {
-		r.pending.Add(-n)
-	} else {
+	if r.bg == nil {
+		r.bg, err = r.d.hostNS.Netlink()
+	}
+	switch {
+	case err != nil:
+		left = idxs
+	case len(idxs) <= retireOneByOne || r.unsafe.Load():
+		left, err = r.deleteEach(idxs)
+	default:
+		left, err = r.deleteGroup(idxs)
+	}
+	r.pending.Add(-int64(len(idxs) - len(left)))
+	if len(left) > 0 {
 		r.mu.Lock()
-		r.names = append(names, r.names...)
+		r.idxs = append(left, r.idxs...)
 		r.mu.Unlock()
 	}
 	if err != nil {
-		r.d.log.Warn("deleting retired links failed; they stay down and are retried at the next teardown or start", "err", err)
+		r.d.log.Warn("deleting retired links failed; they stay muted and are retried at the next teardown or start", "err", err)
 	}
 	r.mu.Lock()
 	close(r.waiters)
@@ -244,65 +305,133 @@ func (r *retirer) pass() {
 	}
 }
 
-// retire mutes link idx (down) and hands it to the background deletion
-// (renamed, moved to RetiredGroup). It reports whether the link existed.
-// The three changes go in one RTM_SETLINK (retireRequest); when that fails,
-// they are made one request each, so the error names the step.
-func (d *DataPlane) retire(idx int) (bool, error) {
-	if d.retired.unsafe.Load() {
-		return veth.Delete(d.h, idx)
-	}
-	err := d.retired.setRetired(d, idx)
-	if err != nil && veth.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		if existed, err := d.retireStepwise(idx); err != nil || !existed {
-			return existed, err
+// deleteEach deletes the retired links idxs one request each, each after
+// reading it back: a link gone already is done, one no longer retired or
+// not ours is left alone (it is not the link we retired). It returns those
+// it could not delete.
+func (r *retirer) deleteEach(idxs []int) (left []int, err error) {
+	var errs []error
+	for _, idx := range idxs {
+		l, lerr := r.bg.LinkByIndex(idx)
+		if lerr != nil {
+			if !veth.IsNotFound(lerr) {
+				left, errs = append(left, idx), append(errs, fmt.Errorf("look up retired link %d: %w", idx, lerr))
+			}
+			continue
+		}
+		if !ourRetired(l.Attrs()) {
+			r.d.log.Warn("a link retired by isolatord changed meanwhile; not deleted", "ifindex", idx, "name", l.Attrs().Name, "group", l.Attrs().Group)
+			continue
+		}
+		if _, derr := veth.Delete(r.bg, idx); derr != nil {
+			left, errs = append(left, idx), append(errs, derr)
 		}
 	}
-	d.retired.mu.Lock()
-	d.retired.names = append(d.retired.names, retiredName(idx))
-	d.retired.mu.Unlock()
-	d.retired.pending.Add(1)
-	d.retired.kick()
-	return true, nil
+	return left, errors.Join(errs...)
 }
 
-// retireStepwise sets link idx down, renames it and moves it to
-// RetiredGroup, one request each. A link left in RetiredGroup under another
-// name would make the group unsafe to delete (sweepRetired): a failed
-// rename takes it out again.
-func (d *DataPlane) retireStepwise(idx int) (bool, error) {
-	l := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}
-	if err := d.h.LinkSetDown(l); err != nil {
+// deleteGroup deletes every link of RetiredGroup in one request once a
+// dump has shown that they are all ours; otherwise it reports the others,
+// marks the group unsafe and deletes ours one by one.
+func (r *retirer) deleteGroup(idxs []int) (left []int, err error) {
+	ours, foreign, err := r.d.retiredNow()
+	if err != nil {
+		return idxs, err
+	}
+	if len(foreign) > 0 {
+		r.markUnsafe(foreign)
+		return r.deleteEach(ours)
+	}
+	if err := r.d.deleteRetired(); err != nil {
+		return idxs, err
+	}
+	return nil, nil
+}
+
+// retiredIn sorts the links of RetiredGroup in ls: ours (ourRetired, by
+// ifindex) and the others (by name).
+func retiredIn(ls []netlink.Link) (ours []int, foreign []string) {
+	for _, l := range ls {
+		a := l.Attrs()
+		if !isRetired(a) {
+			continue
+		}
+		if ourRetired(a) {
+			ours = append(ours, a.Index)
+		} else {
+			foreign = append(foreign, a.Name)
+		}
+	}
+	return ours, foreign
+}
+
+// markUnsafe notes that RetiredGroup holds links that are not ours.
+func (r *retirer) markUnsafe(foreign []string) {
+	if r.unsafe.Swap(true) {
+		return
+	}
+	r.d.log.Warn("links isolatord cannot attribute are in its deletion group; left alone, and teardowns delete their links themselves",
+		"group", RetiredGroup, "links", strings.Join(foreign, ","))
+}
+
+// How retire cuts a link off.
+type cutOff int
+
+const (
+	cutNone cutOff = iota // group only: nothing reaches the link any more
+	cutMute               // the mute filter on its ingress (tcfilter.Mute)
+	cutDown               // set down (waits for the kernel's grace periods)
+)
+
+// retire cuts link idx off (mute: a container's veth, muted or, without
+// cls_bpf, set down; the egress shaper's links need nothing, nothing
+// reaches them once the veth is cut off) and hands it to the background
+// deletion (moved to RetiredGroup). It reports whether the link existed.
+// The changes go in one write (setRetired); when that fails, they are made
+// one request each, so the error names the step, and a veth the mute
+// filter could not be added to is set down.
+func (d *DataPlane) retire(idx int, mute bool) (bool, error) {
+	r := d.retired
+	if r.unsafe.Load() {
+		return veth.Delete(d.h, idx)
+	}
+	how := cutNone
+	if mute {
+		how = cutDown
+		if d.sink.BPF {
+			how = cutMute
+		}
+	}
+	muteErr, err := r.setRetired(d, idx, how)
+	down := false
+	if err != nil {
 		if veth.IsNotFound(err) {
 			return false, nil
 		}
-		return true, fmt.Errorf("set link %d down: %w", idx, err)
-	}
-	// Not found from here on: deleted meanwhile with its peer (a shaper
-	// pair's other end already retired), which is the aim.
-	if err := d.h.LinkSetName(l, retiredName(idx)); err != nil {
-		if veth.IsNotFound(err) {
-			return true, nil
+		if err := d.h.LinkSetGroup(linkRefIdx(idx), RetiredGroup); err != nil {
+			if veth.IsNotFound(err) {
+				return false, nil
+			}
+			return true, fmt.Errorf("move link %d to the deletion group: %w", idx, err)
 		}
-		if gerr := d.h.LinkSetGroup(l, 0); gerr != nil && !veth.IsNotFound(gerr) {
-			err = errors.Join(err, gerr)
-		}
-		return true, fmt.Errorf("rename link %d for deletion: %w", idx, err)
+		down = how == cutDown
 	}
-	if err := d.h.LinkSetGroup(l, RetiredGroup); err != nil {
-		if veth.IsNotFound(err) {
-			return true, nil
-		}
-		return true, fmt.Errorf("move link %d to the deletion group: %w", idx, err)
+	if how == cutMute && muteErr != nil {
+		d.log.Warn("retired veth not muted; set down instead", "ifindex", idx, "err", muteErr)
+		down = true
 	}
+	if down {
+		if err := d.h.LinkSetDown(linkRefIdx(idx)); err != nil && !veth.IsNotFound(err) {
+			return true, fmt.Errorf("set link %d down: %w", idx, err)
+		}
+	}
+	r.add(idx)
 	return true, nil
 }
 
-// retireByName retires the named host link; it reports whether it existed.
-func (d *DataPlane) retireByName(name string) (bool, error) {
+// retireByName retires the named host link (a retired one is taken for
+// gone); it reports whether it existed.
+func (d *DataPlane) retireByName(name string, mute bool) (bool, error) {
 	l, err := d.h.LinkByName(name)
 	if err != nil {
 		if veth.IsNotFound(err) {
@@ -310,7 +439,10 @@ func (d *DataPlane) retireByName(name string) (bool, error) {
 		}
 		return false, fmt.Errorf("look up link %s: %w", name, err)
 	}
-	return d.retire(l.Attrs().Index)
+	if isRetired(l.Attrs()) {
+		return false, nil
+	}
+	return d.retire(l.Attrs().Index, mute)
 }
 
 // deleteRetired deletes every link of RetiredGroup in the host namespace in
@@ -319,15 +451,8 @@ func (d *DataPlane) deleteRetired() error {
 	return d.delLinkBy(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(RetiredGroup)))
 }
 
-// deleteRetiredLink deletes one retired link by its name (a name only
-// retire gives: never another link, even if the ifindex was reused). A
-// link already gone is not an error.
-func (d *DataPlane) deleteRetiredLink(name string) error {
-	return d.delLinkBy(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
-}
-
-// delLinkBy sends one RTM_DELLINK naming its link(s) by attr (a name, or a
-// group: all its links) in the host namespace; none found is not an error.
+// delLinkBy sends one RTM_DELLINK naming its link(s) by attr (a group: all
+// its links) in the host namespace; none found is not an error.
 func (d *DataPlane) delLinkBy(attr *nl.RtAttr) error {
 	return d.hostNS.Do(func() error {
 		req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
@@ -342,44 +467,22 @@ func (d *DataPlane) delLinkBy(attr *nl.RtAttr) error {
 }
 
 // sweepRetired, at start-up, finds links a previous run retired and did not
-// delete yet (it was killed). When every link of RetiredGroup has a retired
-// name, the group is deleted in the background; otherwise only ours are
-// deleted, one by one, and the others are reported and left alone.
+// delete yet (it was killed) and hands them to the background deletion.
+// When the group holds links that are not ours, they are reported and
+// left alone, and ours are deleted one by one.
 func (d *DataPlane) sweepRetired() error {
 	ls, err := d.recoveryHostLinks()
 	if err != nil {
 		return err
 	}
-	var ours []int
-	var foreign []string
-	for _, l := range ls {
-		a := l.Attrs()
-		if a.Group != RetiredGroup {
-			continue
-		}
-		if isRetiredName(a.Name) {
-			ours = append(ours, a.Index)
-		} else {
-			foreign = append(foreign, a.Name)
-		}
+	ours, foreign := retiredIn(ls)
+	if len(foreign) > 0 {
+		d.retired.markUnsafe(foreign)
 	}
 	if len(ours) == 0 {
 		return nil
 	}
 	d.log.Info("deleting links retired by an earlier run", "links", len(ours))
-	if len(foreign) == 0 {
-		d.retired.pending.Add(int64(len(ours)))
-		d.retired.kick()
-		return nil
-	}
-	d.retired.unsafe.Store(true)
-	d.log.Warn("links not named by isolatord are in its deletion group; left alone, and teardowns delete their links themselves",
-		"group", RetiredGroup, "links", strings.Join(foreign, ","))
-	var errs []error
-	for _, idx := range ours {
-		if _, err := veth.Delete(d.h, idx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	d.retired.add(ours...)
+	return nil
 }

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +18,9 @@ import (
 func (e *env) retiredLinks() []string {
 	e.t.Helper()
 	var out []string
-	for _, n := range e.hostLinks() {
-		if strings.HasPrefix(n, RetiredPrefix) {
-			out = append(out, n)
+	for _, a := range e.hostLinkAttrs() {
+		if isRetired(a) || isRetiredName(a.Name) {
+			out = append(out, a.Name)
 		}
 	}
 	return out
@@ -187,8 +188,10 @@ func TestChurnNoPortInTwoContainers(t *testing.T) {
 }
 
 // TestRetiredSweptAtStart: links a killed daemon retired and did not delete
-// yet are deleted by the next one at PrepareHost; a link of the deletion
-// group that the data plane did not name is left alone.
+// yet (a veth with its name and alias, an egress shaper end, a link an
+// earlier version renamed) are deleted by the next one at PrepareHost; a
+// link of the deletion group that the data plane cannot attribute (a
+// foreign name, or our veth name without our alias) is left alone.
 func TestRetiredSweptAtStart(t *testing.T) {
 	e := newEnv(t)
 	h, err := e.sb.Host.Netlink()
@@ -199,7 +202,7 @@ func TestRetiredSweptAtStart(t *testing.T) {
 	// Veth pairs (no dummy links in this kernel): one end in the group,
 	// its peer not.
 	peers := 0
-	add := func(name string) {
+	add := func(name, alias string) {
 		t.Helper()
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name = name
@@ -208,9 +211,17 @@ func TestRetiredSweptAtStart(t *testing.T) {
 		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: fmt.Sprintf("tpeer%d", peers)}); err != nil {
 			t.Fatalf("add %s: %v", name, err)
 		}
+		if alias != "" {
+			if err := h.LinkSetAlias(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}, alias); err != nil {
+				t.Fatalf("alias %s: %v", name, err)
+			}
+		}
 	}
-	add(retiredName(90001))
-	add(retiredName(90002))
+	ours := func(id string) (string, string) { return VethName(id), metaAlias(Meta{ID: id}) }
+	add(RetiredPrefix+"90001", "")
+	add(ours("swept-1"))
+	entry, _ := ShaperNames("swept-2")
+	add(entry, "")
 	d := e.newDataPlane()
 	if _, err := d.PrepareHost(context.Background()); err != nil {
 		t.Fatal(err)
@@ -218,16 +229,18 @@ func TestRetiredSweptAtStart(t *testing.T) {
 	e.waitNoRetired(d)
 	d.Close()
 
-	// Now with a foreign link in the group: ours go, it stays.
-	add(retiredName(90003))
-	add("notours0")
+	// Now with foreign links in the group: ours go, they stay.
+	add(RetiredPrefix+"90003", "")
+	add(ours("swept-3"))
+	add("notours0", "")
+	add(VethName("swept-4"), "")
 	d = e.newDataPlane()
 	if _, err := d.PrepareHost(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e.waitNoRetired(d)
-	if !e.hasLink("notours0") {
-		t.Error("a link of the deletion group that isolatord did not name was deleted")
+	wait.Until(10*time.Second, func() bool { d.WaitRetired(); return len(e.retiredLinks()) <= 2 })
+	if left := e.retiredLinks(); !slices.Equal(left, []string{"notours0", VethName("swept-4")}) && !slices.Equal(left, []string{VethName("swept-4"), "notours0"}) {
+		t.Errorf("retired links after the sweep: %v; want only the two not ours", left)
 	}
 	// And teardowns no longer rely on the group: a container's veth is
 	// deleted, the foreign link still stays.
@@ -240,7 +253,7 @@ func TestRetiredSweptAtStart(t *testing.T) {
 	if _, err := d.Teardown(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if e.hasLink(VethName(c.ID)) || len(e.retiredLinks()) != 0 || !e.hasLink("notours0") {
+	if e.hasLink(VethName(c.ID)) || len(e.retiredLinks()) != 2 {
 		t.Errorf("after teardown with a foreign link in the group: links %v", e.hostLinks())
 	}
 }

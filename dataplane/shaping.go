@@ -66,6 +66,11 @@ func isShaperEntryName(name string) bool {
 	return len(name) == 15 && strings.HasPrefix(name, ShaperEntryPrefix) && isHex(name[3:])
 }
 
+// isShaperExitName reports whether name has our shaper exit shape.
+func isShaperExitName(name string) bool {
+	return len(name) == 15 && strings.HasPrefix(name, ShaperExitPrefix) && isHex(name[3:])
+}
+
 func isHex(s string) bool {
 	for _, c := range s {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
@@ -102,7 +107,8 @@ func (d *DataPlane) checkLimits(egress, ingress Limit) error {
 	return nil
 }
 
-// linkIndex returns the ifindex of a host link, 0 if there is none.
+// linkIndex returns the ifindex of a host link, 0 if there is none (or
+// only a retired one, awaiting deletion).
 func (d *DataPlane) linkIndex(name string) (int, error) {
 	l, err := d.h.LinkByName(name)
 	if err != nil {
@@ -110,6 +116,9 @@ func (d *DataPlane) linkIndex(name string) (int, error) {
 			return 0, nil
 		}
 		return 0, fmt.Errorf("look up %s: %w", name, err)
+	}
+	if isRetired(l.Attrs()) {
+		return 0, nil
 	}
 	return l.Attrs().Index, nil
 }

@@ -107,6 +107,11 @@ func (c *Conn) Close() error {
 	return err
 }
 
+// Exchange sends msgs, serialized netlink requests of any kind (each with
+// NLM_F_ACK; their sequence numbers are set here), and returns the
+// kernel's answer to each, as exchange does.
+func (c *Conn) Exchange(msgs [][]byte) ([]error, error) { return c.exchange(msgs) }
+
 // exchange sends msgs (serialized netlink requests, each with NLM_F_ACK;
 // their sequence numbers are set here) and returns the kernel's answer to
 // each: nil for success, else its error (a unix.Errno, wrapped with the

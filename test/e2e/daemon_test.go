@@ -69,7 +69,9 @@ type hostState struct {
 func readHostState(t *testing.T, sb *sandbox.Sandbox, netnsDir string) hostState {
 	t.Helper()
 	var hs hostState
-	out := sb.Host.Run(t, "ip", "-o", "link", "show")
+	// (group default: not the retired links awaiting deletion, which keep
+	// their names)
+	out := sb.Host.Run(t, "ip", "-o", "link", "show", "group", "default")
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) > 1 {

@@ -59,7 +59,8 @@ func TestBandwidthLimitsThroughTheDaemon(t *testing.T) {
 	base := readHostState(t, sb, d.NetNSDir)
 	d.Ctl(t, "cleanup", id)
 	entry, exit := dataplane.ShaperNames(id)
-	out := sb.Host.Run(t, "ip", "-o", "link", "show")
+	// (group default: not the retired links awaiting deletion)
+	out := sb.Host.Run(t, "ip", "-o", "link", "show", "group", "default")
 	if strings.Contains(out, entry) || strings.Contains(out, exit) || strings.Contains(out, dataplane.VethName(id)) {
 		t.Fatalf("cleanup left links behind:\n%s", out)
 	}

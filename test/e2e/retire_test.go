@@ -28,7 +28,7 @@ func retiredLinks(t *testing.T, sb *sandbox.Sandbox) []string {
 	}
 	var out []string
 	for _, l := range ls {
-		if strings.HasPrefix(l.Attrs().Name, dataplane.RetiredPrefix) {
+		if l.Attrs().Group == dataplane.RetiredGroup || strings.HasPrefix(l.Attrs().Name, dataplane.RetiredPrefix) {
 			out = append(out, l.Attrs().Name)
 		}
 	}
