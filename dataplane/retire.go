@@ -125,7 +125,7 @@ type retirer struct {
 	busy   chan struct{} // a setup started: the control plane is not quiet
 	stop   chan struct{}
 	done   chan struct{}
-	sock   retireSocket     // of the retire requests (setRetired)
+	sock   retireSocket    // of the retire requests (setRetired)
 	bg     *netlink.Handle // of the deletions (the goroutine's; opened at its first pass)
 
 	mu      sync.Mutex
