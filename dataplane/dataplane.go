@@ -18,7 +18,9 @@ package dataplane
 //     failure runs the undos in reverse, so a failed Setup leaves nothing.
 //   - Teardown is the reverse and tolerates missing objects, reporting them.
 //     It does not wait for the kernel to delete the veth pair: the veth is
-//     muted (down) and deleted in the background with others (retire.go).
+//     muted (a filter ahead of its others drops what the container sends),
+//     moved to the deletion group and deleted in the background with
+//     others (retire.go).
 //   - Concurrency: mu guards the shared state (host demuxes, fan-out,
 //     shared-port holder lists, the indexes). Setup claims its ID and slot
 //     under mu, builds the container's own objects (mount, veth, its

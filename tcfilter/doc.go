@@ -36,7 +36,9 @@
 //
 // A container's devices: veth.go (VethFilters, the host-side veth: what a
 // container may send; ContainerFilters, inside the container), drops.go
-// (drop reasons and counters), rebuild.go (ReadVeth: a container's record
+// (drop reasons and counters), mute.go (the mute filter of a torn-down
+// container's veth: a cls_bpf drop in the VLAN check's classifier, ahead
+// of every other), rebuild.go (ReadVeth: a container's record
 // from its veth), shaperexit.go (the exit of an egress shaper pair);
 // their IPv6 nodes in veth6.go, container6.go and shaperexit6.go.
 //
