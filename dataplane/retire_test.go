@@ -257,3 +257,50 @@ func TestRetiredSweptAtStart(t *testing.T) {
 		t.Errorf("after teardown with a foreign link in the group: links %v", e.hostLinks())
 	}
 }
+
+// TestSameIDRightAfterTeardown: a container set up again under the same ID
+// right after its teardown (its veth and egress shaper names are still
+// held by the retired links, its eth0 by the retired pair) works: the
+// setup waits for the pending deletion. Stats and Check never see the
+// retired links as the container's.
+func TestSameIDRightAfterTeardown(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if !e.info.Features[FeatureHTB] {
+		t.Skip("no HTB: no egress shaper pair to retire")
+	}
+	p := e.spawn("A", []uint16{31300}, false)
+	c := e.spec("A", p, 1, "40960-41023", "31300", "")
+	c.Egress = Limit{Rate: 50_000_000}
+	e.setup(c)
+	mustEcho(t, e.sb.Client, "tcp", hostAddr(31300), "A")
+	for round := range 3 {
+		if _, err := e.d.Teardown(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.d.Stats(ctx, c); err == nil {
+			t.Errorf("round %d: Stats of a torn-down container found a veth", round)
+		}
+		if missing, err := e.d.Check(ctx, c); err != nil || !slices.Contains(missing, "veth "+VethName(c.ID)) {
+			t.Errorf("round %d: Check after teardown: missing %v, %v; want the veth missing", round, missing, err)
+		}
+		if _, err := e.d.Setup(ctx, c); err != nil {
+			t.Fatalf("round %d: Setup of the same ID right after its teardown: %v", round, err)
+		}
+		mustEcho(t, e.sb.Client, "tcp", hostAddr(31300), "A")
+		mustEcho(t, e.sb.Client, "udp", hostAddr(31300), "A")
+		if _, err := e.d.Stats(ctx, c); err != nil {
+			t.Errorf("round %d: Stats: %v", round, err)
+		}
+		entry, exit := ShaperNames(c.ID)
+		for _, n := range []string{VethName(c.ID), entry, exit} {
+			if !e.hasLink(n) {
+				t.Errorf("round %d: no live link %s", round, n)
+			}
+		}
+	}
+	if _, err := e.d.Teardown(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNoRetired(e.d)
+}
