@@ -334,13 +334,13 @@ func (r *retirer) deleteEach(idxs []int) (left []int, err error) {
 // dump has shown that they are all ours; otherwise it reports the others,
 // marks the group unsafe and deletes ours one by one.
 func (r *retirer) deleteGroup(idxs []int) (left []int, err error) {
-	ours, foreign, err := r.d.retiredNow()
+	foreign, err := r.d.foreignRetired()
 	if err != nil {
 		return idxs, err
 	}
 	if len(foreign) > 0 {
 		r.markUnsafe(foreign)
-		return r.deleteEach(ours)
+		return r.deleteEach(idxs)
 	}
 	if err := r.d.deleteRetired(); err != nil {
 		return idxs, err

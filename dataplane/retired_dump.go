@@ -14,13 +14,13 @@ import (
 // the links' statistics.
 const rtextFilterSkipStats = 1 << 3
 
-// retiredNow reads which links of the host namespace are in RetiredGroup,
-// sorted as retiredIn does, from one link dump that carries no statistics
-// and of which only the index, name, group and alias are read: with
-// 1,000 containers a full dump (netlink's LinkList) costs tens of ms of
-// CPU, and the background deletion checks the group before every group
-// delete. An interrupted dump is taken again (dumpTries).
-func (d *DataPlane) retiredNow() (ours []int, foreign []string, err error) {
+// foreignRetired reads the names of the links of RetiredGroup in the host
+// namespace that are not ours (ourRetired), from one link dump without
+// statistics of which only the name, group and alias are read: with 1,000
+// containers a full dump (netlink's LinkList) costs tens of ms of CPU, and
+// the background deletion checks the group before every group delete. An
+// interrupted dump is taken again (dumpTries).
+func (d *DataPlane) foreignRetired() (foreign []string, err error) {
 	for try := 0; try < dumpTries; try++ {
 		var msgs [][]byte
 		err = d.hostNS.Do(func() error {
@@ -35,23 +35,21 @@ func (d *DataPlane) retiredNow() (ours []int, foreign []string, err error) {
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("list host links: %w", err)
+			return nil, fmt.Errorf("list host links: %w", err)
 		}
-		ours, foreign = nil, nil
+		foreign = nil
 		for _, m := range msgs {
 			a, ok := linkNameGroupAlias(m)
 			if !ok || !isRetired(&a) {
 				continue
 			}
-			if ourRetired(&a) {
-				ours = append(ours, a.Index)
-			} else {
+			if !ourRetired(&a) {
 				foreign = append(foreign, a.Name)
 			}
 		}
-		return ours, foreign, nil
+		return foreign, nil
 	}
-	return nil, nil, fmt.Errorf("list host links: %w", err)
+	return nil, fmt.Errorf("list host links: %w", err)
 }
 
 // linkNameGroupAlias reads a link message's index, name, group and alias.
