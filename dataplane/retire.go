@@ -216,18 +216,24 @@ func (r *retirer) loop() {
 
 // Batching window of the deletion passes (settle).
 const (
-	retireQuiet    = 5 * time.Millisecond
-	retireMaxDelay = 250 * time.Millisecond
+	retireQuiet         = 5 * time.Millisecond
+	retireMaxDelay      = 250 * time.Millisecond
+	retireMaxGroupDelay = 5 * time.Second
 )
 
 // settle defers a deletion pass to a quiet moment of the control plane.
 // Deleting links holds the kernel's rtnl lock for a time that grows with the
 // number of tc actions on the host (mirred_device_event walks them all for
-// each link), and setups need that lock too: so a pass waits until no link
-// was retired and no setup started for retireQuiet (a drain retires all its
-// links first, a setup/teardown loop deletes in batches), retireMaxDelay at
-// most, and starts at once when a setup waits for it (wait) or on close.
+// each link), and setups and teardowns need that lock too: so a pass waits
+// until no link was retired and no setup started for retireQuiet (a drain
+// retires all its links first, a setup/teardown loop deletes in batches),
+// and starts at once when a setup waits for it (wait) or on close. It
+// waits retireMaxDelay at most, or, with more than retireOneByOne links
+// waiting (a group delete, which holds the lock for all of them at once:
+// seconds for hundreds of links), retireMaxGroupDelay: a drain's
+// teardowns then never queue behind a deletion of the links they retired.
 func (r *retirer) settle() {
+	start := time.Now()
 	limit := time.NewTimer(retireMaxDelay)
 	defer limit.Stop()
 	for {
@@ -243,6 +249,11 @@ func (r *retirer) settle() {
 		case <-r.stop: // closed: seen again by loop
 		case <-quiet.C:
 		case <-limit.C:
+			if left := retireMaxGroupDelay - time.Since(start); left > 0 && r.pending.Load() > retireOneByOne {
+				quiet.Stop()
+				limit.Reset(left)
+				continue
+			}
 		}
 		quiet.Stop()
 		return
