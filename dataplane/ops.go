@@ -277,6 +277,10 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	if u.err != nil {
 		return rep, u.err
 	}
+	// (prepared: the background deletion waits for the teardowns under
+	// way, settle)
+	d.retired.tearing.Add(1)
+	defer d.retired.tearing.Add(-1)
 	c, veth, pin := u.c, u.veth, u.pin
 	rep.Missing = u.missing
 	errs := u.errs

@@ -123,6 +123,8 @@ type retirer struct {
 	wake   chan struct{}
 	urgent chan struct{} // a setup waits for the next pass
 	busy   chan struct{} // a setup started: the control plane is not quiet
+	// tearing: teardowns in progress (the control plane is not quiet).
+	tearing atomic.Int64
 	stop   chan struct{}
 	done   chan struct{}
 	sock   retireSocket    // of the retire requests (setRetired)
@@ -225,8 +227,9 @@ const (
 // Deleting links holds the kernel's rtnl lock for a time that grows with the
 // number of tc actions on the host (mirred_device_event walks them all for
 // each link), and setups and teardowns need that lock too: so a pass waits
-// until no link was retired and no setup started for retireQuiet (a drain
-// retires all its links first, a setup/teardown loop deletes in batches),
+// until no teardown is in progress and no link was retired and no setup
+// started for retireQuiet (a drain retires all its links first, a
+// setup/teardown loop deletes in batches),
 // and starts at once when a setup waits for it (wait) or on close. It
 // waits retireMaxDelay at most, or, with more than retireOneByOne links
 // waiting (a group delete, which holds the lock for all of them at once:
@@ -248,6 +251,9 @@ func (r *retirer) settle() {
 		case <-r.urgent:
 		case <-r.stop: // closed: seen again by loop
 		case <-quiet.C:
+			if r.tearing.Load() > 0 {
+				continue // a drain under way: more links to come
+			}
 		case <-limit.C:
 			if left := retireMaxGroupDelay - time.Since(start); left > 0 && r.pending.Load() > retireOneByOne {
 				quiet.Stop()

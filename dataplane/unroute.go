@@ -58,6 +58,12 @@ func (u *unrouteReq) miss(format string, args ...any) {
 // by this call or by another teardown's pass.
 func (d *DataPlane) unroute(c Container) *unrouteReq {
 	u := &unrouteReq{c: c, done: make(chan struct{})}
+	// The egress shaper's entry, looked up before the pass (a request
+	// that waits for rtnl, not to be made under d.mu): only a SetLimits of
+	// this container makes or deletes it, and the caller orders the calls
+	// of one container.
+	entry, _ := ShaperNames(c.ID)
+	u.shaper, u.shaperErr = d.linkIndex(entry)
 	q := &d.unrouting
 	q.mu.Lock()
 	q.queue = append(q.queue, u)
@@ -110,8 +116,6 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 		}
 		c := u.c
 		d.dropNeigh(c.ID)
-		entry, _ := ShaperNames(c.ID)
-		u.shaper, u.shaperErr = d.linkIndex(entry)
 		// (a pair goes as a whole: no entry, no exit)
 		d.dropEchoOrigins(c.ID, u.veth, u.shaper != 0 || u.shaperErr != nil)
 		// Host filters are tagged by slot; never touch those of a slot

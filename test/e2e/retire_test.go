@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,16 +61,25 @@ func TestDaemonFinishesRetiredAfterKill(t *testing.T) {
 	}
 	d.Kill()
 
-	// What a daemon killed between retiring and deleting leaves: a pair,
-	// one end renamed and in the deletion group.
+	// What a daemon killed between retiring and deleting leaves: a pair
+	// whose host end is in the deletion group with its name and alias (and
+	// one an earlier version renamed).
 	h, err := sb.Host.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
-	attrs := netlink.NewLinkAttrs()
-	attrs.Name = dataplane.RetiredPrefix + "77777"
-	attrs.Group = dataplane.RetiredGroup
-	err = h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "retpeer0"})
+	gone := sb.Name + "-gone"
+	for i, name := range []string{dataplane.RetiredPrefix + "77777", dataplane.VethName(gone)} {
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name = name
+		attrs.Group = dataplane.RetiredGroup
+		if err = h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: fmt.Sprintf("retpeer%d", i)}); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = h.LinkSetAlias(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: dataplane.VethName(gone)}}, fmt.Sprintf(`{"id":%q}`, gone))
+	}
 	h.Close()
 	if err != nil {
 		t.Fatal(err)
