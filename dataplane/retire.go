@@ -125,10 +125,10 @@ type retirer struct {
 	busy   chan struct{} // a setup started: the control plane is not quiet
 	// tearing: teardowns in progress (the control plane is not quiet).
 	tearing atomic.Int64
-	stop   chan struct{}
-	done   chan struct{}
-	sock   retireSocket    // of the retire requests (setRetired)
-	bg     *netlink.Handle // of the deletions (the goroutine's; opened at its first pass)
+	stop    chan struct{}
+	done    chan struct{}
+	sock    retireSocket    // of the retire requests (setRetired)
+	bg      *netlink.Handle // of the deletions (the goroutine's; opened at its first pass)
 
 	mu      sync.Mutex
 	waiters chan struct{} // closed at the end of the next pass
