@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
 
@@ -133,8 +134,11 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 	// A container set up at once on A's ports and slot gets their traffic
 	// (and, through B, a canary shows the captures work).
 	c := x.e.start("C", 1, "40960-41983", "31000-31009", "", bedOwnPort)
+	// (TCP first: its retransmissions cover C's first neighbour
+	// resolution, which a lone datagram's answer may wait for on a loaded
+	// machine)
+	mustEcho(t, x.e.sb.Client, "tcp", hostAddr(bedOwnPort), "C", traffic.WithTimeout(5*time.Second))
 	mustEcho(t, x.e.sb.Client, "udp", hostAddr(bedOwnPort), "C")
-	mustEcho(t, x.e.sb.Client, "tcp", hostAddr(bedOwnPort), "C")
 	// A still serves 31001, now C's port: it is never answered by A.
 	notAnsweredBy(t, x.e.sb.Client, hostAddr(bedOwnPort+1), "A")
 	notAnsweredBy(t, x.e.sb.Host, hostAddr(bedOwnPort+1), "A")
