@@ -125,10 +125,13 @@ type retirer struct {
 	busy   chan struct{} // a setup started: the control plane is not quiet
 	// tearing: teardowns in progress (the control plane is not quiet).
 	tearing atomic.Int64
-	stop    chan struct{}
-	done    chan struct{}
-	sock    retireSocket    // of the retire requests (setRetired)
-	bg      *netlink.Handle // of the deletions (the goroutine's; opened at its first pass)
+	// held: passes delete nothing while it is above zero (tests that look
+	// at retired links; release kicks a pass).
+	held atomic.Int64
+	stop chan struct{}
+	done chan struct{}
+	sock retireSocket    // of the retire requests (setRetired)
+	bg   *netlink.Handle // of the deletions (the goroutine's; opened at its first pass)
 
 	mu      sync.Mutex
 	waiters chan struct{} // closed at the end of the next pass
@@ -290,6 +293,9 @@ func (r *retirer) pass() {
 	r.mu.Lock()
 	idxs := r.idxs
 	r.idxs = nil
+	if r.held.Load() > 0 {
+		r.idxs, idxs = idxs, nil
+	}
 	r.mu.Unlock()
 	var left []int
 	var err error
@@ -317,7 +323,7 @@ func (r *retirer) pass() {
 	close(r.waiters)
 	r.waiters = make(chan struct{})
 	r.mu.Unlock()
-	if err == nil && r.pending.Load() > 0 {
+	if err == nil && r.pending.Load() > 0 && r.held.Load() == 0 {
 		r.kick()
 	}
 }

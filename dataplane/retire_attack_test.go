@@ -3,7 +3,9 @@ package dataplane
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,6 +72,11 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 		t.Fatal("a legitimate raw frame did not reach the client through host eth0: the test would prove nothing")
 	}
 
+	// The retired veth is kept while the tenant attacks through it.
+	x.e.d.retired.held.Add(1)
+	var once sync.Once
+	release := func() { once.Do(func() { x.e.d.retired.held.Add(-1); x.e.d.retired.kick() }) }
+	defer release()
 	if _, err := x.e.d.Teardown(context.Background(), x.a.c); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +84,7 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 	// up, retired and muted.
 	l, err = x.e.d.h.LinkByIndex(vethA)
 	if err != nil {
-		t.Skipf("the retired veth is already deleted (%v): nothing left to attack through", err)
+		t.Fatalf("the retired veth is deleted while held: %v", err)
 	}
 	if !isRetired(l.Attrs()) {
 		t.Fatalf("veth %s after its teardown: group %#x, want %#x", l.Attrs().Name, l.Attrs().Group, RetiredGroup)
@@ -128,7 +135,11 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 	var now uint32
 	wait.Until(5*time.Second, func() bool { now = ingressDrops(t, x.e.d.h, vethA); return now-before >= sent })
 	if now-before < sent {
-		t.Errorf("the retired veth's ingress counted %d drops, want at least %d", now-before, sent)
+		state := "gone"
+		if l, err := x.e.d.h.LinkByIndex(vethA); err == nil {
+			state = fmt.Sprintf("flags %v group %#x", l.Attrs().Flags, l.Attrs().Group)
+		}
+		t.Errorf("the retired veth's ingress counted %d drops, want at least %d (veth %s)", now-before, sent, state)
 	}
 
 	// A container set up at once on A's ports and slot gets their traffic
@@ -173,6 +184,7 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 	if n := x.hostUDP.count(m); n > 0 {
 		t.Errorf("%d datagram(s) of the torn-down tenant reached a host socket", n)
 	}
+	release()
 	if _, err := x.e.d.Teardown(context.Background(), c.c); err != nil {
 		t.Fatal(err)
 	}
