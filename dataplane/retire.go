@@ -223,7 +223,7 @@ func (r *retirer) loop() {
 const (
 	retireQuiet         = 5 * time.Millisecond
 	retireMaxDelay      = 250 * time.Millisecond
-	retireMaxGroupDelay = 5 * time.Second
+	retireMaxGroupDelay = 15 * time.Second
 )
 
 // settle defers a deletion pass to a quiet moment of the control plane.
@@ -234,10 +234,11 @@ const (
 // started for retireQuiet (a drain retires all its links first, a
 // setup/teardown loop deletes in batches),
 // and starts at once when a setup waits for it (wait) or on close. It
-// waits retireMaxDelay at most, or, with more than retireOneByOne links
-// waiting (a group delete, which holds the lock for all of them at once:
-// seconds for hundreds of links), retireMaxGroupDelay: a drain's
-// teardowns then never queue behind a deletion of the links they retired.
+// waits retireMaxDelay at most, or, while teardowns are in progress or
+// with more than retireOneByOne links waiting (a group delete, which holds
+// the lock for all of them at once: seconds for hundreds of links),
+// retireMaxGroupDelay: a drain's teardowns then never queue behind a
+// deletion of the links they retired, even on a slow machine.
 func (r *retirer) settle() {
 	start := time.Now()
 	limit := time.NewTimer(retireMaxDelay)
@@ -258,7 +259,7 @@ func (r *retirer) settle() {
 				continue // a drain under way: more links to come
 			}
 		case <-limit.C:
-			if left := retireMaxGroupDelay - time.Since(start); left > 0 && r.pending.Load() > retireOneByOne {
+			if left := retireMaxGroupDelay - time.Since(start); left > 0 && (r.pending.Load() > retireOneByOne || r.tearing.Load() > 0) {
 				quiet.Stop()
 				limit.Reset(left)
 				continue
