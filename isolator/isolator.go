@@ -14,8 +14,9 @@
 // container's own objects concurrently with others' but serialises the
 // steps that touch tables shared by all containers (the host's demux
 // entries in Isolate and Cleanup, the whole of SetPorts and SetLimits in
-// Update, and recovery) behind one mutex. Reads (Get, List, Status) take
-// only the short mutex; Usage (traffic counters and, with
+// Update, and recovery) behind one mutex. Get and List read a copy of the
+// records kept beside the bookkeeping (view.go) and wait for no lock;
+// Status takes only the short mutex; Usage (traffic counters and, with
 // UsageWithSockets, the namespace's socket figures) takes the container's
 // lock, so the figures are of the container its record describes, and
 // reads the kernel without waiting for other containers' calls.
@@ -27,7 +28,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,8 +170,11 @@ type Isolator struct {
 
 	locks keyedMutex
 
-	mu      sync.Mutex // guards everything below
+	mu      sync.Mutex // guards everything below but view
 	records map[string]*Record
+	// view is records as Get, List and Usage read them, without mu
+	// (view.go); it changes with records, under mu.
+	view recordView
 	// netnsOwner maps a network namespace (inode) to the container isolated
 	// (or being isolated) into it.
 	netnsOwner map[uint64]string
@@ -406,6 +409,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels,
 		Egress: eg, Ingress: in}
 	s.records[id] = r
+	s.view.show(r)
 	rec := *r
 	s.mu.Unlock()
 
@@ -427,6 +431,7 @@ func (s *Isolator) forget(id string) {
 	r, ok := s.records[id]
 	if ok {
 		delete(s.records, id)
+		s.view.hide(id)
 		if s.netnsOwner[r.NetNSIno] == id {
 			delete(s.netnsOwner, r.NetNSIno)
 		}
@@ -598,6 +603,7 @@ func (s *Isolator) publish(r *Record) {
 	s.mu.Lock()
 	if cur, ok := s.records[r.ID]; ok {
 		*cur = *r
+		s.view.show(cur)
 	}
 	s.mu.Unlock()
 }
@@ -835,7 +841,7 @@ func (s *Isolator) usage(ctx context.Context, id string, sockets bool) (_ Record
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
-	r, ok := s.get(id)
+	r, ok := s.view.get(id)
 	if !ok {
 		return Record{}, plane.LinkStats{}, nil, errorf(ErrNotFound, "container_id: %s is not known", id)
 	}
@@ -980,7 +986,7 @@ func (s *Isolator) Get(ctx context.Context, id string) (Record, error) {
 	if err := validateID(id); err != nil {
 		return Record{}, err
 	}
-	r, ok := s.get(id)
+	r, ok := s.view.get(id)
 	if !ok {
 		return Record{}, errorf(ErrNotFound, "container_id: %s is not known", id)
 	}
@@ -989,14 +995,7 @@ func (s *Isolator) Get(ctx context.Context, id string) (Record, error) {
 
 // List returns every container, sorted by ID.
 func (s *Isolator) List(ctx context.Context) []Record {
-	s.mu.Lock()
-	out := make([]Record, 0, len(s.records))
-	for _, r := range s.records {
-		out = append(out, *r)
-	}
-	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	return s.view.all()
 }
 
 // Status describes capacities and the host.
@@ -1075,41 +1074,6 @@ func targetField(t IsolateTarget) string {
 		return "pid"
 	}
 	return "netns_path"
-}
-
-// keyedMutex serializes calls per container ID.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 // slotSet hands out container slots 1..MaxSlot, lowest first.

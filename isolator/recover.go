@@ -130,6 +130,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		s.log.Warn("recover: kernel object attributable to no container; left in place (isolatorctl remove-unattributed removes it)", "object", st)
 	}
 	s.mu.Lock()
+	s.view.reset(s.records)
 	s.unattributed = rep.Unattributed
 	s.rebuilt = rep.Rebuilt
 	s.mu.Unlock()
