@@ -37,13 +37,15 @@ func collectHere() (Stats, error) {
 		return st, fmt.Errorf("sockstat: %w", err)
 	}
 	st.TCPActive, st.TCPTimeWait = tcp["inuse"], tcp["tw"]
+	var inuse6 uint64
 	// sockstat6 is absent when IPv6 is disabled.
 	if b, err := os.ReadFile(procNet + "/sockstat6"); err == nil {
 		tcp6, err := parseSockstat(b, "TCP6")
 		if err != nil {
 			return st, fmt.Errorf("sockstat6: %w", err)
 		}
-		st.TCPActive += tcp6["inuse"]
+		inuse6 = tcp6["inuse"]
+		st.TCPActive += inuse6
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return st, err
 	}
@@ -56,7 +58,10 @@ func collectHere() (Stats, error) {
 		return st, fmt.Errorf("snmp: %w", err)
 	}
 
-	d, err := diagTCP()
+	// A family whose "inuse" is zero has no LISTEN or ESTABLISHED socket
+	// to dump (both are hashed, so counted): its dump, a walk of the
+	// host-wide hash tables, is skipped.
+	d, err := diagTCP(tcp["inuse"] > 0, inuse6 > 0)
 	if err != nil {
 		return st, err
 	}

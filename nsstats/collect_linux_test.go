@@ -198,6 +198,34 @@ func TestCollectDualStack(t *testing.T) {
 	}
 }
 
+// Sockets of one family alone: the other family's dump is skipped (its
+// "inuse" is zero), this one's still finds them.
+func TestCollectOneFamily(t *testing.T) {
+	s := sandbox.New(t)
+	err := s.Host.Do(func() error {
+		l, err := net.Listen("tcp6", "[::1]:0")
+		if err == nil {
+			l.Close()
+		}
+		return err
+	})
+	if err != nil {
+		t.Skipf("no IPv6 loopback in the sandbox namespace: %v", err)
+	}
+	c := connect(t, s.Host, "tcp6", "[::1]:0", "tcp6", "::1")
+	st := collect(t, s.Host.Path)
+	if st.TCPActive != 3 || st.TCPListening != 1 || st.RTT == nil || st.RTT.Samples != 2 {
+		t.Errorf("IPv6 alone: TCPActive %d (want 3), TCPListening %d (want 1), RTT %+v (want 2 samples)", st.TCPActive, st.TCPListening, st.RTT)
+	}
+	c.Close()
+	waitFor(t, s.Host.Path, "IPv6 sockets gone", func(st Stats) bool { return st.TCPActive == 0 && st.TCPListening == 0 })
+	connect(t, s.Host, "tcp4", "127.0.0.1:0", "tcp4", "127.0.0.1")
+	st = collect(t, s.Host.Path)
+	if st.TCPActive != 3 || st.TCPListening != 1 || st.RTT == nil || st.RTT.Samples != 2 {
+		t.Errorf("IPv4 alone: TCPActive %d (want 3), TCPListening %d (want 1), RTT %+v (want 2 samples)", st.TCPActive, st.TCPListening, st.RTT)
+	}
+}
+
 // Collect from many goroutines never leaves a thread of this process in the
 // sandbox namespace.
 func TestCollectLeavesNoThreadBehind(t *testing.T) {

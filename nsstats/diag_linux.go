@@ -32,16 +32,22 @@ type diagResult struct {
 }
 
 // diagTCP dumps the LISTEN and ESTABLISHED TCP sockets of the calling
-// thread's network namespace, IPv4 then IPv6. A kernel without IPv6 (or
-// with it disabled) has no AF_INET6 sockets to report.
-func diagTCP() (diagResult, error) {
+// thread's network namespace, IPv4 (if v4) then IPv6 (if v6). A kernel
+// without IPv6 (or with it disabled) has no AF_INET6 sockets to report.
+func diagTCP(v4, v6 bool) (diagResult, error) {
+	var res diagResult
+	if !v4 && !v6 {
+		return res, nil
+	}
 	fd, err := openDiag()
 	if err != nil {
 		return diagResult{}, err
 	}
 	defer unix.Close(fd)
-	var res diagResult
 	for i, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		if (family == unix.AF_INET && !v4) || (family == unix.AF_INET6 && !v6) {
+			continue
+		}
 		err := dump(fd, uint32(i+1), family, 1<<tcpEstablished|1<<tcpListen, func(state uint8, info []byte) {
 			switch state {
 			case tcpListen:
