@@ -849,16 +849,30 @@ func (s *Isolator) usage(ctx context.Context, id string, sockets bool) (_ Record
 		return r, plane.LinkStats{}, nil, nil
 	}
 	c := s.container(&r)
+	// The namespace's figures are read beside the link's (different
+	// kernel objects, no lock in common), both before the lock is let go.
+	var (
+		ss   plane.SocketStats
+		serr error
+		wg   sync.WaitGroup
+	)
+	if sockets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss, serr = s.dp.SocketStats(ctx, c)
+		}()
+	}
 	st, err := s.dp.Stats(ctx, c)
+	wg.Wait()
 	if err != nil {
 		return r, st, nil, wrapf(ErrInternal, err, "usage of %s", id)
 	}
 	if !sockets {
 		return r, st, nil, nil
 	}
-	ss, err := s.dp.SocketStats(ctx, c)
-	if err != nil {
-		s.log.Debug("usage: namespace statistics", "container_id", id, "err", err.Error())
+	if serr != nil {
+		s.log.Debug("usage: namespace statistics", "container_id", id, "err", serr.Error())
 		return r, st, nil, nil
 	}
 	return r, st, &ss, nil
