@@ -173,9 +173,10 @@ func TestCollectInNamespace(t *testing.T) {
 	}
 }
 
-// A dual-stack listener accepts IPv4 clients on AF_INET6 sockets: both the
-// sockstat6 count and the AF_INET6 dump must see them.
-func TestCollectDualStack(t *testing.T) {
+// sandboxWithIPv6 is a sandbox whose namespace can listen on ::1; the test
+// skips otherwise.
+func sandboxWithIPv6(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
 	s := sandbox.New(t)
 	err := s.Host.Do(func() error {
 		l, err := net.Listen("tcp6", "[::1]:0")
@@ -187,6 +188,13 @@ func TestCollectDualStack(t *testing.T) {
 	if err != nil {
 		t.Skipf("no IPv6 loopback in the sandbox namespace: %v", err)
 	}
+	return s
+}
+
+// A dual-stack listener accepts IPv4 clients on AF_INET6 sockets: both the
+// sockstat6 count and the AF_INET6 dump must see them.
+func TestCollectDualStack(t *testing.T) {
+	s := sandboxWithIPv6(t)
 	connect(t, s.Host, "tcp", ":0", "tcp4", "127.0.0.1")
 	st := collect(t, s.Host.Path)
 	// Listener and accepted end are AF_INET6 (TCP6 inuse 2), client AF_INET.
@@ -201,17 +209,7 @@ func TestCollectDualStack(t *testing.T) {
 // Sockets of one family alone: the other family's dump is skipped (its
 // "inuse" is zero), this one's still finds them.
 func TestCollectOneFamily(t *testing.T) {
-	s := sandbox.New(t)
-	err := s.Host.Do(func() error {
-		l, err := net.Listen("tcp6", "[::1]:0")
-		if err == nil {
-			l.Close()
-		}
-		return err
-	})
-	if err != nil {
-		t.Skipf("no IPv6 loopback in the sandbox namespace: %v", err)
-	}
+	s := sandboxWithIPv6(t)
 	c := connect(t, s.Host, "tcp6", "[::1]:0", "tcp6", "::1")
 	st := collect(t, s.Host.Path)
 	if st.TCPActive != 3 || st.TCPListening != 1 || st.RTT == nil || st.RTT.Samples != 2 {
