@@ -12,10 +12,12 @@ package dataplane
 //     Setup/SetPorts/Teardown path. Dumps are only used by Snapshot,
 //     RemoveStrays and Check, which serve recovery and diagnosis.
 //   - Setup builds in this order: bind mount, veth (host end + container
-//     eth0 in one request), host veth settings and filters, container
-//     configuration and filters, and only then the host eth0/lo demux entries
-//     that steer traffic to the new veth. Every step registers its undo; any
-//     failure runs the undos in reverse, so a failed Setup leaves nothing.
+//     eth0 in one request), then concurrently the host veth's settings,
+//     filters and up, and the container's configuration, filters and
+//     neighbours (setupchains.go), and only once both are done the host
+//     eth0/lo demux entries that steer traffic to the new veth. Every step
+//     registers its undo; any failure runs the undos in reverse, so a
+//     failed Setup leaves nothing.
 //   - Teardown is the reverse and tolerates missing objects, reporting them.
 //     It does not wait for the kernel to delete the veth pair: the veth is
 //     muted (a filter ahead of its others drops what the container sends),
@@ -46,7 +48,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/isolatord/isolatord/containerns"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/hostlink"
 	"github.com/isolatord/isolatord/neighsync"
@@ -185,8 +186,12 @@ type DataPlane struct {
 	// can fail it to exercise rollback.
 	hook func(step string) error
 	// trace, when set (benchmarks), is told when each named step of Setup,
-	// SetPorts and Teardown ends.
-	trace func(step string)
+	// SetPorts and Teardown ends, and in which of Setup's concurrent chains
+	// ("" outside them); it must be safe for concurrent use.
+	trace func(chain, step string)
+	// serialSetup, when set (benchmarks), runs Setup's container chain
+	// after its host chain instead of beside it (setupchains.go).
+	serialSetup bool
 	// planned, when set (tests), runs between planning a shared port's
 	// spread (its holders' sockets read) and installing it.
 	planned func(port uint16)
@@ -420,9 +425,14 @@ func (d *DataPlane) ready() error {
 	return nil
 }
 
-func (d *DataPlane) step(name string) error {
+func (d *DataPlane) step(name string) error { return d.stepIn("", name) }
+
+// stepIn ends step name of one of Setup's chains ("host", "container"; ""
+// outside them): the benchmark's trace, the tests' failure hook. It may be
+// called from both chains at once.
+func (d *DataPlane) stepIn(chain, name string) error {
 	if d.trace != nil {
-		d.trace(name)
+		d.trace(chain, name)
 	}
 	if d.hook != nil {
 		if err := d.hook(name); err != nil {
@@ -577,93 +587,13 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 		return p, err
 	}
 
-	// Host end: no routing of stray packets (forwarding=0), no IPv6 (the
-	// shared MAC would give every veth the same link-local address).
-	err = d.withHostSysctls(func(sd *sysctl.Dir) error { return hostLinkSettings(sd, vethIdx, p.Veth) })
+	// The host side and the inside of the container, concurrently
+	// (setupchains.go).
+	via, err := d.setupChains(c, ns, p.Veth, vethIdx, &undo, &closers)
 	if err != nil {
-		return p, fmt.Errorf("container %s: host veth settings: %w", c.ID, err)
-	}
-	if err := d.step("host veth sysctls"); err != nil {
 		return p, err
 	}
-	// Bandwidth limits: the egress shaper pair before the veth filters that
-	// point at it; ingress HTB on the veth (it goes with the veth).
-	via := 0
-	if !c.Egress.IsZero() {
-		// Under d.mu: it registers the shaper's exit as an echo origin in
-		// the eth0 demux, a shared table.
-		d.mu.Lock()
-		via, err = d.createShaper(c.ID, c.Slot, c.Egress)
-		d.mu.Unlock()
-		if err != nil {
-			return p, fmt.Errorf("container %s: egress limit: %w", c.ID, err)
-		}
-		undo.push("egress shaper", func() error { _, err := veth.Delete(d.h, via); return err })
-	}
-	if !c.Ingress.IsZero() {
-		if err := d.shaper(vethIdx).Apply(c.Ingress); err != nil {
-			return p, fmt.Errorf("container %s: ingress limit on %s: %w", c.ID, p.Veth, err)
-		}
-	}
-	if err := d.step("limits"); err != nil {
-		return p, err
-	}
-	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
-	vf := d.vethFilters(c.Slot, vethIdx, via)
-	vf.New = true
-	// A new veth counts from zero, whatever a gone device of its ifindex
-	// left in the count map.
-	if err := d.drops.Reset(vethIdx); err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	if err := vf.Install(all); err != nil {
-		return p, fmt.Errorf("container %s: filters on %s: %w", c.ID, p.Veth, err)
-	}
-	if err := d.step("veth filters"); err != nil {
-		return p, err
-	}
-	if err := veth.Up(d.h, vethIdx); err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	if err := d.step("host veth"); err != nil {
-		return p, err
-	}
-
-	// Inside the container.
-	ch, cc, err := openHandles(ns)
-	if err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	closers = append(closers, ch.Close, func() { cc.Close() })
-	if err := d.step("container handle"); err != nil {
-		return p, err
-	}
-	cl, err := containerns.Configure(ns, ch, containerns.Config{
-		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU,
-		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy, IPv6: d.v6,
-	})
-	if err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	// The container's lo keeps its filters when the veth goes: remove them
-	// on rollback so a retry starts clean.
-	undo.push("container lo filters", func() error { return delClsact(ch, cl.Lo) })
-	if err := d.step("container config"); err != nil {
-		return p, err
-	}
-	cf := d.containerFilters(ch, cl.Lo, cl.Eth0)
-	cf.C = cc
-	if err := cf.Install(all); err != nil {
-		return p, fmt.Errorf("container %s: container filters: %w", c.ID, err)
-	}
-	if err := d.step("container"); err != nil {
-		return p, err
-	}
-	if err := d.addNeigh(c.ID, ns); err != nil {
-		return p, err
-	}
-	undo.push("neighbour sync", func() error { d.dropNeigh(c.ID); return nil })
-	if err := d.step("neighbours"); err != nil {
+	if err := d.step("chains"); err != nil {
 		return p, err
 	}
 

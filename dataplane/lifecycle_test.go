@@ -138,8 +138,8 @@ func TestSetupRollback(t *testing.T) {
 	before := e.hostState()
 	p := e.spawn("R", []uint16{31020, 9100}, true)
 
-	steps := []string{"open", "mount", "veth", "host veth sysctls", "veth filters", "host veth",
-		"container handle", "container config", "container", "demux", "fanout", "shared"}
+	steps := []string{"open", "mount", "veth", "host veth sysctls", "limits", "veth filters", "host veth",
+		"container handle", "container config", "container", "neighbours", "chains", "demux", "fanout", "shared"}
 	for _, step := range steps {
 		e.d.hook = func(s string) error {
 			if s == step {

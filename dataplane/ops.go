@@ -287,7 +287,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	miss := func(format string, args ...any) { rep.Missing = append(rep.Missing, fmt.Sprintf(format, args...)) }
 
 	if d.trace != nil {
-		d.trace("teardown demux")
+		d.trace("", "teardown demux")
 	}
 	// Nothing leads to the container any more: the rest is its own objects,
 	// done without d.mu (only the handles must stay open).
@@ -345,7 +345,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	}
 
 	if d.trace != nil {
-		d.trace("teardown veth")
+		d.trace("", "teardown veth")
 	}
 	// Only a pin isolatord made is removed: a runtime's pin stays theirs
 	// (pin was read with the record, under d.mu, above).
