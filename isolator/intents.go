@@ -6,9 +6,13 @@ package isolator
 // a small file per container in <state-dir>/intents, replaced atomically
 // (written beside it, then renamed over it) and not fsynced; the outcome
 // goes to the database (store.go), fsynced, and then the intent file is
-// removed. Stable states, the ones a caller is told about, are therefore
-// always in the database and on disk before the answer; intents cost a
-// few file-system calls instead of a database commit (two fsyncs).
+// removed. A stable state a caller is told about is written before the
+// answer: in the database, or, for the outcome of an Isolate or of a
+// Cleanup of an isolated container, as the intent from which recovery
+// reaches that state (the plumbing complete, or gone), while the outcome's
+// commit is queued and lands after the answer (isolatedStored, deleted).
+// Intents cost a few file-system calls instead of a database commit (two
+// fsyncs).
 //
 // Why an intent needs no fsync: it protects kernel objects, and it is
 // exactly as durable as they are. A daemon killed (kill -9, a crash) loses

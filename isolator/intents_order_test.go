@@ -26,6 +26,7 @@ func TestKilledBeforeRemovalPortTakenByUpdate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	s.store.later.Wait() // the outcomes are committed after the answers
 	hold, held := make(chan struct{}), make(chan struct{})
 	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
 	<-held
@@ -65,7 +66,8 @@ func TestKilledBeforeRemovalPortTakenByUpdate(t *testing.T) {
 
 // TestKilledBeforeRemovalNamespaceTakenByIsolate: as above with the
 // namespace: a container isolated into the namespace of one cleaned up
-// (whose removal was not committed) keeps its claim on it after a kill.
+// (whose removal was not committed, and neither is its own outcome) keeps
+// its claim on it after a kill, and is isolated.
 func TestKilledBeforeRemovalNamespaceTakenByIsolate(t *testing.T) {
 	dir := t.TempDir()
 	dp := newFakeDP()
@@ -78,6 +80,7 @@ func TestKilledBeforeRemovalNamespaceTakenByIsolate(t *testing.T) {
 	if _, err := s.Isolate(bg, "z1", nsTarget(t, "nsShared")); err != nil {
 		t.Fatal(err)
 	}
+	s.store.later.Wait() // the outcomes are committed after the answers
 	hold, held := make(chan struct{}), make(chan struct{})
 	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
 	<-held
@@ -86,21 +89,25 @@ func TestKilledBeforeRemovalNamespaceTakenByIsolate(t *testing.T) {
 	}
 	isolated := make(chan error, 1)
 	go func() { _, err := s.Isolate(bg, "b1", nsTarget(t, "nsShared")); isolated <- err }()
+	// b1's answer does not wait for its outcome's commit, held behind the
+	// removal: only its intent is written when the daemon is killed.
 	crashed := t.TempDir()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if r, err := s.Get(bg, "b1"); err == nil && r.State == StateIsolating {
-			break
+	select {
+	case err := <-isolated:
+		if err != nil {
+			close(hold)
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("b1's isolate intent not published within 10 s")
-		}
-		runtime.Gosched()
+	case <-time.After(10 * time.Second):
+		close(hold)
+		t.Fatal("b1's Isolate did not answer within 10 s while the database was busy")
+	}
+	if r, err := s.Get(bg, "b1"); err != nil || r.State != StateIsolated {
+		close(hold)
+		t.Fatalf("b1 after its Isolate answered: %+v %v", r, err)
 	}
 	copyDir(t, dir, crashed)
 	close(hold)
-	if err := <-isolated; err != nil {
-		t.Fatal(err)
-	}
 	s.Close()
 
 	s2 := newTestIsolator(t, crashed, dp)

@@ -90,6 +90,7 @@ func TestIntentsOutsideTheDatabase(t *testing.T) {
 	if inDB != StatePrepared || inJournal != StateIsolating {
 		t.Fatalf("during isolate: database says %q, journal %q; want prepared and isolating", inDB, inJournal)
 	}
+	s.store.later.Wait() // the outcome is committed after the answer
 	if left := journalFiles(t, dir); len(left) > 0 {
 		t.Fatalf("intent left after isolate: %v", left)
 	}
@@ -261,6 +262,7 @@ func TestCleanupAnswersBeforeTheRemoval(t *testing.T) {
 	if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
 		t.Fatal(err)
 	}
+	s.store.later.Wait() // the outcome is committed after the answer
 	// Hold the database's writer: nothing queued can be committed.
 	hold, held := make(chan struct{}), make(chan struct{})
 	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })

@@ -565,15 +565,40 @@ func (s *Isolator) isolateLocked(ctx context.Context, id string, t IsolateTarget
 		return Record{}, wrapf(ErrInternal, err, "isolate %s", id)
 	}
 	s.at("isolate:plumbed")
+	intent := next.Seq
 	next.State = StateIsolated
 	next.Isolated = time.Now().UTC()
 	next.Veth = plumb.Veth
 	next.Mount, next.PinOwned = plumb.Mount, plumb.PinOwned
-	if err := s.commit(&next); err != nil {
-		return Record{}, err
+	s.at("isolate:outcome")
+	// The answer does not wait for the outcome's commit (isolatedStored).
+	if err := s.store.putLater(&next, func(err error) { s.isolatedStored(id, intent, err) }); err != nil {
+		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}
+	s.publish(&next)
 	s.log.Info("isolated", "container_id", id, "veth", plumb.Veth, "netns", plumb.Mount, "target", targetString(next.Pid, next.NetNSPath))
 	return next, nil
+}
+
+// isolatedStored is called once the isolated record of container id, whose
+// isolating intent is numbered intent, is committed. The caller was
+// answered before, with the intent still in the journal: a daemon killed
+// before the commit finds the intent at its next start and, the plumbing
+// being complete, records the container as isolated (the answer it gave);
+// a machine that loses power loses the intent and the kernel objects alike
+// (see intents.go) and comes back with the prepared record, nothing in the
+// kernel. The write was queued before the answer, so every later write of
+// the container is committed with it or after it. The intent is removed
+// under the container's lock unless a newer one replaced it; after a
+// failed commit it stays, for the next start to resolve.
+func (s *Isolator) isolatedStored(id string, intent uint64, err error) {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if err != nil {
+		s.log.Error("persist isolated container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
+		return
+	}
+	s.store.settled(id, intent, s.log)
 }
 
 // commit persists r (a stable state, in the database; its intent, if any,

@@ -373,7 +373,7 @@ func TestCrashRecovery(t *testing.T) {
 	cases := []struct{ point, op, want string }{
 		{"isolate:intent", "isolate", "any"},
 		{"isolate:plumbed", "isolate", "any"},
-		{"commit:stored", "isolate", string(StateIsolated)}, // outcome stored, intent not yet removed
+		{"isolate:outcome", "isolate", string(StateIsolated)}, // plumbed, the outcome not yet written: the intent leads to it
 		{"update:intent", "update", "any"},
 		{"commit:stored", "update", string(StateIsolated)},
 		{"cleanup:intent", "cleanup", ""},

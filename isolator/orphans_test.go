@@ -105,18 +105,18 @@ func TestOrphanedByPid(t *testing.T) {
 	if got := s.orphaned(false); len(got) != 0 {
 		t.Fatalf("orphans while every process is in its namespace: %v", got)
 	}
-	// pid 200 ends; pid 300 moves to a namespace of its own.
-	if err := os.RemoveAll(filepath.Join(proc, "200")); err != nil {
-		t.Fatal(err)
-	}
-	// The new file is made while the old one still exists, then renamed
-	// over it: removing first let the filesystem give the new file the
-	// old inode number, so the move went unseen.
+	// pid 300 moves to a namespace of its own; pid 200 ends. The new file
+	// is made before any old one is removed, then renamed over its old
+	// one: a file removed first could give the new one its inode number
+	// (300's own, or 200's), so the move or the end went unseen.
 	moved := filepath.Join(proc, "300", "ns", "net")
 	if err := os.WriteFile(moved+".new", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(moved+".new", moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(proc, "200")); err != nil {
 		t.Fatal(err)
 	}
 	for _, threads := range []bool{false, true} {

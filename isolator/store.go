@@ -254,14 +254,22 @@ func (s *store) close() error {
 
 // put writes one record (setting its sequence number).
 func (s *store) put(r *Record) error {
-	r.Seq = s.nextSeq()
-	b, err := json.Marshal(r)
+	w, err := s.putRecord(r)
 	if err != nil {
 		return err
 	}
-	return s.update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketContainers).Put([]byte(r.ID), b)
-	})
+	return s.update(w)
+}
+
+// putRecord numbers r and returns the write that stores it as it is now.
+func (s *store) putRecord(r *Record) (func(*bolt.Tx) error, error) {
+	r.Seq = s.nextSeq()
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	id := []byte(r.ID)
+	return func(tx *bolt.Tx) error { return tx.Bucket(bucketContainers).Put(id, b) }, nil
 }
 
 // putAll writes records in one transaction.

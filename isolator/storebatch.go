@@ -54,7 +54,23 @@ func (s *store) enqueue(fn func(*bolt.Tx) error) <-chan error {
 // delLater queues the removal of id's record and returns at once; done
 // receives the outcome once committed. close waits for it.
 func (s *store) delLater(id string, done func(error)) {
-	ch := s.enqueue(delRecord(id))
+	s.whenCommitted(s.enqueue(delRecord(id)), done)
+}
+
+// putLater queues the write of r (setting its sequence number) and returns
+// at once; done receives the outcome once committed. close waits for it.
+func (s *store) putLater(r *Record, done func(error)) error {
+	w, err := s.putRecord(r)
+	if err != nil {
+		return err
+	}
+	s.whenCommitted(s.enqueue(w), done)
+	return nil
+}
+
+// whenCommitted hands a queued write's outcome to done, on a goroutine of
+// its own; close waits for it.
+func (s *store) whenCommitted(ch <-chan error, done func(error)) {
 	s.later.Add(1)
 	go func() {
 		defer s.later.Done()
