@@ -11,8 +11,8 @@ package dataplane
 //     namespace, its configuration, its filters, its neighbours (through
 //     those handles, on threads that enter the namespace with nshandle.Do).
 //
-// They run concurrently: the container chain on a goroutine of its own,
-// the host chain on Setup's. Neither uses a netlink handle bound to the
+// They run concurrently: the host chain on a goroutine of its own, the
+// container chain (the longer) on Setup's. Neither uses a netlink handle bound to the
 // other's namespace, and neither moves the calling thread (every namespace
 // switch is nshandle.Do's locked thread). Setup joins both before it adds
 // the container to the shared host tables (plumbHost), so no traffic is
@@ -90,13 +90,15 @@ func (d *DataPlane) setupChains(c Container, ns *nshandle.NS, name string, vethI
 		herr = host.end(herr)
 		cerr = ctr.end(d.containerChain(ctr, c, ns, all))
 	} else {
+		// The host chain is the shorter: the goroutine that runs it is
+		// usually done at the join, so Setup's does not wait to be woken.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			cerr = ctr.end(d.containerChain(ctr, c, ns, all))
+			via, herr = d.hostChain(host, c, name, vethIdx, all)
+			herr = host.end(herr)
 		}()
-		via, herr = d.hostChain(host, c, name, vethIdx, all)
-		herr = host.end(herr)
+		cerr = ctr.end(d.containerChain(ctr, c, ns, all))
 		<-done
 	}
 	undo.steps = append(undo.steps, host.undo.steps...)

@@ -227,6 +227,9 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, owned bool, rep *R
 		if err == nil && len(missing) == 0 {
 			r.State = StateIsolated
 			r.Mount = s.mountPathFor(r)
+			if r.Isolated.IsZero() { // the outcome was not committed: the intent carries no time
+				r.Isolated = time.Now().UTC()
+			}
 			if err := s.commit(r); err != nil {
 				return false, err
 			}
