@@ -8,8 +8,10 @@ package dataplane
 //     namespace), the bandwidth limits, the veth's filters, and the host
 //     veth up, last (through the data plane's host handles);
 //   - the container chain: netlink handles opened inside the container's
-//     namespace, its configuration, its filters, its neighbours (through
-//     those handles, on threads that enter the namespace with nshandle.Do).
+//     namespace, its configuration, its filters (through those handles, on
+//     threads that enter the namespace with nshandle.Do), and its
+//     neighbours, which wait for the end of the host chain (eth0 must have
+//     its carrier when they are given, see containerChain).
 //
 // They run concurrently: the host chain on a goroutine of its own, the
 // container chain (the longer) on Setup's. Neither uses a netlink handle bound to the
@@ -85,22 +87,21 @@ func (d *DataPlane) setupChains(c Container, ns *nshandle.NS, name string, vethI
 	ctr := &chain{d: d, name: "container", failed: &failed}
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
 	var herr, cerr error
-	if d.serialSetup {
+	done := make(chan struct{}) // closed when the host chain has ended
+	runHost := func() {
+		defer close(done)
 		via, herr = d.hostChain(host, c, name, vethIdx, all)
 		herr = host.end(herr)
-		cerr = ctr.end(d.containerChain(ctr, c, ns, all))
+	}
+	if d.serialSetup {
+		runHost()
 	} else {
 		// The host chain is the shorter: the goroutine that runs it is
 		// usually done at the join, so Setup's does not wait to be woken.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			via, herr = d.hostChain(host, c, name, vethIdx, all)
-			herr = host.end(herr)
-		}()
-		cerr = ctr.end(d.containerChain(ctr, c, ns, all))
-		<-done
+		go runHost()
 	}
+	cerr = ctr.end(d.containerChain(ctr, c, ns, all, done))
+	<-done
 	undo.steps = append(undo.steps, host.undo.steps...)
 	undo.steps = append(undo.steps, ctr.undo.steps...)
 	*closers = append(*closers, ctr.closers...)
@@ -175,8 +176,9 @@ func (d *DataPlane) hostChain(ch *chain, c Container, name string, vethIdx int, 
 }
 
 // containerChain sets up the inside of c's namespace ns: its
-// configuration, its filters and its neighbours.
-func (d *DataPlane) containerChain(ch *chain, c Container, ns *nshandle.NS, all []ephemeral.Range) error {
+// configuration, its filters and, once the host chain has ended (hostDone
+// closed), its neighbours.
+func (d *DataPlane) containerChain(ch *chain, c Container, ns *nshandle.NS, all []ephemeral.Range, hostDone <-chan struct{}) error {
 	if ch.failed.Load() {
 		return errAborted
 	}
@@ -208,6 +210,14 @@ func (d *DataPlane) containerChain(ch *chain, c Container, ns *nshandle.NS, all 
 	}
 	if err := ch.step("container"); err != nil {
 		return err
+	}
+	// The neighbours only once the host veth is up and eth0 has its
+	// carrier: on an eth0 without it, the kernel's handling of the carrier
+	// event of the pair's creation, which comes later (linkwatch), would
+	// flush the entries given now.
+	<-hostDone
+	if ch.failed.Load() {
+		return errAborted
 	}
 	if err := d.addNeigh(c.ID, ns); err != nil {
 		return err

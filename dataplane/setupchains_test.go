@@ -51,11 +51,11 @@ func TestSetupChainsRollback(t *testing.T) {
 		{"host veth sysctls", "container handle"},
 		{"veth filters", "container config"},
 		{"host veth", "container"},
-		{"limits", "neighbours"},
+		{"limits", "container"},
 		{"container handle", "veth filters"},
 		{"container config", "host veth sysctls"},
 		{"container", "veth filters"},
-		{"neighbours", "host veth"},
+		{"container", "host veth"},
 	}
 	for _, tc := range cases {
 		// The failing step waits until the other chain is at its held
@@ -121,7 +121,7 @@ func TestSetupChainsOverlap(t *testing.T) {
 	e := newEnv(t)
 	p := e.spawn("O", []uint16{31000}, false)
 	for _, tc := range []struct{ hold, until string }{
-		{"host veth sysctls", "neighbours"},
+		{"host veth sysctls", "container"},
 		{"container handle", "host veth"},
 	} {
 		reached := make(chan struct{})
