@@ -14,9 +14,9 @@ package dataplane
 //     its carrier when they are given, see containerChain).
 //
 // They run concurrently: the host chain on a goroutine of its own, the
-// container chain (the longer) on Setup's. Neither uses a netlink handle bound to the
-// other's namespace, and neither moves the calling thread (every namespace
-// switch is nshandle.Do's locked thread). Setup joins both before it adds
+// container chain (the longer) on Setup's. Neither uses a netlink handle
+// bound to the other's namespace, and neither moves the calling thread
+// (every namespace switch is nshandle.Do's locked thread). Setup joins both before it adds
 // the container to the shared host tables (plumbHost), so no traffic is
 // steered to the container before both chains are complete. Until the host
 // veth comes up, after its filters, the container's eth0 has no carrier:
