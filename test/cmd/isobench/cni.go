@@ -28,7 +28,7 @@ func (b *bench) phaseCNI(ctx context.Context) error {
 	if b.res.Control == nil {
 		b.res.Control = &ControlScale{Namespaces: "each held by a process (sleep cloned into a fresh network namespace)"}
 	}
-	hs, cl, err := b.processSandbox(ctx, "isobench-k", "sk")
+	_, hs, cl, err := b.processSandbox(ctx, "isobench-k", "sk")
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,8 @@ package main
 //     the last answer, with Usage and Get of a probe container polled all
 //     along (their p99 is the "reads never wait" figure);
 //   - CNI ADD and DEL through libcni executing the isolator-cni binary
-//     exactly as a runtime does, process start to result.
+//     exactly as a runtime does, process start to result, with the N
+//     containers present (before the drain).
 
 import (
 	"context"
@@ -50,7 +51,12 @@ type ControlScale struct {
 	BurstSetupSeconds    *float64 `json:"burst_setup_seconds"`    // BurstSize at once
 	BurstTeardownSeconds *float64 `json:"burst_teardown_seconds"` // BurstSize at once
 	DrainSeconds         *float64 `json:"drain_seconds"`          // N at once
-	BurstSize            int      `json:"burst_size"`
+	// From the drain's last answer until the kernel deleted its links
+	// (background deletion, not a target).
+	DrainDeletedSeconds *float64 `json:"drain_deleted_seconds"`
+	// Containers present while the CNI figures were taken.
+	CNIPresent int `json:"cni_present"`
+	BurstSize  int `json:"burst_size"`
 	// Usage and Get of a probe container while the bursts ran.
 	ReadsDuringBursts *Latency `json:"reads_during_bursts"`
 	// The same, Usage and Get apart.
@@ -156,17 +162,17 @@ const ctlPort = cyclePort
 
 // processSandbox makes sandbox name with a daemon of its own (its files
 // under label) and the holders of the namespaces its containers get.
-func (b *bench) processSandbox(ctx context.Context, name, label string) (*holders, pbgrpc.IsolatorClient, error) {
+func (b *bench) processSandbox(ctx context.Context, name, label string) (*sandbox.Sandbox, *holders, pbgrpc.IsolatorClient, error) {
 	sb, err := sandbox.NewNamed(name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	b.sbNames = append(b.sbNames, sb.Name)
 	b.undo = append(b.undo, sb.Close)
 	hs := &holders{}
 	b.undo = append(b.undo, hs.close)
 	_, cl, err := b.startDaemon(ctx, sb, label)
-	return hs, cl, err
+	return sb, hs, cl, err
 }
 
 // phaseControl runs the control figures in their own sandbox and daemon.
@@ -177,7 +183,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	if n < cs.BurstSize {
 		cs.BurstSize = n
 	}
-	hs, cl, err := b.processSandbox(ctx, "isobench-c", "sc")
+	sb, hs, cl, err := b.processSandbox(ctx, "isobench-c", "sc")
 	if err != nil {
 		return err
 	}
@@ -273,6 +279,12 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	}
 	b.logf("control: %d set up one by one in %.2fs of API calls", n, setupAll.Seconds())
 
+	// CNI ADD and DEL on the node as it is now, N containers present.
+	cs.CNIPresent = n
+	if err := b.cniFigures(ctx, cl, hs, filepath.Join(b.tmp, "sc", "isolatord.sock"), samples); err != nil {
+		b.fail("control: CNI: %v", err)
+	}
+
 	// The drain: N teardowns at once.
 	stopReads = reads.start(ctx, cl, "probe")
 	took, err = burst(n, func(i int) error {
@@ -285,6 +297,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 		return fmt.Errorf("drain: %w", err)
 	}
 	cs.DrainSeconds = ptr(took.Seconds())
+	drained := time.Now()
 	b.logf("control: drain of %d at once %.3fs; reads during the bursts %s (Usage %s, Get %s)", n, *cs.DrainSeconds,
 		fmtMs(cs.ReadsDuringBursts), fmtMs(cs.UsageDuringBursts), fmtMs(cs.GetDuringBursts))
 	if reads.err != nil {
@@ -297,10 +310,15 @@ func (b *bench) phaseControl(ctx context.Context) error {
 		return err
 	}
 	hs.kill(probePid)
-
-	if err := b.cniFigures(ctx, cl, hs, filepath.Join(b.tmp, "sc", "isolatord.sock"), samples); err != nil {
-		b.fail("control: CNI: %v", err)
+	// The drained veth pairs are deleted in the background after the last
+	// answer: time until the kernel has none left.
+	if err := waitNoRetired(sb, 60*time.Second); err != nil {
+		b.fail("control: drain: %v", err)
+	} else {
+		cs.DrainDeletedSeconds = ptr(time.Since(drained).Seconds())
+		b.logf("control: the drained links were deleted %.3fs after the drain's last answer", *cs.DrainDeletedSeconds)
 	}
+
 	return nil
 }
 

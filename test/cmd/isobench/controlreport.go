@@ -64,9 +64,12 @@ func (c *ControlScale) writeMarkdown(w io.Writer, r *Results) {
 	row(fmt.Sprintf("%d setups at once", c.BurstSize), secs(c.BurstSetupSeconds), "<= 1 s", fmt.Sprintf("burst: %d setups at once", c.BurstSize))
 	row(fmt.Sprintf("%d teardowns at once", c.BurstSize), secs(c.BurstTeardownSeconds), "<= 1 s", fmt.Sprintf("burst: %d teardowns at once", c.BurstSize))
 	row(nn+" teardowns at once (drain)", secs(c.DrainSeconds), "<= 2 s", fmt.Sprintf("drain: %d teardowns at once", n))
+	if c.DrainDeletedSeconds != nil {
+		fmt.Fprintf(w, "| Drained links deleted by the kernel (background, after the last answer) | %s | | |\n", secs(c.DrainDeletedSeconds))
+	}
 	row("Usage/Get during the bursts", fmtMs(c.ReadsDuringBursts), "p99 <= 5 ms", "Usage/Get p99 during bursts")
-	row(fmt.Sprintf("CNI ADD (libcni exec; bridge+portmap: %d ms)", peerCNIAddMs), fmtMs(c.CNIAdd), "p50 <= 10 ms", "CNI ADD p50")
-	row(fmt.Sprintf("CNI DEL (libcni exec; bridge+portmap: %d ms)", peerCNIDelMs), fmtMs(c.CNIDel), "p50 <= 5 ms", "CNI DEL p50")
+	row(fmt.Sprintf("CNI ADD, %s present (libcni exec; bridge+portmap: %d ms)", groupThousands(fmt.Sprint(c.CNIPresent)), peerCNIAddMs), fmtMs(c.CNIAdd), "p50 <= 10 ms", "CNI ADD p50")
+	row(fmt.Sprintf("CNI DEL, %s present (libcni exec; bridge+portmap: %d ms)", groupThousands(fmt.Sprint(c.CNIPresent)), peerCNIDelMs), fmtMs(c.CNIDel), "p50 <= 5 ms", "CNI DEL p50")
 	if c.CNIExec != nil {
 		fmt.Fprintf(w, "\nCNI breakdown: %s.\n", c.cniBreakdown())
 	}
