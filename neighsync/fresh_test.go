@@ -67,8 +67,8 @@ func TestAddReadsPendingRequests(t *testing.T) {
 }
 
 // TestRemoveDuringRead: a container removed while its table is being read
-// (without the lock) keeps its socket until the read is over, then it is
-// closed (its namespace released).
+// (without the lock) keeps its read socket until the read is over, then
+// it is closed (its namespace released).
 func TestRemoveDuringRead(t *testing.T) {
 	sb := sandbox.New(t)
 	s, _, _ := hostSyncer(t, sb, netlink.FAMILY_V4)
@@ -82,7 +82,7 @@ func TestRemoveDuringRead(t *testing.T) {
 	s.mu.Unlock()
 	s.Remove("x")
 	if all, _ := routeSockets(t, ns); all != 1 {
-		t.Fatalf("removed during a read: %d NETLINK_ROUTE sockets in its namespace, want its socket still open", all)
+		t.Fatalf("removed during a read: %d NETLINK_ROUTE sockets in its namespace, want its read socket still open", all)
 	}
 	s.mu.Lock()
 	dropped := s.endRead(m)

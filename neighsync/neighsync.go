@@ -30,8 +30,9 @@
 //     it is deleted in those containers (they ask again on next use).
 //
 // Cost: per ARP frame from outside, nothing beyond the host's own ARP
-// processing (no copies). Per container set up: a netlink socket (not
-// subscribed to anything) in its namespace, its settings, one netlink
+// processing (no copies). Per container set up: two netlink sockets (not
+// subscribed to anything: one writes its entries, one reads its table) in
+// its namespace, its settings, one netlink
 // request per entry the host has on eth0, and a read of its table if its
 // eth0 was up at Add. Per container, requests are served up to a budget
 // (budget.go). Per new neighbour: one host
@@ -154,9 +155,13 @@ type Syncer struct {
 }
 
 type member struct {
-	id   string
-	h    *netlink.Handle // requests in the container's namespace (no subscription); keeps it alive
-	nsid int32           // the namespace's id in the host's namespace
+	id string
+	h  *netlink.Handle // requests in the container's namespace (no subscription); keeps it alive
+	// rd reads its table (resync.go): on a socket of its own, so that a
+	// read of a large table (a dump holds its socket until the end) never
+	// holds up a write on h, made with s.mu held.
+	rd   *netlink.Handle
+	nsid int32 // the namespace's id in the host's namespace
 	eth0 int
 	has  map[netip.Addr]net.HardwareAddr
 	// waits are the addresses it waits for (a copy of its part of
@@ -250,7 +255,8 @@ func (s *Syncer) Stats() Stats {
 // Add starts serving container id (its namespace ns, its interface eth0):
 // it sets the container's neighbour settings (ContainerSysctls) and serves
 // its neighbour requests. Adding an id again replaces the old member. The
-// Syncer keeps a netlink socket in ns, subscribed to nothing, until Remove.
+// Syncer keeps two netlink sockets in ns, subscribed to nothing, until
+// Remove.
 //
 // Requests the container made before are found by reading its table
 // (resync.go), unless eth0 was down when Add looked (fresh.go): a down
@@ -273,28 +279,31 @@ func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
 // nsID names a namespace (its nsfs device and inode).
 type nsID struct{ dev, ino uint64 }
 
-// open makes container id's request handle and settings (one thread
-// switch for both) and finds its namespace's id in the host's namespace,
+// open makes container id's handles (requests, reads) and settings (one
+// thread switch for all) and finds its namespace's id in the host's namespace,
 // giving it one if it has none. up: eth0 was up before its settings were
 // made.
 func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (_ *member, up bool, _ error) {
 	if (nsID{ns.Dev(), ns.Ino()}) == s.hostNS {
 		return nil, false, fmt.Errorf("neighbour sync: container %s: %v is the host's namespace", id, ns)
 	}
-	var h *netlink.Handle
-	ifindex := 0
+	m := &member{id: id, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}, budget: newBudget(time.Now())}
 	err := ns.Do(func() (err error) {
-		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		if m.h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return fmt.Errorf("netlink handle: %w", err)
 		}
-		l, err := h.LinkByName(eth0)
+		if m.rd, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+			m.h.Close()
+			return fmt.Errorf("netlink handle: %w", err)
+		}
+		l, err := m.h.LinkByName(eth0)
 		if err == nil {
-			ifindex = l.Attrs().Index
+			m.eth0 = l.Attrs().Index
 			up = l.Attrs().Flags&net.FlagUp != 0
-			err = setProbes(ifindex, v6)
+			err = setProbes(m.eth0, v6)
 		}
 		if err != nil {
-			h.Close()
+			m.close()
 			return fmt.Errorf("%s: %w", eth0, err)
 		}
 		return nil
@@ -302,12 +311,17 @@ func (s *Syncer) open(id string, ns *nshandle.NS, eth0 string, v6 bool) (_ *memb
 	if err != nil {
 		return nil, false, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
-	m := &member{id: id, h: h, eth0: ifindex, has: map[netip.Addr]net.HardwareAddr{}, waits: map[netip.Addr]bool{}, budget: newBudget(time.Now())}
 	if m.nsid, err = s.peerID(ns); err != nil {
-		h.Close()
+		m.close()
 		return nil, false, fmt.Errorf("neighbour sync: container %s: %w", id, err)
 	}
 	return m, up, nil
+}
+
+// close closes m's handles, which releases its namespace.
+func (m *member) close() {
+	m.h.Close()
+	m.rd.Close()
 }
 
 // peerID returns ns's id in the host's namespace, giving it one if none.
@@ -339,15 +353,15 @@ func (s *Syncer) register(m *member, later uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		m.h.Close()
+		m.close()
 		return errors.New("neighbour sync: closed")
 	}
 	if later != 0 && s.pending[m.id] != later {
-		m.h.Close()
+		m.close()
 		return errCancelled
 	}
 	if err := s.rx.serve(m.eth0, true); err != nil {
-		m.h.Close()
+		m.close()
 		return err
 	}
 	delete(s.pending, m.id)
@@ -369,7 +383,7 @@ func (s *Syncer) register(m *member, later uint64) error {
 	return nil
 }
 
-// Remove stops serving container id and closes its socket (releasing its
+// Remove stops serving container id and closes its sockets (releasing its
 // namespace); its entries stay in its namespace. Unknown ids are ignored.
 func (s *Syncer) Remove(id string) {
 	s.mu.Lock()
@@ -390,7 +404,7 @@ func (s *Syncer) Remove(id string) {
 	}
 }
 
-// drop stops serving m and closes its request handle, which releases its
+// drop stops serving m and closes its handles, which releases its
 // namespace (with s.mu held).
 func (s *Syncer) drop(m *member) {
 	if err := s.rx.serve(m.eth0, false); err != nil {
@@ -403,9 +417,10 @@ func (s *Syncer) drop(m *member) {
 		s.byNSID[m.nsid] = ms
 	}
 	m.dropped = true
+	m.h.Close()
 	if m.reading == 0 {
-		m.h.Close()
-	} // else the last reader closes it (resync.go)
+		m.rd.Close()
+	} // else the last reader closes rd (resync.go)
 }
 
 const validStates = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT

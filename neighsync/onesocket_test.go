@@ -81,7 +81,8 @@ func routeSockets(t *testing.T, ns *nshandle.NS) (all, subscribed int) {
 // the client's MAC; the one socket in the host's namespace hears them all
 // and each gets its entry. No namespace holds a subscribed socket (the
 // kernel walks every subscribed socket for every notification); each holds
-// one unsubscribed socket of the Syncer, released by Remove. The
+// two unsubscribed sockets of the Syncer (writes, reads), released by
+// Remove. The
 // containers' neighbour settings are in force.
 func TestOneSocketServesEveryNamespace(t *testing.T) {
 	sb := sandbox.New(t)
@@ -113,7 +114,7 @@ func TestOneSocketServesEveryNamespace(t *testing.T) {
 		t.Errorf("host: %d subscribed NETLINK_ROUTE sockets, want 2 (every namespace's, the host's)", sub)
 	}
 
-	// a namespace nobody else holds a socket in: Add opens one, Remove closes it
+	// a namespace nobody else holds a socket in: Add opens two, Remove closes them
 	ns := withEth0(t)
 	if all, _ := routeSockets(t, ns); all != 0 {
 		t.Fatalf("a fresh namespace has %d NETLINK_ROUTE sockets", all)
@@ -121,8 +122,8 @@ func TestOneSocketServesEveryNamespace(t *testing.T) {
 	if err := s.Add("x", ns, "eth0"); err != nil {
 		t.Fatal(err)
 	}
-	if all, sub := routeSockets(t, ns); all != 1 || sub != 0 {
-		t.Errorf("served: %d NETLINK_ROUTE sockets (%d subscribed), want 1 (none)", all, sub)
+	if all, sub := routeSockets(t, ns); all != 2 || sub != 0 {
+		t.Errorf("served: %d NETLINK_ROUTE sockets (%d subscribed), want 2 (none)", all, sub)
 	}
 	// a second id in the same namespace is served too, and stays when the first goes
 	if err := s.Add("y", ns, "eth0"); err != nil {
@@ -136,8 +137,8 @@ func TestOneSocketServesEveryNamespace(t *testing.T) {
 	if len(ys) != 1 || ys[0].id != "y" {
 		t.Errorf("after removing x: namespace %d serves %v, want y", nsid, ys)
 	}
-	if all, _ := routeSockets(t, ns); all != 1 {
-		t.Errorf("y served: %d NETLINK_ROUTE sockets, want 1", all)
+	if all, _ := routeSockets(t, ns); all != 2 {
+		t.Errorf("y served: %d NETLINK_ROUTE sockets, want 2", all)
 	}
 	s.Remove("y")
 	if all, _ := routeSockets(t, ns); all != 0 {

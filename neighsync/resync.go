@@ -108,9 +108,9 @@ func (s *Syncer) resyncMember(m *member) {
 		s.mu.Unlock()
 		return
 	}
-	m.reading++ // h stays open until the read is over
+	m.reading++ // rd stays open until the read is over
 	s.mu.Unlock()
-	list, err := m.h.NeighList(m.eth0, netlink.FAMILY_ALL)
+	list, err := m.rd.NeighList(m.eth0, netlink.FAMILY_ALL)
 	var asks []netlink.Neigh
 	seen := make(map[netip.Addr]bool, len(had))
 	for _, ip := range had {
@@ -153,11 +153,11 @@ func (s *Syncer) resyncMember(m *member) {
 }
 
 // endRead ends a read of m's table and reports whether m was dropped
-// meanwhile (the last read closes its handle) (with s.mu held).
+// meanwhile (the last read closes its read handle) (with s.mu held).
 func (s *Syncer) endRead(m *member) (dropped bool) {
 	m.reading--
 	if m.dropped && m.reading == 0 {
-		m.h.Close()
+		m.rd.Close()
 	}
 	return m.dropped
 }
