@@ -144,7 +144,8 @@ func (r *receiver) setup(eth0 int) (err error) {
 // serve counts ifindex as a served eth0's (add: one more member, else
 // one less) and, when the set of ifindexes changes, replaces the
 // container filter (with the Syncer's lock held: the filter is in place
-// before the member is served).
+// before the member is served). An add whose filter could not be attached
+// is not counted.
 func (r *receiver) serve(ifindex int, add bool) error {
 	n := r.served[ifindex]
 	if add {
@@ -161,7 +162,16 @@ func (r *receiver) serve(ifindex int, add bool) error {
 	for i := range r.served {
 		idx = append(idx, i)
 	}
-	return attachFilter(r.all.fd, containerFilter(idx))
+	err := attachFilter(r.all.fd, containerFilter(idx))
+	if err != nil && add {
+		// not served: the next Add of ifindex attaches the filter again
+		if n == 0 {
+			delete(r.served, ifindex)
+		} else {
+			r.served[ifindex] = n
+		}
+	}
+	return err
 }
 
 // close releases the receiver once the loop has returned.
