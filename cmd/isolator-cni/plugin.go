@@ -173,14 +173,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	// rollback undoes this ADD after a later step failed (isolatord undid
 	// a failed Attach itself). A container that was already isolated (a
 	// retried ADD) is left alone: it works, and the runtime's DEL removes
-	// it.
+	// it; so is one no longer this network's (replaced meanwhile).
 	rollback := func(cause error) error {
 		if wasIsolated {
 			return cause
 		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer rcancel()
-		if _, err := c.Cleanup(rctx, &lc.CleanupRequest{ContainerID: args.ContainerID}); err != nil {
+		if _, err := c.Cleanup(rctx, &lc.CleanupRequest{ContainerID: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)}); err != nil {
 			var ce *types.Error
 			if errors.As(cause, &ce) {
 				ce.Details = joinDetails(ce.Details, "rollback (Cleanup) also failed: "+err.Error())
