@@ -68,6 +68,8 @@ type Conn struct {
 	lastStream uint32
 	// broken is set when the connection can no longer be used.
 	broken error
+	// wfail is the error of a failed write: nothing more is written.
+	wfail error
 
 	// cur is the call in progress, which the header decoder fills.
 	cur *call
@@ -188,24 +190,29 @@ func (c *Conn) ioError(ctx context.Context, what string, err error) error {
 	return st
 }
 
-// flush writes the pending frames.
+// flush writes the pending frames. After a failed write it writes nothing
+// more and returns that write's error.
 func (c *Conn) flush() error {
+	if c.wfail != nil {
+		c.wbuf = c.wbuf[:0]
+		return c.wfail
+	}
 	if len(c.wbuf) == 0 {
 		return nil
 	}
-	_, err := c.nc.Write(c.wbuf)
+	_, c.wfail = c.nc.Write(c.wbuf)
 	c.wbuf = c.wbuf[:0]
-	return err
+	return c.wfail
 }
 
 // step reads and handles one frame, writing what is pending first unless
 // the next frame is read already (answers to frames that arrived together
-// go out in one write, and nothing waits unsent while reading blocks).
+// go out in one write, and nothing waits unsent while reading blocks). A
+// write that fails (the server is closing the connection) does not end
+// the reading: what the server sent before closing is read all the same.
 func (c *Conn) step() error {
 	if !c.frameBuffered() {
-		if err := c.flush(); err != nil {
-			return err
-		}
+		_ = c.flush()
 	}
 	f, err := readFrame(c.br, &c.rbuf)
 	if err != nil {
@@ -477,7 +484,8 @@ func (c *Conn) Invoke(ctx context.Context, method string, req []byte) ([]byte, e
 		}
 	}
 	if err := c.flush(); err != nil {
-		return nil, c.ioError(ctx, "reading the reply", err)
+		// The reply is in: only later calls lose the connection.
+		_ = c.ioError(ctx, "answering the server", err)
 	}
 	if k.err != nil {
 		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {

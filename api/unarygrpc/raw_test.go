@@ -27,6 +27,7 @@ import (
 // for what a grpc-go server does rarely or never on demand.
 type rawServer struct {
 	t    *testing.T
+	nc   net.Conn
 	fr   *http2.Framer
 	enc  *hpack.Encoder
 	hbuf bytes.Buffer
@@ -52,7 +53,7 @@ func serveRaw(t *testing.T, settings []http2.Setting, script func(s *rawServer))
 			t.Errorf("preface %q: %v", pre, err)
 			return
 		}
-		s := &rawServer{t: t, fr: http2.NewFramer(nc, nc)}
+		s := &rawServer{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
 		s.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 		s.enc = hpack.NewEncoder(&s.hbuf)
 		if err := s.fr.WriteSettings(settings...); err != nil {
@@ -281,7 +282,7 @@ func TestFirstCallIsOneWrite(t *testing.T) {
 			t.Errorf("request body %x", body)
 		}
 		// Now greet and answer (the client's frames were read above).
-		s := &rawServer{t: t, fr: http2.NewFramer(nc, nc)}
+		s := &rawServer{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
 		s.enc = hpack.NewEncoder(&s.hbuf)
 		s.fr.WriteSettings()
 		s.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true,
