@@ -25,15 +25,15 @@ func (d *DataPlane) startNeigh(eth0 int, onLink net.IPNet, gateway net.IP) error
 	return nil
 }
 
-// addNeigh makes the syncer serve container id in namespace ns. Called
-// while the container's eth0 is still down (as veth.Create leaves it), it
-// reads no neighbour table (a dump walks the machine's whole table):
-// requests made once eth0 is up reach the syncer as notifications.
+// addNeigh makes the syncer serve container id in namespace ns, which
+// Setup has just configured: it reads no neighbour table (a dump walks
+// the machine's whole table; neighsync.AddNew): requests the container
+// makes from now on reach the syncer as notifications.
 func (d *DataPlane) addNeigh(id string, ns *nshandle.NS) error {
 	if d.neigh == nil {
 		return nil
 	}
-	if err := d.neigh.Add(id, ns, ContainerEth0); err != nil {
+	if err := d.neigh.AddNew(id, ns, ContainerEth0); err != nil {
 		return fmt.Errorf("container %s: %w", id, err)
 	}
 	return nil

@@ -31,10 +31,7 @@ func TestAddBeforeUp(t *testing.T) {
 	if err := s.Add("n1", ns, "eth0"); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	reads := s.reads
-	s.mu.Unlock()
-	if reads != 0 {
+	if reads := s.Stats().Reads; reads != 0 {
 		t.Errorf("%d tables read at Add of a container whose eth0 is down, want none", reads)
 	}
 	eth0Up(t, h, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)})
@@ -90,4 +87,23 @@ func TestRemoveDuringRead(t *testing.T) {
 	if all, _ := routeSockets(t, ns); !dropped || all != 0 {
 		t.Errorf("after the read: dropped=%v, %d NETLINK_ROUTE sockets, want dropped and none", dropped, all)
 	}
+}
+
+// TestAddNew: a container whose eth0 is up already, added with AddNew (a
+// namespace its caller has just set up), is served without reading its
+// table; its requests from then on are answered.
+func TestAddNew(t *testing.T) {
+	sb := sandbox.New(t)
+	s, _, clientMAC := hostSyncer(t, sb, netlink.FAMILY_V4)
+	c := sb.StartContainer(t, "n1")
+	ns := mustOpenNS(t, c.NetNS)
+	h := containerEth0(t, ns, net.IPNet{IP: sb.HostIP, Mask: net.CIDRMask(sandbox.PrefixLen, 32)})
+	if err := s.AddNew("n1", ns, "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	if reads := s.Stats().Reads; reads != 0 {
+		t.Errorf("%d tables read at AddNew, want none", reads)
+	}
+	askFrom(t, ns, sb.ClientIP)
+	waitFor(t, s, "the client's MAC in n1", func() bool { return hasPermanent(h, sb.ClientIP, clientMAC) })
 }

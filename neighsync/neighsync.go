@@ -34,7 +34,7 @@
 // subscribed to anything: one writes its entries, one reads its table) in
 // its namespace, its settings, one netlink
 // request per entry the host has on eth0, and a read of its table if its
-// eth0 was up at Add. Per container, requests are served up to a budget
+// eth0 was up at Add (never at AddNew). Per container, requests are served up to a budget
 // (budget.go). Per new neighbour: one host
 // resolution (only if the host does not know it) and one netlink request
 // per container that asked; per MAC change, one request per container
@@ -116,6 +116,8 @@ type Stats struct {
 	// Throttled: requests not served because their container's requests
 	// cost more of the reader's time than its budget allows (budget.go).
 	Throttled uint64
+	// Reads: containers' tables read (at Add, after an overflow).
+	Reads uint64
 }
 
 // MaxWaiting bounds the addresses one container may wait for at a time
@@ -148,7 +150,6 @@ type Syncer struct {
 	later   laterAdds // AddLater (later.go)
 	pending map[string]uint64
 	stats   Stats
-	reads   uint64 // containers' tables read (resyncMember)
 	// resyncing: resyncMembersAsync's goroutine runs; resyncAgain: it is
 	// to run once more.
 	resyncing, resyncAgain bool
@@ -259,7 +260,7 @@ func (s *Syncer) Stats() Stats {
 // Remove.
 //
 // Requests the container made before are found by reading its table
-// (resync.go), unless eth0 was down when Add looked (fresh.go): a down
+// (resync.go), unless eth0 was down when Add looked: a down
 // interface has no pending request, and one made once it is up reaches
 // the Syncer as a notification.
 func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
@@ -274,6 +275,20 @@ func (s *Syncer) Add(id string, ns *nshandle.NS, eth0 string) error {
 		s.resyncMember(m) // requests it made before
 	}
 	return nil
+}
+
+// AddNew is Add for a container whose namespace the caller has just set
+// up, before its processes could ask for a neighbour: its table is not
+// read, even with eth0 up (a dump walks every namespace's entries, so
+// each Add would cost more with every container present). A request made
+// in the instant between eth0 going up and AddNew is asked again by the
+// container's kernel (app_solicit times, retrans_time apart).
+func (s *Syncer) AddNew(id string, ns *nshandle.NS, eth0 string) error {
+	m, _, err := s.open(id, ns, eth0, s.servesIPv6())
+	if err != nil {
+		return err
+	}
+	return s.register(m, 0)
 }
 
 // nsID names a namespace (its nsfs device and inode).

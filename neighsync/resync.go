@@ -103,7 +103,7 @@ func (s *Syncer) resyncMember(m *member) {
 	for ip := range m.has {
 		had = append(had, ip)
 	}
-	s.reads++
+	s.stats.Reads++
 	if m.dropped {
 		s.mu.Unlock()
 		return
