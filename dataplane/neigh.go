@@ -50,7 +50,7 @@ func (d *DataPlane) addNeighLater(id, path string, ino uint64) {
 	}
 }
 
-// dropNeigh stops serving container id (its socket in the namespace is
+// dropNeigh stops serving container id (its sockets in the namespace are
 // closed, so the namespace can go).
 func (d *DataPlane) dropNeigh(id string) {
 	if d.neigh != nil {
