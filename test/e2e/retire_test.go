@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -24,6 +25,10 @@ func retiredLinks(t *testing.T, sb *sandbox.Sandbox) []string {
 	}
 	defer h.Close()
 	ls, err := h.LinkList()
+	for i := 0; errors.Is(err, netlink.ErrDumpInterrupted) && i < 100; i++ {
+		// links changed during the dump (the daemon deleting them): read again
+		ls, err = h.LinkList()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
