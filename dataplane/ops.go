@@ -298,11 +298,14 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	// The veth is muted and left to the background deletion (retire.go).
 	if veth != 0 {
 		// The ifindex is only trusted if it still carries our name (and
-		// was not retired already: a teardown done again).
+		// was not retired already: a teardown done again, which makes
+		// sure it is cut off).
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
 			existed = true
 			if !isRetired(l.Attrs()) {
 				existed, err = d.retire(veth, true)
+			} else {
+				err = d.recut(l.Attrs())
 			}
 			// Once muted nothing more is counted for it.
 			departed = d.departedDrops(veth) // added under d.mu below

@@ -53,6 +53,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/veth"
 )
 
@@ -464,9 +465,49 @@ func (d *DataPlane) retireByName(name string, mute bool) (bool, error) {
 		return false, fmt.Errorf("look up link %s: %w", name, err)
 	}
 	if isRetired(l.Attrs()) {
+		if mute {
+			return false, d.recut(l.Attrs())
+		}
 		return false, nil
 	}
 	return d.retire(l.Attrs().Index, mute)
+}
+
+// recut cuts a retired veth of ours off again (cutAgain) and hands it to
+// the background deletion (a retire that failed after the move to the group
+// did not); a link pending already is deleted once, the other entry finds
+// it gone.
+func (d *DataPlane) recut(a *netlink.LinkAttrs) error {
+	if err := d.cutAgain(a); err != nil {
+		return err
+	}
+	if ourRetired(a) && isVethName(a.Name) {
+		d.retired.add(a.Index)
+	}
+	return nil
+}
+
+// cutAgain makes sure a retired veth of ours is cut off: muted (or, without
+// cls_bpf or when the mute cannot be added, set down). A retire that failed
+// or was killed after the move to RetiredGroup and before the cut leaves
+// the veth in the group with its filters working; a lookup by name skips
+// it, so the teardown done again (or the start-up sweep) cuts it here.
+// Muted already, or gone, is not an error; a link not ours is left alone.
+func (d *DataPlane) cutAgain(a *netlink.LinkAttrs) error {
+	if !ourRetired(a) || !isVethName(a.Name) {
+		return nil
+	}
+	if d.sink.BPF {
+		err := tcfilter.Mute(d.h, a.Index)
+		if err == nil || veth.IsNotFound(err) {
+			return nil
+		}
+		d.log.Warn("retired veth not muted; set down instead", "ifindex", a.Index, "err", err)
+	}
+	if err := d.h.LinkSetDown(linkRefIdx(a.Index)); err != nil && !veth.IsNotFound(err) {
+		return fmt.Errorf("set retired link %d down: %w", a.Index, err)
+	}
+	return nil
 }
 
 // deleteRetired deletes every link of RetiredGroup in the host namespace in
@@ -506,7 +547,17 @@ func (d *DataPlane) sweepRetired() error {
 	if len(ours) == 0 {
 		return nil
 	}
+	// (a run killed between the move to the group and the cut left a veth
+	// with its filters working)
+	var errs []error
+	for _, l := range ls {
+		if isRetired(l.Attrs()) {
+			if err := d.cutAgain(l.Attrs()); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	d.log.Info("deleting links retired by an earlier run", "links", len(ours))
 	d.retired.add(ours...)
-	return nil
+	return errors.Join(errs...)
 }
