@@ -118,6 +118,9 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 		// another ethertype, a VLAN tag
 		eth(x.clientMAC, hm, 0x88cc, m),
 		eth(x.clientMAC, hm, unix.ETH_P_8021Q, []byte{0, 1, 0x08, 0x00}, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})),
+		// priority-tagged (VLAN 0, priority 7), and 802.1ad over 802.1Q
+		eth(x.clientMAC, hm, unix.ETH_P_8021Q, []byte{0xe0, 0, 0x08, 0x00}, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})),
+		eth(x.clientMAC, hm, unix.ETH_P_8021AD, []byte{0, 5, 0x81, 0x00, 0, 6, 0x08, 0x00}, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})),
 	}
 	for i, f := range frames {
 		if err := x.raw.send(f); err != nil {
