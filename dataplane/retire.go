@@ -445,12 +445,14 @@ func (d *DataPlane) retire(idx int, mute bool) (bool, error) {
 		d.log.Warn("retired veth not muted; set down instead", "ifindex", idx, "err", muteErr)
 		down = true
 	}
+	// In the group, it is the deletion's even when it could not be cut off
+	// (deleting it cuts it off; nothing else would delete it in this run).
+	r.add(idx)
 	if down {
 		if err := d.h.LinkSetDown(linkRefIdx(idx)); err != nil && !veth.IsNotFound(err) {
 			return true, fmt.Errorf("set link %d down: %w", idx, err)
 		}
 	}
-	r.add(idx)
 	return true, nil
 }
 
