@@ -35,8 +35,14 @@ package dataplane
 // (ourRetired: a veth named like ours whose alias names that container,
 // an egress shaper end named like ours, or a link an earlier version
 // renamed RetiredPrefix+ifindex). A link of the group we cannot attribute
-// is never deleted: it is reported, and from then on teardowns delete
-// their links themselves.
+// is not deleted: it is reported, and from then on teardowns delete their
+// links themselves. (The kernel cannot delete a group on a condition: a
+// link someone moves into RetiredGroup between that dump and the delete,
+// a few ms, goes with it. The group number is isolatord's alone.)
+// A retired veth moved to the group but not cut off (the mute and the
+// fallback both failed, or the daemon was killed between two requests of
+// the fallback) is cut off again by the teardown done again and by the
+// start-up sweep (cutAgain).
 // The kernel holds the pending list itself: a daemon killed with retired
 // links still present deletes them at its next start (PrepareHost).
 
