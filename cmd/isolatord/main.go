@@ -366,7 +366,7 @@ func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m 
 	// Metrics first, so refused calls count as PermissionDenied with the caller's uid.
 	gs := grpc.NewServer(
 		grpc.Creds(peerCreds{}),
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(uidLabel), logCalls(log), authorize(allowed)),
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(uidLabel), logCalls(log), authorize(allowed), boundWrites(defaultWrites())),
 	)
 	pbgrpc.RegisterIsolatorServer(gs, &server{iso: iso, log: log})
 	hs := health.NewServer()
