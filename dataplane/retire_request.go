@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/vishvananda/netlink/nl"
@@ -27,15 +26,12 @@ func (s *retireSocket) get(d *DataPlane) (*tcfilter.Conn, error) {
 	if s.conn != nil {
 		return s.conn, nil
 	}
-	err := d.hostNS.Do(func() error {
-		c, err := tcfilter.OpenConn()
-		s.conn = c
-		return err
-	})
+	c, err := openConn(d.hostNS)
 	if err != nil {
-		return nil, fmt.Errorf("rtnetlink socket in the host namespace: %w", err)
+		return nil, err
 	}
-	return s.conn, nil
+	s.conn = c
+	return c, nil
 }
 
 // close closes the socket, if it was opened.
