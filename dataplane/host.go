@@ -88,7 +88,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	d.ip6 = nil
 	if v6 != nil {
 		d.ip6 = d.shareIPv6(v6)
-		info.IPv6 = v6.Global
+		info.IPv6, info.Gateway6 = v6.Global, v6.Gateway()
 	}
 
 	// Host lo carries the host MAC: frames redirected from the host's lo to a

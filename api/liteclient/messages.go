@@ -168,6 +168,49 @@ type AttachResponse struct {
 	Container    *Container // 1
 	WasIsolated  bool       // 2
 	LabelsDiffer bool       // 3
+	// Eth0 is the container's interface; nil from a daemon that does not
+	// send it (or when the container was not isolated).
+	Eth0 *Interface // 4
+}
+
+// Interface is AttachResponse.Interface: the container's eth0 as the
+// daemon configured it.
+type Interface struct {
+	MAC           string   // 1
+	MTU           uint32   // 2
+	IPv4Addresses []string // 3
+	IPv4Gateway   string   // 4
+	IPv6Addresses []string // 5
+	IPv6Gateway   string   // 6
+}
+
+func (e *Interface) unmarshal(m []byte) error {
+	return decodeFields(m, func(num number, typ wireType, v []byte) (int, error) {
+		switch {
+		case num == 2 && typ == varintType:
+			x, n, err := consumeVarint(v)
+			e.MTU = uint32(x)
+			return n, err
+		case typ != bytesType || num < 1 || num > 6:
+			return -1, nil
+		case num == 2:
+			return -1, nil
+		}
+		s, n, err := consumeString(v)
+		switch num {
+		case 1:
+			e.MAC = s
+		case 3:
+			e.IPv4Addresses = append(e.IPv4Addresses, s)
+		case 4:
+			e.IPv4Gateway = s
+		case 5:
+			e.IPv6Addresses = append(e.IPv6Addresses, s)
+		case 6:
+			e.IPv6Gateway = s
+		}
+		return n, err
+	})
 }
 
 // Unmarshal decodes the reply into r.
@@ -176,6 +219,15 @@ func (r *AttachResponse) Unmarshal(m []byte) error {
 		switch {
 		case num == 1 && typ == bytesType:
 			return unmarshalContainer(v, &r.Container)
+		case num == 4 && typ == bytesType:
+			e, n, err := consumeBytes(v)
+			if err != nil {
+				return 0, err
+			}
+			if r.Eth0 == nil {
+				r.Eth0 = &Interface{}
+			}
+			return n, r.Eth0.unmarshal(e)
 		case (num == 2 || num == 3) && typ == varintType:
 			x, n, err := consumeVarint(v)
 			if num == 2 {

@@ -108,6 +108,16 @@ func fullContainer(id string, labels map[string]string) *pb.Container {
 	}
 }
 
+// fullEth0 sets every field of an AttachResponse.Interface, several
+// addresses of each family.
+func fullEth0() *pb.AttachResponse_Interface {
+	return &pb.AttachResponse_Interface{
+		Mac: "02:00:00:00:00:01", Mtu: 65535,
+		Ipv4Addresses: []string{"198.18.0.1/24", "198.18.1.1/32"}, Ipv4Gateway: "198.18.0.2",
+		Ipv6Addresses: []string{"2001:db8::1/64", "2001:db8:1::1/64", ""}, Ipv6Gateway: "fe80::2",
+	}
+}
+
 // replies are generated replies with every field set, for each of which
 // decode must agree with the generated decoder.
 func replies() []proto.Message {
@@ -116,6 +126,9 @@ func replies() []proto.Message {
 		c := fullContainer("c1", labels)
 		out = append(out,
 			&pb.AttachResponse{Container: c, WasIsolated: true, LabelsDiffer: true},
+			&pb.AttachResponse{Container: c, WasIsolated: true, Eth0: fullEth0()},
+			&pb.AttachResponse{Container: c, Eth0: &pb.AttachResponse_Interface{}},
+			&pb.AttachResponse{Container: c, Eth0: &pb.AttachResponse_Interface{Mac: "02:00:00:00:00:01", Mtu: 1500, Ipv4Addresses: []string{"198.18.0.1/24"}}},
 			&pb.AttachResponse{Container: &pb.Container{}},
 			&pb.AttachResponse{},
 			&pb.GetResponse{Container: c},
@@ -157,7 +170,7 @@ func decodeLite(m proto.Message, b []byte) (any, error) {
 func liteOf(m proto.Message) any {
 	switch m := m.(type) {
 	case *pb.AttachResponse:
-		return &AttachResponse{Container: fromPB(m.GetContainer()), WasIsolated: m.GetWasIsolated(), LabelsDiffer: m.GetLabelsDiffer()}
+		return &AttachResponse{Container: fromPB(m.GetContainer()), WasIsolated: m.GetWasIsolated(), LabelsDiffer: m.GetLabelsDiffer(), Eth0: ifaceFromPB(m.GetEth0())}
 	case *pb.CleanupResponse:
 		return &CleanupResponse{Kept: m.GetKept()}
 	case *pb.GetResponse:
@@ -172,6 +185,15 @@ func liteOf(m proto.Message) any {
 		return &StatusResponse{Version: m.GetVersion(), HostIP: m.GetHostIp()}
 	}
 	panic(fmt.Sprintf("no lite type for %T", m))
+}
+
+// ifaceFromPB is what a lite Interface must decode to from e's encoding.
+func ifaceFromPB(e *pb.AttachResponse_Interface) *Interface {
+	if e == nil {
+		return nil
+	}
+	return &Interface{MAC: e.GetMac(), MTU: e.GetMtu(), IPv4Addresses: e.GetIpv4Addresses(), IPv4Gateway: e.GetIpv4Gateway(),
+		IPv6Addresses: e.GetIpv6Addresses(), IPv6Gateway: e.GetIpv6Gateway()}
 }
 
 // equalLite compares decoded lite values, an empty map or slice equal to
@@ -197,6 +219,16 @@ func normalise(v any) any {
 	case *AttachResponse:
 		d := *r
 		d.Container = fix(d.Container)
+		if d.Eth0 != nil {
+			e := *d.Eth0
+			if len(e.IPv4Addresses) == 0 {
+				e.IPv4Addresses = nil
+			}
+			if len(e.IPv6Addresses) == 0 {
+				e.IPv6Addresses = nil
+			}
+			d.Eth0 = &e
+		}
 		return &d
 	case *GetResponse:
 		return &GetResponse{Container: fix(r.Container)}
@@ -214,7 +246,7 @@ func normalise(v any) any {
 func show(v any) string {
 	switch r := v.(type) {
 	case *AttachResponse:
-		return fmt.Sprintf("%+v container %+v", *r, r.Container)
+		return fmt.Sprintf("%+v container %+v eth0 %+v", *r, r.Container, r.Eth0)
 	case *GetResponse:
 		return fmt.Sprintf("container %+v", r.Container)
 	case *ListResponse:
@@ -286,6 +318,10 @@ func TestUnknownFieldsAreSkipped(t *testing.T) {
 	cb = protowire.AppendBytes(protowire.AppendTag(cb, 11, protowire.BytesType), entry)
 	for _, m := range []proto.Message{&pb.AttachResponse{}, &pb.GetResponse{}, &pb.ListResponse{}, &pb.CleanupResponse{}, &pb.StatusResponse{}} {
 		b := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), cb)
+		if _, ok := m.(*pb.AttachResponse); ok {
+			eb, _ := proto.Marshal(fullEth0())
+			b = protowire.AppendBytes(protowire.AppendTag(b, 4, protowire.BytesType), unknownFields(eb))
+		}
 		if _, ok := m.(*pb.CleanupResponse); ok {
 			b = protowire.AppendVarint(protowire.AppendTag(nil, 50, protowire.VarintType), 1)
 		}
@@ -346,6 +382,25 @@ func TestRejectsWhatGeneratedRejects(t *testing.T) {
 			t.Errorf("%x decodes without an error", b)
 		}
 	}
+	// An Attach reply whose eth0 has a string that is not UTF-8 (each
+	// string field in turn), or is cut short.
+	for num := protowire.Number(1); num <= 6; num++ {
+		if num == 2 {
+			continue // mtu, a number
+		}
+		e := protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), "\xc3\x28")
+		b := protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), e)
+		if err := proto.Unmarshal(b, &pb.AttachResponse{}); err == nil {
+			t.Fatalf("the generated code accepts %x: not a bad input", b)
+		}
+		if _, err := decodeLite(&pb.AttachResponse{}, b); err == nil {
+			t.Errorf("eth0 field %d not UTF-8: %x decodes without an error", num, b)
+		}
+	}
+	full, _ := proto.Marshal(&pb.AttachResponse{Eth0: fullEth0()})
+	if _, err := decodeLite(&pb.AttachResponse{}, full[:len(full)-1]); err == nil {
+		t.Errorf("a cut eth0 %x decodes without an error", full[:len(full)-1])
+	}
 }
 
 // TestRandomContainersAgree: containers with random field values (every
@@ -374,6 +429,15 @@ func TestRandomContainersAgree(t *testing.T) {
 			}
 		}
 		m := &pb.AttachResponse{Container: c, WasIsolated: rng.Intn(2) == 0, LabelsDiffer: rng.Intn(2) == 0}
+		if rng.Intn(3) > 0 {
+			m.Eth0 = &pb.AttachResponse_Interface{Mac: str(), Mtu: rng.Uint32(), Ipv4Gateway: str(), Ipv6Gateway: str()}
+			for j := rng.Intn(3); j > 0; j-- {
+				m.Eth0.Ipv4Addresses = append(m.Eth0.Ipv4Addresses, str())
+			}
+			for j := rng.Intn(3); j > 0; j-- {
+				m.Eth0.Ipv6Addresses = append(m.Eth0.Ipv6Addresses, str())
+			}
+		}
 		b, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)

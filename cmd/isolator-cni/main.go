@@ -19,8 +19,10 @@
 //     refused (code 7). If Isolate fails, isolatord cleans the prepared
 //     container up again (and the plugin does if reading the result fails).
 //     The result reports the host end of the veth and eth0 inside the
-//     namespace with the host's address, prefix, MAC and gateway, read from
-//     the namespace. A retried ADD (same ports, same namespace) succeeds.
+//     namespace with the host's address, prefix, MAC and gateway, as
+//     Attach's reply describes them (read from the namespace when an older
+//     isolatord sends no eth0). A retried ADD (same ports, same namespace)
+//     succeeds.
 //   - DEL: Cleanup, which isolatord carries out only if the container has
 //     this network's labels (require_labels). Succeeds when the daemon does not know the container,
 //     when it belongs to another network, or when its namespace is gone.

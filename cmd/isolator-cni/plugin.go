@@ -191,9 +191,16 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cause
 	}
 
-	ifc, err := p.ReadNS(args.Netns, ContainerIfName)
+	// isolatord says what it configured; an older one does not, and the
+	// namespace is read instead.
+	ifc, ok, err := attachedIface(att.Eth0)
 	if err != nil {
-		return rollback(types.NewError(types.ErrInternal, "isolator-cni: isolatord isolated the container, but reading its interface failed: "+err.Error(), ""))
+		return rollback(types.NewError(types.ErrInternal, "isolator-cni: isolatord's Attach reply: "+err.Error(), ""))
+	}
+	if !ok {
+		if ifc, err = p.ReadNS(args.Netns, ContainerIfName); err != nil {
+			return rollback(types.NewError(types.ErrInternal, "isolator-cni: isolatord isolated the container, but reading its interface failed: "+err.Error(), ""))
+		}
 	}
 	addr, ok := ifc.address(hip)
 	if !ok {

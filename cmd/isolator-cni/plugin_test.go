@@ -39,6 +39,9 @@ type fakeDaemon struct {
 	calls      []string
 	isolateErr error // returned by Isolate when set
 	cleanupErr error // returned by Cleanup when set
+	// eth0 is what a successful Attach reports of the container's
+	// interface (nil: nothing, as a daemon older than the field).
+	eth0 *pb.AttachResponse_Interface
 }
 
 func (f *fakeDaemon) record(s string) {
@@ -134,7 +137,7 @@ func (f *fakeDaemon) Attach(ctx context.Context, r *pb.AttachRequest) (*pb.Attac
 		}
 		return nil, err
 	}
-	return &pb.AttachResponse{Container: iso.GetContainer(), WasIsolated: was}, nil
+	return &pb.AttachResponse{Container: iso.GetContainer(), WasIsolated: was, Eth0: f.eth0}, nil
 }
 
 func hasLabels(c *pb.Container, want map[string]string) bool {

@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // Attach is Prepare then Isolate in one call. A container that existed
@@ -52,7 +53,33 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 		}
 		return nil, toStatus(err)
 	}
-	return &pb.AttachResponse{Container: toProto(r), WasIsolated: wasIsolated}, nil
+	return &pb.AttachResponse{Container: toProto(r), WasIsolated: wasIsolated, Eth0: containerEth0(s.iso.Host())}, nil
+}
+
+// containerEth0 is an isolated container's eth0 as the data plane
+// configures it from the host's: its MAC and MTU, its address and the
+// default route via the host's gateway, and, with IPv6, the host's global
+// addresses and IPv6 default route. The kernel lists IPv6 addresses of one
+// scope newest first, and the data plane adds them in the host's order, so
+// they are reported in reverse.
+func containerEth0(h plane.HostInfo) *pb.AttachResponse_Interface {
+	e := &pb.AttachResponse_Interface{Mtu: uint32(h.MTU)}
+	if len(h.MAC) > 0 {
+		e.Mac = h.MAC.String()
+	}
+	if h.IP.IP != nil {
+		e.Ipv4Addresses = []string{h.IP.String()}
+	}
+	if h.Gateway != nil {
+		e.Ipv4Gateway = h.Gateway.String()
+	}
+	for i := len(h.IPv6) - 1; i >= 0; i-- {
+		e.Ipv6Addresses = append(e.Ipv6Addresses, h.IPv6[i].String())
+	}
+	if h.Gateway6 != nil && len(h.IPv6) > 0 {
+		e.Ipv6Gateway = h.Gateway6.String()
+	}
+	return e
 }
 
 // attachPrepared, if set (by tests), is called between Attach's Prepare

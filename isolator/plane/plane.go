@@ -84,6 +84,9 @@ type HostInfo struct {
 	// IPv6 are the host's global IPv6 addresses containers share, with
 	// their prefixes; nil when containers have no IPv6.
 	IPv6 []net.IPNet
+	// Gateway6 is the gateway of the IPv6 default route containers get
+	// (the host's), nil when they have no IPv6 or there is none.
+	Gateway6 net.IP
 }
 
 // LinkSpeedBytes is eth0's link speed in bytes per second (0 = unknown).

@@ -1716,7 +1716,12 @@ type AttachResponse struct {
 	// changed.
 	WasIsolated bool `protobuf:"varint,2,opt,name=was_isolated,json=wasIsolated,proto3" json:"was_isolated,omitempty"`
 	// The existing container lacks one of require_labels: nothing changed.
-	LabelsDiffer  bool `protobuf:"varint,3,opt,name=labels_differ,json=labelsDiffer,proto3" json:"labels_differ,omitempty"`
+	LabelsDiffer bool `protobuf:"varint,3,opt,name=labels_differ,json=labelsDiffer,proto3" json:"labels_differ,omitempty"`
+	// The container's eth0 as isolatord configures it in the namespace (the
+	// host's MAC, MTU, addresses and default gateways), set when the
+	// container is isolated: what a CNI result reports of the interface, so
+	// that a caller need not read the namespace.
+	Eth0          *AttachResponse_Interface `protobuf:"bytes,4,opt,name=eth0,proto3" json:"eth0,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1770,6 +1775,13 @@ func (x *AttachResponse) GetLabelsDiffer() bool {
 		return x.LabelsDiffer
 	}
 	return false
+}
+
+func (x *AttachResponse) GetEth0() *AttachResponse_Interface {
+	if x != nil {
+		return x.Eth0
+	}
+	return nil
 }
 
 type GetRequest struct {
@@ -2439,6 +2451,96 @@ func (x *RemoveUnattributedResponse) GetRemoved() []string {
 	return nil
 }
 
+type AttachResponse_Interface struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// MAC address, "aa:bb:cc:dd:ee:ff".
+	Mac string `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
+	Mtu uint32 `protobuf:"varint,2,opt,name=mtu,proto3" json:"mtu,omitempty"`
+	// The IPv4 addresses with their prefix length, "198.18.0.1/24".
+	Ipv4Addresses []string `protobuf:"bytes,3,rep,name=ipv4_addresses,json=ipv4Addresses,proto3" json:"ipv4_addresses,omitempty"`
+	// The gateway of the IPv4 default route; empty when there is none.
+	Ipv4Gateway string `protobuf:"bytes,4,opt,name=ipv4_gateway,json=ipv4Gateway,proto3" json:"ipv4_gateway,omitempty"`
+	// The global IPv6 addresses with their prefix length (none when
+	// containers have no IPv6), in the order the kernel lists them.
+	Ipv6Addresses []string `protobuf:"bytes,5,rep,name=ipv6_addresses,json=ipv6Addresses,proto3" json:"ipv6_addresses,omitempty"`
+	// The gateway of the IPv6 default route; empty when there is none.
+	Ipv6Gateway   string `protobuf:"bytes,6,opt,name=ipv6_gateway,json=ipv6Gateway,proto3" json:"ipv6_gateway,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachResponse_Interface) Reset() {
+	*x = AttachResponse_Interface{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachResponse_Interface) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachResponse_Interface) ProtoMessage() {}
+
+func (x *AttachResponse_Interface) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachResponse_Interface.ProtoReflect.Descriptor instead.
+func (*AttachResponse_Interface) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{20, 0}
+}
+
+func (x *AttachResponse_Interface) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *AttachResponse_Interface) GetMtu() uint32 {
+	if x != nil {
+		return x.Mtu
+	}
+	return 0
+}
+
+func (x *AttachResponse_Interface) GetIpv4Addresses() []string {
+	if x != nil {
+		return x.Ipv4Addresses
+	}
+	return nil
+}
+
+func (x *AttachResponse_Interface) GetIpv4Gateway() string {
+	if x != nil {
+		return x.Ipv4Gateway
+	}
+	return ""
+}
+
+func (x *AttachResponse_Interface) GetIpv6Addresses() []string {
+	if x != nil {
+		return x.Ipv6Addresses
+	}
+	return nil
+}
+
+func (x *AttachResponse_Interface) GetIpv6Gateway() string {
+	if x != nil {
+		return x.Ipv6Gateway
+	}
+	return ""
+}
+
 var File_isolatord_v1_isolator_proto protoreflect.FileDescriptor
 
 const file_isolatord_v1_isolator_proto_rawDesc = "" +
@@ -2591,11 +2693,19 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x12RequireLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
-	"\x06target\"\x8f\x01\n" +
+	"\x06target\"\x91\x03\n" +
 	"\x0eAttachResponse\x125\n" +
 	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\x12!\n" +
 	"\fwas_isolated\x18\x02 \x01(\bR\vwasIsolated\x12#\n" +
-	"\rlabels_differ\x18\x03 \x01(\bR\flabelsDiffer\"/\n" +
+	"\rlabels_differ\x18\x03 \x01(\bR\flabelsDiffer\x12:\n" +
+	"\x04eth0\x18\x04 \x01(\v2&.isolatord.v1.AttachResponse.InterfaceR\x04eth0\x1a\xc3\x01\n" +
+	"\tInterface\x12\x10\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x10\n" +
+	"\x03mtu\x18\x02 \x01(\rR\x03mtu\x12%\n" +
+	"\x0eipv4_addresses\x18\x03 \x03(\tR\ripv4Addresses\x12!\n" +
+	"\fipv4_gateway\x18\x04 \x01(\tR\vipv4Gateway\x12%\n" +
+	"\x0eipv6_addresses\x18\x05 \x03(\tR\ripv6Addresses\x12!\n" +
+	"\fipv6_gateway\x18\x06 \x01(\tR\vipv6Gateway\"/\n" +
 	"\n" +
 	"GetRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"D\n" +
@@ -2672,7 +2782,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),                // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),                  // 1: isolatord.v1.PortRange
@@ -2715,16 +2825,17 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	nil,                                // 38: isolatord.v1.UsageResponse.DroppedPacketsEntry
 	nil,                                // 39: isolatord.v1.CleanupRequest.RequireLabelsEntry
 	nil,                                // 40: isolatord.v1.AttachRequest.RequireLabelsEntry
-	nil,                                // 41: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                                // 42: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
+	(*AttachResponse_Interface)(nil),   // 41: isolatord.v1.AttachResponse.Interface
+	nil,                                // 42: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                                // 43: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	43, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	43, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	44, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	44, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
 	32, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
@@ -2750,25 +2861,26 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
 	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
 	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	43, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	44, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
 	38, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
 	39, // 32: isolatord.v1.CleanupRequest.require_labels:type_name -> isolatord.v1.CleanupRequest.RequireLabelsEntry
 	5,  // 33: isolatord.v1.AttachRequest.prepare:type_name -> isolatord.v1.PrepareRequest
 	40, // 34: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
 	4,  // 35: isolatord.v1.AttachResponse.container:type_name -> isolatord.v1.Container
-	4,  // 36: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	4,  // 37: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	41, // 38: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	42, // 39: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	2,  // 40: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 41: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	28, // 42: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
-	29, // 43: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	41, // 36: isolatord.v1.AttachResponse.eth0:type_name -> isolatord.v1.AttachResponse.Interface
+	4,  // 37: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	4,  // 38: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	42, // 39: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	43, // 40: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	2,  // 41: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 42: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	28, // 43: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	29, // 44: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -2790,7 +2902,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
