@@ -118,18 +118,29 @@ func call[R any, PR interface {
 	return reply, nil
 }
 
-// Attach is Prepare then Isolate in one call.
+// Attach is Prepare then Isolate in one call. A request with a string
+// that is not UTF-8 is refused (INVALID_ARGUMENT naming the field) and not
+// sent; so are Cleanup's and Get's.
 func (c *Client) Attach(ctx context.Context, r *AttachRequest) (*AttachResponse, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	return call[AttachResponse](ctx, c, "Attach", r.Marshal())
 }
 
 // Cleanup removes a container.
 func (c *Client) Cleanup(ctx context.Context, r *CleanupRequest) (*CleanupResponse, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	return call[CleanupResponse](ctx, c, "Cleanup", r.Marshal())
 }
 
 // Get returns one container.
 func (c *Client) Get(ctx context.Context, r *GetRequest) (*GetResponse, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	return call[GetResponse](ctx, c, "Get", r.Marshal())
 }
 

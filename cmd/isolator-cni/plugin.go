@@ -110,6 +110,9 @@ func parseAttach(args *skel.CmdArgs) (*NetConf, cniArgs, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkUTF8(args.Netns, cargs); err != nil {
+		return nil, nil, err
+	}
 	return conf, cargs, nil
 }
 
