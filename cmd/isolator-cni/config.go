@@ -160,15 +160,7 @@ func (p PortList) MarshalJSON() ([]byte, error) { return json.Marshal(p.Set.Stri
 func parseConfig(stdin []byte) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "isolator-cni: cannot parse network configuration: "+err.Error(), "")
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(stdin, &raw); err == nil {
-		_, conf.hasAttachments = raw["cni.dev/valid-attachments"]
-		if a, ok := raw["cni.dev/attachments"]; ok {
-			conf.hasAttachments = true
-			_ = json.Unmarshal(a, &conf.legacyAttachments)
-		}
+		return nil, parseError(err)
 	}
 	if conf.Socket == "" {
 		conf.Socket = liteclient.DefaultSocket
@@ -180,6 +172,55 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 			return nil, types.NewError(types.ErrDecodingFailure, "isolator-cni: cannot parse prevResult: "+err.Error(), "")
 		}
+	}
+	return conf, nil
+}
+
+func parseError(err error) error {
+	return types.NewError(types.ErrDecodingFailure, "isolator-cni: cannot parse network configuration: "+err.Error(), "")
+}
+
+// parseGCConfig is parseConfig with what only GC reads: whether the list
+// of valid attachments is present (possibly empty), and the list under the
+// key of early 1.1 runtimes.
+func parseGCConfig(stdin []byte) (*NetConf, error) {
+	conf, err := parseConfig(stdin)
+	if err != nil {
+		return nil, err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(stdin, &raw); err == nil {
+		_, conf.hasAttachments = raw["cni.dev/valid-attachments"]
+		if a, ok := raw["cni.dev/attachments"]; ok {
+			conf.hasAttachments = true
+			_ = json.Unmarshal(a, &conf.legacyAttachments)
+		}
+	}
+	return conf, nil
+}
+
+// delConf is what DEL reads of its configuration: the network's name, and
+// where and how long to wait for isolatord.
+type delConf struct {
+	Name       string       `json:"name"`
+	Socket     string       `json:"socket,omitempty"`
+	DaemonWait waitDuration `json:"daemonWait,omitzero"`
+}
+
+// parseDelConfig decodes the members DEL reads (the input must still be a
+// JSON object). DEL removes what ADD set up whatever else the
+// configuration says now (ports edited since, a prevResult DEL does not
+// use), and decoding three members costs the plugin's start a fraction of
+// decoding them all.
+func parseDelConfig(stdin []byte) (*NetConf, error) {
+	var d delConf
+	if err := json.Unmarshal(stdin, &d); err != nil {
+		return nil, parseError(err)
+	}
+	conf := &NetConf{Socket: d.Socket, DaemonWait: d.DaemonWait}
+	conf.Name = d.Name
+	if conf.Socket == "" {
+		conf.Socket = liteclient.DefaultSocket
 	}
 	return conf, nil
 }

@@ -93,14 +93,14 @@ func TestParseConfigPrevResultAndAttachments(t *testing.T) {
 		t.Error("hasAttachments without the key")
 	}
 
-	conf, err = parseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","cni.dev/valid-attachments":[]}`))
+	conf, err = parseGCConfig([]byte(`{"cniVersion":"1.1.0","name":"n","cni.dev/valid-attachments":[]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !conf.hasAttachments || len(conf.attachments()) != 0 {
 		t.Errorf("empty valid-attachments: has=%v list=%v", conf.hasAttachments, conf.attachments())
 	}
-	conf, err = parseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","cni.dev/attachments":[{"containerID":"a","ifname":"eth0"}]}`))
+	conf, err = parseGCConfig([]byte(`{"cniVersion":"1.1.0","name":"n","cni.dev/attachments":[{"containerID":"a","ifname":"eth0"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

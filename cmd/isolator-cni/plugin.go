@@ -271,7 +271,7 @@ func buildResult(prev *types100.Result, c *lc.Container, ifname, netnsPath strin
 // down what is left). It fails when the daemon cannot be asked: then nobody
 // knows whether the ports are still held, and the runtime must retry.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	conf, err := parseConfig(args.StdinData)
+	conf, err := parseDelConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -414,7 +414,7 @@ func checkFailed(format string, args ...any) error {
 // going past failures and reports them all. Without the attachment list it
 // refuses, rather than remove every container of the network.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	conf, err := parseConfig(args.StdinData)
+	conf, err := parseGCConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
