@@ -61,9 +61,13 @@ var supportedVersions = version.PluginSupports("0.4.0", "1.0.0", "1.1.0")
 
 func main() {
 	p := newPlugin(os.Stdout)
+	// The plugin checks CNI_NETNS against its own namespace itself
+	// (netnscheck.go), without the OS thread skel's check locks.
+	override := netnsOverride(os.Getenv("CNI_NETNS_OVERRIDE"))
+	os.Setenv("CNI_NETNS_OVERRIDE", "1")
 	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    p.Add,
-		Del:    p.Del,
+		Add:    netnsChecked(p.Add, override),
+		Del:    netnsChecked(p.Del, override),
 		Check:  p.Check,
 		GC:     p.GC,
 		Status: p.Status,
