@@ -39,47 +39,35 @@ func resultValue(r *types100.Result) map[string]any {
 		m["cniVersion"] = r.CNIVersion
 	}
 	if len(r.Interfaces) > 0 {
-		l := make([]any, len(r.Interfaces))
-		for i, ifc := range r.Interfaces {
-			if ifc != nil {
-				o := map[string]any{"name": text(ifc.Name)}
-				putString(o, "mac", ifc.Mac)
-				putNumber(o, "mtu", ifc.Mtu)
-				putString(o, "sandbox", ifc.Sandbox)
-				putString(o, "socketPath", ifc.SocketPath)
-				putString(o, "pciID", ifc.PciID)
-				l[i] = o
-			}
-		}
-		m["interfaces"] = l
+		m["interfaces"] = objects(r.Interfaces, func(ifc *types100.Interface) map[string]any {
+			o := map[string]any{"name": text(ifc.Name)}
+			putString(o, "mac", ifc.Mac)
+			putNumber(o, "mtu", ifc.Mtu)
+			putString(o, "sandbox", ifc.Sandbox)
+			putString(o, "socketPath", ifc.SocketPath)
+			putString(o, "pciID", ifc.PciID)
+			return o
+		})
 	}
 	if len(r.IPs) > 0 {
-		l := make([]any, len(r.IPs))
-		for i, ip := range r.IPs {
-			if ip != nil {
-				o := map[string]any{"address": ipNetString(ip.Address)}
-				putIndex(o, "interface", ip.Interface)
-				putIP(o, "gateway", ip.Gateway)
-				l[i] = o
-			}
-		}
-		m["ips"] = l
+		m["ips"] = objects(r.IPs, func(ip *types100.IPConfig) map[string]any {
+			o := map[string]any{"address": ipNetString(ip.Address)}
+			putIndex(o, "interface", ip.Interface)
+			putIP(o, "gateway", ip.Gateway)
+			return o
+		})
 	}
 	if len(r.Routes) > 0 {
-		l := make([]any, len(r.Routes))
-		for i, rt := range r.Routes {
-			if rt != nil {
-				o := map[string]any{"dst": ipNetString(rt.Dst)}
-				putIP(o, "gw", rt.GW)
-				putNumber(o, "mtu", rt.MTU)
-				putNumber(o, "advmss", rt.AdvMSS)
-				putNumber(o, "priority", rt.Priority)
-				putIndex(o, "table", rt.Table)
-				putIndex(o, "scope", rt.Scope)
-				l[i] = o
-			}
-		}
-		m["routes"] = l
+		m["routes"] = objects(r.Routes, func(rt *types.Route) map[string]any {
+			o := map[string]any{"dst": ipNetString(rt.Dst)}
+			putIP(o, "gw", rt.GW)
+			putNumber(o, "mtu", rt.MTU)
+			putNumber(o, "advmss", rt.AdvMSS)
+			putNumber(o, "priority", rt.Priority)
+			putIndex(o, "table", rt.Table)
+			putIndex(o, "scope", rt.Scope)
+			return o
+		})
 	}
 	if d := r.DNS; !d.IsEmpty() {
 		o := map[string]any{}
@@ -90,6 +78,18 @@ func resultValue(r *types100.Result) map[string]any {
 		m["dns"] = o
 	}
 	return m
+}
+
+// objects is the generic value of a list of structs: obj of each, nil for
+// a nil one.
+func objects[T any](xs []*T, obj func(*T) map[string]any) []any {
+	l := make([]any, len(xs))
+	for i, x := range xs {
+		if x != nil {
+			l[i] = obj(x)
+		}
+	}
+	return l
 }
 
 // The put functions set what a field tagged omitempty decodes to, or

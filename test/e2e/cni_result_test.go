@@ -32,7 +32,7 @@ func TestCNIResultIsTheNamespaces(t *testing.T) {
 				second[15] ^= 0x77
 				h, err := sb.Host.Netlink()
 				must(t, err)
-				defer h.Delete()
+				defer h.Close()
 				eth0, err := h.LinkByName(sb.HostEth0)
 				must(t, err)
 				addr := &netlink.Addr{IPNet: &net.IPNet{IP: second, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
@@ -99,7 +99,7 @@ func namespaceEth0(t *testing.T, netnsPath string) string {
 	t.Helper()
 	h, err := sandbox.NS{Path: netnsPath}.Netlink()
 	must(t, err)
-	defer h.Delete()
+	defer h.Close()
 	link, err := h.LinkByName("eth0")
 	must(t, err)
 	gw := map[int]net.IP{}
