@@ -49,16 +49,19 @@ import (
 // intentDir is the journal's directory in the state directory.
 const intentDir = "intents"
 
-// tmpPrefix starts the name an intent is written under before it is
-// renamed into place; container IDs never start with a dot.
+// tmpPrefix started the name an intent was written under before it was
+// renamed into place, before the journal wrote into spares
+// (intentspare.go); container IDs never start with a dot.
 const tmpPrefix = ".tmp-"
 
 // intentLog is the journal of one state directory.
 type intentLog struct {
 	dir string
 
-	mu      sync.Mutex
-	present map[string]uint64 // containers with an intent file: its sequence number
+	mu        sync.Mutex
+	present   map[string]uint64 // containers with an intent file: its sequence number
+	spares    []string          // paths of spare files (intentspare.go)
+	lastSpare uint64            // numbers the spare names
 }
 
 // openIntents opens (creating) the journal in stateDir and reads it: the
@@ -76,6 +79,10 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 	var bad []string
 	for _, e := range ents {
 		name := e.Name()
+		if strings.HasPrefix(name, sparePrefix) {
+			os.Remove(filepath.Join(l.dir, name)) // a spare of an earlier run: no intent
+			continue
+		}
 		if strings.HasPrefix(name, tmpPrefix) {
 			bad = append(bad, name) // never renamed into place: its step never began
 			continue
@@ -95,57 +102,30 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 	return l, recs, bad, nil
 }
 
-// write records r as its container's intent, replacing any earlier one.
-// The first intent of a container is created in place (a file cut short
-// by a kill before its one write is empty, and ignored: the kernel was not
-// touched yet, and there was no earlier intent); a later one is written
-// beside it and renamed over it, so that the earlier one stays whole until
-// it is replaced.
+// write records r as its container's intent, replacing any earlier one:
+// r is written into a spare file (intentspare.go), which is then renamed
+// into place, so that the earlier intent stays whole until it is replaced
+// and a write cut short by a kill is never read as an intent.
 func (l *intentLog) write(r *Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	_, again := l.present[r.ID]
+	_, had := l.present[r.ID]
 	l.mu.Unlock()
-	if !again {
-		err := writeNew(filepath.Join(l.dir, r.ID), b)
-		if err == nil {
-			l.mu.Lock()
-			l.present[r.ID] = r.Seq
-			l.mu.Unlock()
-			return nil
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("write intent of %s: %w", r.ID, err)
-		}
-	}
-	tmp := filepath.Join(l.dir, tmpPrefix+r.ID)
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	spare, err := l.takeSpare(b)
+	if err != nil {
 		return fmt.Errorf("write intent of %s: %w", r.ID, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(l.dir, r.ID)); err != nil {
-		os.Remove(tmp)
+	if err := l.place(spare, filepath.Join(l.dir, r.ID), had); err != nil {
+		os.Remove(spare)
 		return fmt.Errorf("write intent of %s: %w", r.ID, err)
 	}
 	l.mu.Lock()
 	l.present[r.ID] = r.Seq
 	l.mu.Unlock()
 	return nil
-}
-
-// writeNew creates path, which must not exist, holding b.
-func writeNew(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // clear removes id's intent, if it has one numbered seq (0: any). Calls
@@ -157,7 +137,7 @@ func (l *intentLog) clear(id string, seq uint64) error {
 	if !has || (seq != 0 && cur != seq) {
 		return nil
 	}
-	if err := os.Remove(filepath.Join(l.dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := l.retire(filepath.Join(l.dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove intent of %s: %w", id, err)
 	}
 	l.mu.Lock()
@@ -181,6 +161,7 @@ func (l *intentLog) clearAll() error {
 	}
 	l.mu.Lock()
 	clear(l.present)
+	l.spares = nil
 	l.mu.Unlock()
 	return errors.Join(errs...)
 }

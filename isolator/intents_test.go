@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -12,7 +13,7 @@ import (
 	"github.com/isolatord/isolatord/isolator/plane"
 )
 
-// journalFiles lists the files of dir's intent journal.
+// journalFiles lists the files of dir's intent journal (its spares aside).
 func journalFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(filepath.Join(dir, intentDir))
@@ -21,7 +22,9 @@ func journalFiles(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		out = append(out, e.Name())
+		if !strings.HasPrefix(e.Name(), sparePrefix) {
+			out = append(out, e.Name())
+		}
 	}
 	return out
 }
