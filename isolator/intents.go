@@ -4,15 +4,16 @@ package isolator
 // update of an isolated container's ports, cleanup of an isolated one) it
 // records its intent: the record in its transitional state. The intent is
 // a small file per container in <state-dir>/intents, replaced atomically
-// (written beside it, then renamed over it) and not fsynced; the outcome
-// goes to the database (store.go), fsynced, and then the intent file is
-// removed. A stable state a caller is told about is written before the
-// answer: in the database, or, for the outcome of an Isolate or of a
-// Cleanup of an isolated container, as the intent from which recovery
-// reaches that state (the plumbing complete, or gone), while the outcome's
-// commit is queued and lands after the answer (isolatedStored, deleted).
-// Intents cost a few file-system calls instead of a database commit (two
-// fsyncs).
+// (written into a spare file, then renamed into place: intentspare.go) and
+// not fsynced; the outcome goes to the database (store.go), fsynced, and
+// then the intent file is removed. A stable state a caller is told about
+// is written before the answer: in the database, or, for a Prepare and for
+// the outcome of an Isolate or of a Cleanup of an isolated container, in
+// the journal (the prepared record itself, or the intent from which
+// recovery reaches that state: the plumbing complete, or gone), while the
+// commit is queued and lands after the answer (preparedStored,
+// isolatedStored, deleted). Intents cost a few file-system calls instead
+// of a database commit (two fsyncs).
 //
 // Why an intent needs no fsync: it protects kernel objects, and it is
 // exactly as durable as they are. A daemon killed (kill -9, a crash) loses
@@ -23,7 +24,10 @@ package isolator
 // host port reservations): recovery then finds the database's stable
 // state with nothing in the kernel, the outcome it would reach with the
 // intent as well (an isolated or isolating container whose namespace is
-// gone is cleaned up; a prepared one has nothing in the kernel).
+// gone is cleaned up; a prepared one has nothing in the kernel). A
+// prepared record whose commit a power loss cut short (within a commit's
+// time of the answer) is lost with the processes of its container: the
+// runtime that starts the container again prepares it again.
 //
 // Every write of a record, to the database or to the journal, carries a
 // sequence number from one counter that only grows (store.nextSeq, started
@@ -32,7 +36,9 @@ package isolator
 // whose outcome reached the database before its file was removed (a kill
 // in between, or a power loss that kept the commit but not the removal),
 // or one left of a container since cleaned up and prepared again, is
-// stale and ignored. A file that does not decode (a write cut short by a
+// stale and ignored. A prepared or isolating intent of a container with no
+// record is its Prepare's record whose commit had not landed, and is
+// loaded (overlay). A file that does not decode (a write cut short by a
 // power loss) is ignored: no kernel object outlived what cut it short.
 
 import (
@@ -167,19 +173,27 @@ func (l *intentLog) clearAll() error {
 }
 
 // overlay replaces each record of recs by its container's intent when the
-// intent is newer; it returns the IDs whose intents were applied.
-func overlay(recs, intents []*Record) (applied []string) {
+// intent is newer, and adds the intent of a container with no record when
+// it is prepared or isolating: its Prepare's commit had not landed. Such
+// an intent is never stale: a cleanup replaces an isolating intent by its
+// own, and removes a prepared one before the record. It returns the
+// records and the IDs of those added (in the journal only).
+func overlay(recs, intents []*Record) (_ []*Record, added []string) {
 	byID := make(map[string]int, len(recs))
 	for i, r := range recs {
 		byID[r.ID] = i
 	}
 	for _, in := range intents {
 		i, ok := byID[in.ID]
-		if !ok || in.Seq <= recs[i].Seq {
+		switch {
+		case !ok && (in.State == StatePrepared || in.State == StateIsolating):
+			recs = append(recs, in)
+			added = append(added, in.ID)
+		case !ok || in.Seq <= recs[i].Seq:
 			continue // stale: its outcome is in the database, or its container is gone
+		default:
+			recs[i] = in
 		}
-		recs[i] = in
-		applied = append(applied, in.ID)
 	}
-	return applied
+	return recs, added
 }

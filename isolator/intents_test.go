@@ -65,6 +65,7 @@ func TestIntentsOutsideTheDatabase(t *testing.T) {
 	if _, err := s.Prepare(bg, "c1", ports("31000")); err != nil {
 		t.Fatal(err)
 	}
+	s.store.later.Wait() // the prepared record is committed after the answer
 	var inDB, inJournal State
 	s.SetHook(func(p string) {
 		if p != "isolate:intent" {

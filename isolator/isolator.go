@@ -413,7 +413,16 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	rec := *r
 	s.mu.Unlock()
 
-	if err := s.store.put(&rec); err != nil {
+	// The answer waits for the prepared record in the journal, not for
+	// its commit (preparedStored).
+	if err := s.store.intend(&rec); err != nil {
+		s.forget(id)
+		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
+	}
+	intent := rec.Seq
+	stored := rec
+	if err := s.store.putLater(&stored, func(err error) { s.preparedStored(id, intent, err) }); err != nil {
+		s.store.settled(id, intent, s.log)
 		s.forget(id)
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}
@@ -596,6 +605,22 @@ func (s *Isolator) isolatedStored(id string, intent uint64, err error) {
 	defer unlock()
 	if err != nil {
 		s.log.Error("persist isolated container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
+		return
+	}
+	s.store.settled(id, intent, s.log)
+}
+
+// preparedStored is called once the prepared record of container id,
+// whose prepared intent is numbered intent, is committed. The caller was
+// answered before, with the record in the journal: a daemon killed before
+// the commit finds it there at its next start (intents.go). The intent is
+// removed under the container's lock unless a newer one (an Isolate's)
+// replaced it; after a failed commit it stays, for the next start.
+func (s *Isolator) preparedStored(id string, intent uint64, err error) {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if err != nil {
+		s.log.Error("persist prepared container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
 		return
 	}
 	s.store.settled(id, intent, s.log)
@@ -972,11 +997,13 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 		s.log.Info("cleaned up", "container_id", r.ID)
 		return nil
 	}
+	// The prepared intent first: one left after the removal would bring
+	// the container back at the next start (intents.go).
+	s.store.settled(r.ID, 0, s.log)
 	if err := s.store.del(r.ID); err != nil {
 		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}
 	s.at("cleanup:deleted")
-	s.store.settled(r.ID, 0, s.log)
 	s.forget(r.ID)
 	s.log.Info("cleaned up", "container_id", r.ID)
 	return nil

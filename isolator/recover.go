@@ -199,6 +199,11 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, owned bool, rep *R
 	case StatePrepared:
 		rep.Prepared++
 		log.Info("recover: prepared, nothing in the kernel")
+		if s.store.journalOnly[r.ID] { // its Prepare's commit had not landed
+			if err := s.commit(r); err != nil {
+				return false, err
+			}
+		}
 		return false, nil
 
 	case StateCleaning:

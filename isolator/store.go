@@ -46,6 +46,9 @@ type store struct {
 	// open, for the first load.
 	intents *intentLog
 	pending []*Record
+	// journalOnly are the containers load found in the journal alone
+	// (their Prepare's commit had not landed): recovery commits them.
+	journalOnly map[string]bool
 	// seq numbers the writes of records (intents.go).
 	seq atomic.Uint64
 	// later counts the writes queued by delLater not yet committed.
@@ -306,8 +309,11 @@ func delRecord(id string) func(*bolt.Tx) error {
 // the newer intents of the journal in place of their records).
 func (s *store) load() ([]*Record, error) {
 	if s.loaded != nil || s.pending != nil {
-		out := s.loaded
-		overlay(out, s.pending)
+		out, added := overlay(s.loaded, s.pending)
+		s.journalOnly = make(map[string]bool, len(added))
+		for _, id := range added {
+			s.journalOnly[id] = true
+		}
 		s.loaded, s.pending = nil, nil
 		return out, nil
 	}
