@@ -414,7 +414,12 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	s.mu.Unlock()
 
 	// The answer waits for the prepared record in the journal, not for
-	// its commit (preparedStored).
+	// its commit (preparedStored). The journal is read at the next start
+	// whatever the database holds then: a removal still queued of a
+	// container cleaned up before (whose slot, ports or block this one
+	// may have taken) must have ended first, as it would have if this
+	// record had been queued after it.
+	s.store.removalsEnded()
 	if err := s.store.intend(&rec); err != nil {
 		s.forget(id)
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)

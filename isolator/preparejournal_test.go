@@ -107,3 +107,52 @@ func TestPrepareAnswersBeforeTheCommit(t *testing.T) {
 		t.Fatalf("c4 after a kill once its removal was committed: %v", err)
 	}
 }
+
+// TestPrepareAfterQueuedRemoval: a container cleaned up after its
+// isolation answers with its record's removal queued; a Prepare that takes
+// its slot and port at once answers only once that removal has ended, so
+// that a daemon killed when the Prepare answered (its state as on disk
+// then) does not find both at its next start.
+func TestPrepareAfterQueuedRemoval(t *testing.T) {
+	dir := t.TempDir()
+	dp := newFakeDP()
+	s := newTestIsolator(t, dir, dp)
+	if _, err := s.Prepare(bg, "c1", ports("31000")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
+		t.Fatal(err)
+	}
+	s.store.later.Wait()
+	release := holdWriter(s)
+	if err := s.Cleanup(bg, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	killed := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Prepare(bg, "c2", ports("31000"))
+		copyDir(t, dir, killed) // the state of a daemon killed once c2 is prepared
+		done <- err
+	}()
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s.store.later.Wait()
+	s.Close()
+	s2, err := New(testConfig(t, killed), newFakeDP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.Start(bg); err != nil {
+		t.Fatalf("start after a kill once c2 was prepared: %v", err)
+	}
+	if r, err := s2.Get(bg, "c2"); err != nil || !r.Ports.Equal(ephemeral.MustParseSet("31000")) {
+		t.Fatalf("c2: %+v %v", r, err)
+	}
+	if _, err := s2.Get(bg, "c1"); KindOf(err) != ErrNotFound {
+		t.Fatalf("c1: %v", err)
+	}
+}

@@ -21,12 +21,18 @@ type groupCommit struct {
 	mu      sync.Mutex
 	queue   []*write
 	running bool
+	// Removals queued by delLater are numbered (issued); removed is the
+	// highest number whose transaction has ended (writes end in the order
+	// they were queued). removedCond is signalled when it grows.
+	issued, removed uint64
+	removedCond     *sync.Cond // on mu
 }
 
 // write is one queued change and where its outcome goes.
 type write struct {
-	fn   func(*bolt.Tx) error
-	done chan error
+	fn      func(*bolt.Tx) error
+	done    chan error
+	removal uint64 // its number if it is a removal queued by delLater, else 0
 }
 
 // update runs fn in a write transaction shared with the writes queued at the
@@ -39,9 +45,18 @@ func (s *store) update(fn func(*bolt.Tx) error) error {
 // committed in the order they were queued: a write queued later is in the
 // same transaction or a later one.
 func (s *store) enqueue(fn func(*bolt.Tx) error) <-chan error {
+	return s.enqueueWrite(&write{fn: fn})
+}
+
+// enqueueWrite queues w (enqueue); a removal is numbered here.
+func (s *store) enqueueWrite(w *write) <-chan error {
 	g := &s.group
-	w := &write{fn: fn, done: make(chan error, 1)}
+	w.done = make(chan error, 1)
 	g.mu.Lock()
+	if w.removal != 0 {
+		g.issued++
+		w.removal = g.issued
+	}
 	g.queue = append(g.queue, w)
 	if !g.running {
 		g.running = true
@@ -54,7 +69,25 @@ func (s *store) enqueue(fn func(*bolt.Tx) error) <-chan error {
 // delLater queues the removal of id's record and returns at once; done
 // receives the outcome once committed. close waits for it.
 func (s *store) delLater(id string, done func(error)) {
-	s.whenCommitted(s.enqueue(delRecord(id)), done)
+	s.whenCommitted(s.enqueueWrite(&write{fn: delRecord(id), removal: 1}), done)
+}
+
+// removalsEnded waits until every removal queued by delLater before the
+// call has ended (committed, or failed: its caller retries it). A write
+// that must never reach the disk before such a removal (a record taking
+// the slot, ports or block a removed container released) waits for it
+// when it is not itself queued after the removal (Prepare's record goes
+// to the journal first).
+func (s *store) removalsEnded() {
+	g := &s.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.removedCond == nil {
+		g.removedCond = sync.NewCond(&g.mu)
+	}
+	for want := g.issued; g.removed < want; {
+		g.removedCond.Wait()
+	}
 }
 
 // putLater queues the write of r (setting its sequence number) and returns
@@ -90,6 +123,12 @@ func (s *store) commitQueue() {
 		g.mu.Unlock()
 		s.commitBatch(batch)
 		g.mu.Lock()
+		for _, w := range batch {
+			g.removed = max(g.removed, w.removal)
+		}
+		if g.removedCond != nil {
+			g.removedCond.Broadcast()
+		}
 	}
 	g.running = false
 	g.mu.Unlock()
