@@ -606,13 +606,7 @@ func (s *Isolator) isolateLocked(ctx context.Context, id string, t IsolateTarget
 // under the container's lock unless a newer one replaced it; after a
 // failed commit it stays, for the next start to resolve.
 func (s *Isolator) isolatedStored(id string, intent uint64, err error) {
-	unlock := s.locks.lock(id)
-	defer unlock()
-	if err != nil {
-		s.log.Error("persist isolated container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
-		return
-	}
-	s.store.settled(id, intent, s.log)
+	s.stored(id, intent, "isolated", err)
 }
 
 // preparedStored is called once the prepared record of container id,
@@ -622,10 +616,17 @@ func (s *Isolator) isolatedStored(id string, intent uint64, err error) {
 // removed under the container's lock unless a newer one (an Isolate's)
 // replaced it; after a failed commit it stays, for the next start.
 func (s *Isolator) preparedStored(id string, intent uint64, err error) {
+	s.stored(id, intent, "prepared", err)
+}
+
+// stored removes container id's intent numbered intent once the record
+// (a state) it stands for is committed (err nil); after a failed commit
+// the intent stays, for the next start to resolve.
+func (s *Isolator) stored(id string, intent uint64, state string, err error) {
 	unlock := s.locks.lock(id)
 	defer unlock()
 	if err != nil {
-		s.log.Error("persist prepared container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
+		s.log.Error("persist "+state+" container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
 		return
 	}
 	s.store.settled(id, intent, s.log)
