@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"sync/atomic"
 )
 
 // Errors from the Allocator (and, for ErrNotManaged, the Ledger). Test them
@@ -35,14 +36,15 @@ const MinBlockSize = 16
 // picks the lowest free one (first fit), so allocation is deterministic.
 //
 // An Allocator is not safe for concurrent use: the caller serialises access
-// (the lifecycle does so under its own lock). No method panics on bad input;
+// (the lifecycle does so under its own lock). Only BlockSize, Total and Used
+// may be called at any time (a status read that takes no lock). No method panics on bad input;
 // double claims and double releases are reported as errors.
 type Allocator struct {
 	pool      Set
 	blockSize int
 	blocks    []uint16 // Begin of each block, ascending
 	used      []uint64 // bitmap over blocks: bit i set = blocks[i] allocated
-	nUsed     int
+	nUsed     atomic.Int64
 }
 
 // NewAllocator builds an allocator over pool with blocks of blockSize ports.
@@ -89,10 +91,10 @@ func (a *Allocator) BlockSize() int { return a.blockSize }
 func (a *Allocator) Total() int { return len(a.blocks) }
 
 // Used is the number of allocated blocks.
-func (a *Allocator) Used() int { return a.nUsed }
+func (a *Allocator) Used() int { return int(a.nUsed.Load()) }
 
 // Free is the number of blocks left to allocate.
-func (a *Allocator) Free() int { return len(a.blocks) - a.nUsed }
+func (a *Allocator) Free() int { return len(a.blocks) - a.Used() }
 
 func (a *Allocator) block(i int) Range {
 	b := a.blocks[i]
@@ -113,7 +115,7 @@ func (a *Allocator) Allocate() (Range, error) {
 			break
 		}
 		a.used[w] |= 1 << (i % 64)
-		a.nUsed++
+		a.nUsed.Add(1)
 		return a.block(i), nil
 	}
 	return Range{}, fmt.Errorf("%w: all %d blocks of %d ports in %s are in use",
@@ -156,7 +158,7 @@ func (a *Allocator) Claim(r Range) error {
 		return fmt.Errorf("cannot claim ephemeral range %s: %w", r, ErrTaken)
 	}
 	a.used[i/64] |= 1 << (i % 64)
-	a.nUsed++
+	a.nUsed.Add(1)
 	return nil
 }
 
@@ -173,7 +175,7 @@ func (a *Allocator) Release(r Range) error {
 		return fmt.Errorf("cannot release ephemeral range %s: %w", r, ErrNotAllocated)
 	}
 	a.used[i/64] &^= 1 << (i % 64)
-	a.nUsed--
+	a.nUsed.Add(-1)
 	return nil
 }
 
@@ -185,7 +187,7 @@ func (a *Allocator) IsAllocated(r Range) bool {
 
 // Allocated lists the allocated blocks in ascending order.
 func (a *Allocator) Allocated() []Range {
-	out := make([]Range, 0, a.nUsed)
+	out := make([]Range, 0, a.Used())
 	for i := range a.blocks {
 		if a.isUsed(i) {
 			out = append(out, a.block(i))

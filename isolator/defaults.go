@@ -5,8 +5,8 @@ import "github.com/isolatord/isolatord/rate"
 // DefaultLimits are the bandwidth limits a container gets when Prepare
 // gives none.
 func (s *Isolator) DefaultLimits() (egress, ingress rate.Limit) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	return s.cfg.Egress, s.cfg.Ingress
 }
 
@@ -23,8 +23,8 @@ func (s *Isolator) SetDefaultIngress(l rate.Limit) error {
 }
 
 func (s *Isolator) setDefault(name string, dst *rate.Limit, l rate.Limit) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	if err := checkLimit(name, l, s.host); err != nil {
 		return err
 	}

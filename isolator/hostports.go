@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -50,8 +51,11 @@ type HostPortsStatus struct {
 }
 
 // hostLedger counts the holders of each port. Its own mutex; the lifecycle
-// may call it with s.mu held (never the other way round).
+// may call it with s.mu held (never the other way round). The mutex is held
+// across the reservations' syscalls (binding and closing sockets), so
+// status reads shown, published at the end of every change, instead.
 type hostLedger struct {
+	shown     atomic.Pointer[HostPortsStatus]
 	mu        sync.Mutex
 	hp        HostPorts // nil: no reservations
 	count     map[uint16]int
@@ -64,7 +68,9 @@ type hostLedger struct {
 }
 
 func newHostLedger(hp HostPorts) *hostLedger {
-	return &hostLedger{hp: hp, count: map[uint16]int{}, held: map[string]ephemeral.Set{}, conflicts: map[uint16]string{}}
+	h := &hostLedger{hp: hp, count: map[uint16]int{}, held: map[string]ephemeral.Set{}, conflicts: map[uint16]string{}}
+	h.publish()
+	return h
 }
 
 // grow makes id hold want on top of what it holds, reserving the ports no
@@ -75,6 +81,7 @@ func (h *hostLedger) grow(id string, want ephemeral.Set) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.publish()
 	add := want.Subtract(h.held[id])
 	if add.Empty() {
 		return nil
@@ -108,6 +115,7 @@ func (h *hostLedger) settle(id string, keep ephemeral.Set) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.publish()
 	drop := h.held[id].Subtract(keep)
 	if drop.Empty() {
 		return
@@ -142,6 +150,7 @@ func (h *hostLedger) retake(id string, want ephemeral.Set) (conflicts []HostPort
 	// One port at a time to find every conflict.
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.publish()
 	add := want.Subtract(h.held[id])
 	var errs []error
 	for _, p := range add.Ports() {
@@ -202,6 +211,7 @@ func (h *hostLedger) watchConflicts(interval time.Duration, log *slog.Logger) {
 func (h *hostLedger) retryConflicts() (retaken []uint16, left int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.publish()
 	for p := range h.conflicts {
 		err := h.hp.Reserve(ephemeral.NewSet(ephemeral.Range{Begin: p, End: p}))
 		switch {
@@ -228,15 +238,21 @@ func (h *hostLedger) stop() {
 	}
 }
 
-// status reports the reservations held and the conflicts.
-func (h *hostLedger) status() HostPortsStatus {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// publish makes status report the reservations as they are; h.mu held.
+func (h *hostLedger) publish() {
 	st := HostPortsStatus{Enabled: h.hp != nil, Reserved: len(h.count) - len(h.conflicts)}
 	for p, holder := range h.conflicts {
 		st.Conflicts = append(st.Conflicts, HostPortConflict{Port: p, Holder: holder})
 	}
 	sort.Slice(st.Conflicts, func(i, j int) bool { return st.Conflicts[i].Port < st.Conflicts[j].Port })
+	h.shown.Store(&st)
+}
+
+// status reports the reservations held and the conflicts as last
+// published: it never waits for a reservation in progress.
+func (h *hostLedger) status() HostPortsStatus {
+	st := *h.shown.Load()
+	st.Conflicts = append([]HostPortConflict(nil), st.Conflicts...)
 	return st
 }
 

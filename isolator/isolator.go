@@ -170,7 +170,13 @@ type Isolator struct {
 
 	locks keyedMutex
 
-	mu      sync.Mutex // guards everything below but view
+	// rmu guards the default limits (cfg.Egress, cfg.Ingress), unattributed
+	// and rebuilt: changed by start-up, reloads and RemoveUnattributed,
+	// never by a setup or teardown, and read by Status and the metrics
+	// without mu.
+	rmu sync.Mutex
+
+	mu      sync.Mutex // guards everything below but view, unattributed and rebuilt
 	records map[string]*Record
 	// view is records as Get, List and Usage read them, without mu
 	// (view.go); it changes with records, under mu.
@@ -182,7 +188,8 @@ type Isolator struct {
 	ledger     *ephemeral.Ledger
 	slots      slotSet
 	hostPorts  *hostLedger // its own lock: take it after mu, never before
-	// unattributed: kernel objects recovery left in place (rebuild.go)
+	// unattributed: kernel objects recovery left in place (rebuild.go);
+	// unattributed and rebuilt are guarded by rmu.
 	unattributed []string
 	rebuilt      []string
 	// Hooks for tests (fault injection); nil in production.
@@ -1091,33 +1098,31 @@ type Status struct {
 }
 
 // Status returns capacities, holdings and the host the data plane found.
-// s.mu is held only to copy; the port sets are merged after it.
+// It takes no lock a setup or teardown holds: the holdings come from the
+// records' view (view.go), the blocks in use from the allocator's count,
+// the host reservations from what the ledger last published.
 func (s *Isolator) Status(ctx context.Context) Status {
-	s.mu.Lock()
 	st := Status{
-		Version:       s.cfg.Version,
-		BlockSize:     s.alloc.BlockSize(),
-		BlocksTotal:   s.alloc.Total(),
-		BlocksUsed:    s.alloc.Used(),
-		EphemeralPool: s.cfg.EphemeralPool,
-		ManagedPorts:  s.cfg.ManagedPorts,
-		Containers:    map[State]int{},
-		Host:          s.host,
-		DefaultEgress: s.cfg.Egress, DefaultIngress: s.cfg.Ingress,
-		Unattributed: append([]string(nil), s.unattributed...), Rebuilt: append([]string(nil), s.rebuilt...),
+		Version:          s.cfg.Version,
+		BlockSize:        s.alloc.BlockSize(),
+		BlocksTotal:      s.alloc.Total(),
+		BlocksUsed:       s.alloc.Used(),
+		EphemeralPool:    s.cfg.EphemeralPool,
+		ManagedPorts:     s.cfg.ManagedPorts,
+		Containers:       map[State]int{},
+		Host:             s.host,
 		StateMovedAside:  s.store.movedAside,
 		OrphansReclaimed: s.orphans.n.Load(),
 	}
-	held := make([]ephemeral.Set, 0, 2*len(s.records))
-	for _, r := range s.records {
+	s.rmu.Lock()
+	st.DefaultEgress, st.DefaultIngress = s.cfg.Egress, s.cfg.Ingress
+	st.Unattributed, st.Rebuilt = append([]string(nil), s.unattributed...), append([]string(nil), s.rebuilt...)
+	s.rmu.Unlock()
+	s.view.each(func(r *Record) {
 		st.Containers[r.State]++
-		held = append(held, r.Ports, r.Shared)
-	}
-	s.mu.Unlock()
-	for i := 0; i < len(held); i += 2 {
-		st.ExclusivePorts = st.ExclusivePorts.Union(held[i])
-		st.SharedPorts = st.SharedPorts.Union(held[i+1])
-	}
+		st.ExclusivePorts = st.ExclusivePorts.Union(r.Ports)
+		st.SharedPorts = st.SharedPorts.Union(r.Shared)
+	})
 	st.HostPorts = s.hostPorts.status()
 	return st
 }

@@ -111,23 +111,23 @@ func (s *Isolator) RemoveUnattributed(ctx context.Context) ([]string, error) {
 	for _, x := range removed {
 		s.log.Info("removed unattributed kernel object on request", "object", x)
 	}
-	s.mu.Lock()
+	s.rmu.Lock()
 	s.unattributed = nil
-	s.mu.Unlock()
+	s.rmu.Unlock()
 	return removed, err
 }
 
 // Unattributed lists the kernel objects recovery could not attribute to
 // any container (left in place).
 func (s *Isolator) Unattributed() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	return append([]string(nil), s.unattributed...)
 }
 
 // RebuiltCount is how many containers start-up rebuilt from the kernel.
 func (s *Isolator) RebuiltCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	return len(s.rebuilt)
 }

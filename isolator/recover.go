@@ -131,9 +131,11 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 	s.mu.Lock()
 	s.view.reset(s.records)
+	s.mu.Unlock()
+	s.rmu.Lock()
 	s.unattributed = rep.Unattributed
 	s.rebuilt = rep.Rebuilt
-	s.mu.Unlock()
+	s.rmu.Unlock()
 	// Every intent is resolved now (its record committed or deleted
 	// above) or was stale: the journal starts empty.
 	if err := s.store.intents.clearAll(); err != nil {

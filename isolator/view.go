@@ -47,6 +47,14 @@ func (v *recordView) all() []Record {
 	return out
 }
 
+// each calls fn with every record, in no order; fn must not change it.
+func (v *recordView) each(fn func(r *Record)) {
+	v.m.Range(func(_, x any) bool {
+		fn(x.(*Record))
+		return true
+	})
+}
+
 // reset makes the view exactly records; the caller holds s.mu.
 func (v *recordView) reset(records map[string]*Record) {
 	v.m.Range(func(id, _ any) bool {

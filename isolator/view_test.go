@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// Get, List and Usage answer while the bookkeeping mutex is held (as it is,
-// briefly but by every call, during a burst of setups and teardowns): they
-// read the records' view and never queue for it.
+// Get, List, Usage and Status answer while the bookkeeping mutex is held
+// (as it is, briefly but by every call, during a burst of setups and
+// teardowns): they read the records' view and never queue for it.
 func TestReadsDoNotWaitForBookkeeping(t *testing.T) {
 	dp := newFakeDP()
 	s := newTestIsolator(t, t.TempDir(), dp)
@@ -35,6 +35,11 @@ func TestReadsDoNotWaitForBookkeeping(t *testing.T) {
 		if err == nil {
 			_, _, err = s.Usage(bg, "c1")
 		}
+		if err == nil {
+			if st := s.Status(bg); st.Containers[StateIsolated] != 1 || st.BlocksUsed != 1 || st.ExclusivePorts.String() != "31000" {
+				err = fmt.Errorf("status: containers %v, blocks %d, ports %s", st.Containers, st.BlocksUsed, st.ExclusivePorts)
+			}
+		}
 		done <- err
 	}()
 	select {
@@ -45,7 +50,7 @@ func TestReadsDoNotWaitForBookkeeping(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		s.mu.Unlock()
-		t.Fatal("Get, List and Usage did not answer within 10s while the bookkeeping mutex was held")
+		t.Fatal("Get, List, Usage and Status did not answer within 10s while the bookkeeping mutex was held")
 	}
 }
 
