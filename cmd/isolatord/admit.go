@@ -19,9 +19,13 @@ var writeMethods = map[string]bool{
 	pbgrpc.Isolator_Cleanup_FullMethodName: true,
 }
 
+// cpus is how many CPUs Go runs on: GOMAXPROCS as the runtime chose it
+// (or the GOMAXPROCS variable set it), before spareProcs raises it.
+var cpus = runtime.GOMAXPROCS(0)
+
 // defaultWrites is how many calls that change containers run at once:
 // twice the CPUs Go runs on, at least 4.
-func defaultWrites() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+func defaultWrites() int { return max(4, 2*cpus) }
 
 // boundWrites lets at most n calls that change containers (writeMethods)
 // run at once; the others wait parked (not runnable) until a slot frees or

@@ -329,6 +329,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 		defer os.Remove(o.socket)
 	}
 	gs, hs := newGRPCServer(iso, rl.uids, log, m)
+	spareProcs(log)
 	rl.iso = iso
 	rl.newUIDs = func(uids []uint32) { m.InitRPC(gs, uidLabels(uids)...) }
 	go rl.serve(ctx, reloads)
