@@ -258,6 +258,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	// host namespace's lock: before any state is read or the kernel touched.
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	tuneGC(log)
 	reloads := make(chan struct{}, 1)
 	unwatch := watchSignals(log, stop, rl.flags.config != "", reloads)
 	defer unwatch()
