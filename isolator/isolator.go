@@ -433,7 +433,9 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	}
 	intent := rec.Seq
 	stored := rec
-	if err := s.store.putLater(&stored, func(err error) { s.preparedStored(id, intent, err) }); err != nil {
+	landed := s.store.prepared.queued(id)
+	if err := s.store.putLater(&stored, func(err error) { landed(); s.preparedStored(id, intent, err) }); err != nil {
+		landed()
 		s.store.settled(id, intent, s.log)
 		s.forget(id)
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
@@ -654,6 +656,9 @@ func (s *Isolator) commit(r *Record) error {
 // intend persists r, a transitional state written before the kernel is
 // touched, in the intent journal (intents.go), and publishes it in memory.
 func (s *Isolator) intend(r *Record) error {
+	if r.State != StateIsolating {
+		s.waitPrepared(r.ID) // (preparequeue.go)
+	}
 	if err := s.store.intend(r); err != nil {
 		return wrapf(ErrInternal, err, "persist container %s", r.ID)
 	}

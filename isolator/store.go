@@ -49,6 +49,9 @@ type store struct {
 	// journalOnly are the containers load found in the journal alone
 	// (their Prepare's commit had not landed): recovery commits them.
 	journalOnly map[string]bool
+	// prepared are the prepared records whose commit is queued
+	// (preparequeue.go).
+	prepared preparedQueue
 	// seq numbers the writes of records (intents.go).
 	seq atomic.Uint64
 	// later counts the writes queued by delLater not yet committed.
