@@ -20,8 +20,9 @@
 //     container up again (and the plugin does if reading the result fails).
 //     The result reports the host end of the veth and eth0 inside the
 //     namespace with the host's address, prefix, MAC and gateway, as
-//     Attach's reply describes them (read from the namespace when an older
-//     isolatord sends no eth0). A retried ADD (same ports, same namespace)
+//     Attach's reply describes them (read from the namespace when the
+//     reply has no eth0: the container was isolated before, or an older
+//     isolatord). A retried ADD (same ports, same namespace)
 //     succeeds.
 //   - DEL: Cleanup, which isolatord carries out only if the container has
 //     this network's labels (require_labels). Succeeds when the daemon does not know the container,

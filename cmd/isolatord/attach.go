@@ -53,7 +53,15 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 		}
 		return nil, toStatus(err)
 	}
-	return &pb.AttachResponse{Container: toProto(r), WasIsolated: wasIsolated, Eth0: containerEth0(s.iso.Host())}, nil
+	resp := &pb.AttachResponse{Container: toProto(r), WasIsolated: wasIsolated}
+	// Only a container this call isolated has the eth0 the host's facts
+	// describe: one isolated before may have been by an earlier run on a
+	// host whose address, MTU or IPv6 have changed since (recovery keeps
+	// its eth0 as it is), and its caller reads the namespace instead.
+	if !wasIsolated {
+		resp.Eth0 = containerEth0(s.iso.Host())
+	}
+	return resp, nil
 }
 
 // containerEth0 is an isolated container's eth0 as the data plane

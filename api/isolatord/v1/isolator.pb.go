@@ -1718,9 +1718,11 @@ type AttachResponse struct {
 	// The existing container lacks one of require_labels: nothing changed.
 	LabelsDiffer bool `protobuf:"varint,3,opt,name=labels_differ,json=labelsDiffer,proto3" json:"labels_differ,omitempty"`
 	// The container's eth0 as isolatord configures it in the namespace (the
-	// host's MAC, MTU, addresses and default gateways), set when the
-	// container is isolated: what a CNI result reports of the interface, so
-	// that a caller need not read the namespace.
+	// host's MAC, MTU, addresses and default gateways), set when this call
+	// isolated the container: what a CNI result reports of the interface, so
+	// that a caller need not read the namespace. Unset when was_isolated (an
+	// earlier run of isolatord may have configured it on a host whose
+	// address, MTU or IPv6 have changed since): the caller reads it there.
 	Eth0          *AttachResponse_Interface `protobuf:"bytes,4,opt,name=eth0,proto3" json:"eth0,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
