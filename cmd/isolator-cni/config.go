@@ -202,22 +202,26 @@ func parseGCConfig(stdin []byte) (*NetConf, error) {
 // delConf is what DEL reads of its configuration: the network's name, and
 // where and how long to wait for isolatord.
 type delConf struct {
-	Name       string       `json:"name"`
-	Socket     string       `json:"socket,omitempty"`
-	DaemonWait waitDuration `json:"daemonWait,omitzero"`
+	Name       string          `json:"name"`
+	Socket     string          `json:"socket,omitempty"`
+	DaemonWait json.RawMessage `json:"daemonWait,omitempty"`
 }
 
 // parseDelConfig decodes the members DEL reads (the input must still be a
 // JSON object). DEL removes what ADD set up whatever else the
 // configuration says now (ports edited since, a prevResult DEL does not
 // use), and decoding three members costs the plugin's start a fraction of
-// decoding them all.
+// decoding them all. A daemonWait edited since into one ADD would refuse
+// leaves DEL the default wait: a DEL should succeed whenever it can.
 func parseDelConfig(stdin []byte) (*NetConf, error) {
 	var d delConf
 	if err := json.Unmarshal(stdin, &d); err != nil {
 		return nil, parseError(err)
 	}
-	conf := &NetConf{Socket: d.Socket, DaemonWait: d.DaemonWait}
+	conf := &NetConf{Socket: d.Socket}
+	if len(d.DaemonWait) > 0 && json.Unmarshal(d.DaemonWait, &conf.DaemonWait) != nil {
+		conf.DaemonWait = waitDuration{}
+	}
 	conf.Name = d.Name
 	if conf.Socket == "" {
 		conf.Socket = liteclient.DefaultSocket

@@ -9,8 +9,9 @@ import (
 // TestDelReadsOnlyWhatItNeeds: DEL takes the network name, the socket and
 // daemonWait from its configuration and removes the container ADD set up
 // even when the rest no longer passes ADD's checks (ports listed both
-// ways since, a prevResult it cannot parse); a bad daemonWait or input
-// that is not JSON still fails it (code 6) without a call.
+// ways since, a prevResult it cannot parse, a daemonWait ADD would refuse:
+// DEL waits the default then); input that is not JSON still fails it
+// (code 6) without a call.
 func TestDelReadsOnlyWhatItNeeds(t *testing.T) {
 	e := newEnv(t)
 	if err := e.plugin.Add(cmdArgs("c1", e.conf("1.1.0", twoMappings))); err != nil {
@@ -27,15 +28,22 @@ func TestDelReadsOnlyWhatItNeeds(t *testing.T) {
 		t.Fatalf("c1 still held after DEL (calls: %s)", e.daemon.callLog())
 	}
 
-	e = newEnv(t)
-	for name, stdin := range map[string][]byte{
-		"bad daemonWait": e.conf("1.1.0", `,"daemonWait":"soon"`),
-		"not JSON":       []byte(`{"name":"isolator",`),
-	} {
-		cniErr(t, e.plugin.Del(cmdArgs("c1", stdin)), types.ErrDecodingFailure)
-		if calls := e.daemon.callLog(); calls != "" {
-			t.Errorf("%s: isolatord was called: %s", name, calls)
+	for _, bad := range []string{`"soon"`, `-1`, `"100h"`, `{}`} {
+		if err := e.plugin.Add(cmdArgs("c1", e.conf("1.1.0", twoMappings))); err != nil {
+			t.Fatal(err)
 		}
+		if err := e.plugin.Del(cmdArgs("c1", e.conf("1.1.0", `,"daemonWait":`+bad))); err != nil {
+			t.Fatalf("DEL with daemonWait %s: %v", bad, err)
+		}
+		if e.daemon.has("c1") {
+			t.Fatalf("c1 still held after DEL with daemonWait %s", bad)
+		}
+	}
+
+	e = newEnv(t)
+	cniErr(t, e.plugin.Del(cmdArgs("c1", []byte(`{"name":"isolator",`))), types.ErrDecodingFailure)
+	if calls := e.daemon.callLog(); calls != "" {
+		t.Errorf("not JSON: isolatord was called: %s", calls)
 	}
 	// Another network's DEL (its name) leaves this network's container.
 	if err := e.plugin.Add(cmdArgs("c2", e.conf("1.1.0", twoMappings))); err != nil {
