@@ -115,17 +115,17 @@ func (l *intentLog) retire(path string) error {
 	return nil
 }
 
-// overwrite replaces the content of the existing file path by b, in place
-// (no block or inode allocated for a small intent).
+// overwrite replaces the content of the existing file path by b (no inode
+// allocated for a small intent). The file is truncated to nothing first,
+// as a fresh file would be: after a power loss that keeps the rename that
+// follows but not these bytes, the file is empty (read as no intent), never
+// an older intent of another container written into the spare before.
 func overwrite(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Truncate(int64(len(b)))
-	}
+	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
