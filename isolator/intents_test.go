@@ -2,6 +2,8 @@ package isolator
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,23 +233,40 @@ func TestIntentReplaced(t *testing.T) {
 // copyDir copies the files of src (and its directories) to dst.
 func copyDir(t *testing.T, src, dst string) {
 	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o700)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
-	})
-	if err != nil {
+	if err := copyTree(src, dst); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// copyTree copies src into dst, the state of a daemon killed now. The
+// daemon may be running: a file renamed away while the copy walks (an
+// intent retired to a spare, a spare taken) makes the copy start again,
+// at most 50 times.
+func copyTree(src, dst string) error {
+	var err error
+	for range 50 {
+		if err = os.RemoveAll(dst); err != nil {
+			return err
+		}
+		err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(src, p)
+			if d.IsDir() {
+				return os.MkdirAll(filepath.Join(dst, rel), 0o700)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+		})
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
 }
 
 // TestCleanupAnswersBeforeTheRemoval: the cleanup of an isolated container

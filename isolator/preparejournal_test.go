@@ -132,7 +132,9 @@ func TestPrepareAfterQueuedRemoval(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.Prepare(bg, "c2", ports("31000"))
-		copyDir(t, dir, killed) // the state of a daemon killed once c2 is prepared
+		if err == nil {
+			err = copyTree(dir, killed) // the state of a daemon killed once c2 is prepared
+		}
 		done <- err
 	}()
 	release()
