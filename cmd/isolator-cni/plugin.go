@@ -220,7 +220,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	// The runtime only learns of the container from this result: if it
 	// cannot be written, nobody would ever DEL what this ADD set up.
-	if err := printResult(p.Stdout, out); err != nil {
+	if err := out.PrintTo(p.Stdout); err != nil {
 		return rollback(types.NewError(types.ErrIOFailure, "isolator-cni: writing the result: "+err.Error(), ""))
 	}
 	return nil
