@@ -1,12 +1,13 @@
 package isolator
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"sort"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,31 +16,59 @@ import (
 	"github.com/isolatord/isolatord/isolator/plane"
 )
 
-// journalFiles lists the files of dir's intent journal (its spares aside).
-func journalFiles(t *testing.T, dir string) []string {
+// journalOnDisk reads dir's intent journal as the next start would: the
+// intents in place, by container.
+func journalOnDisk(t *testing.T, dir string) map[string]*Record {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(dir, intentDir))
-	if err != nil {
+	b, err := os.ReadFile(filepath.Join(dir, intentLogName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), sparePrefix) {
-			out = append(out, e.Name())
+	l := &intentLog{live: map[string]liveIntent{}}
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		if e, ok := parseIntentLine(line); ok {
+			l.apply(e, append([]byte{'\n'}, line...))
 		}
+	}
+	out := map[string]*Record{}
+	for id, in := range l.live {
+		e, _ := parseIntentLine(in.line[1:])
+		out[id] = e.Rec
 	}
 	return out
 }
 
-// writeIntentFile puts r in dir's journal as a file, as the daemon would
-// have left it.
-func writeIntentFile(t *testing.T, dir string, r *Record) {
+// journalFiles lists the containers with an intent in dir's journal.
+func journalFiles(t *testing.T, dir string) []string {
 	t.Helper()
-	b, err := json.Marshal(r)
+	var out []string
+	for id := range journalOnDisk(t, dir) {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// appendIntent appends r to dir's journal, as the daemon would have left
+// it.
+func appendIntent(t *testing.T, dir string, r *Record) {
+	t.Helper()
+	b, err := json.Marshal(intentEntry{Rec: r})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, intentDir, r.ID), b, 0o600); err != nil {
+	appendJournal(t, dir, frameIntent(b))
+}
+
+// appendJournal appends raw bytes to dir's journal.
+func appendJournal(t *testing.T, dir string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, intentLogName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -79,13 +108,10 @@ func TestIntentsOutsideTheDatabase(t *testing.T) {
 			return
 		}
 		inDB = recs[0].State
-		b, err := os.ReadFile(filepath.Join(dir, intentDir, "c1"))
-		var r Record
-		if err == nil {
-			err = json.Unmarshal(b, &r)
-		}
-		if err != nil {
-			t.Errorf("intent of c1: %v", err)
+		r, ok := journalOnDisk(t, dir)["c1"]
+		if !ok {
+			t.Errorf("no intent of c1 in the journal")
+			return
 		}
 		inJournal = r.State
 	})
@@ -114,8 +140,8 @@ func TestIntentsOutsideTheDatabase(t *testing.T) {
 
 // TestIntentOverlay: at load an intent replaces its container's record only
 // when that record exists and is older; stale intents, intents of unknown
-// containers, files cut short and unrenamed temporaries are ignored; the
-// sequence numbers go on above every number on disk.
+// containers and lines cut short are ignored; the sequence numbers go on
+// above every number on disk.
 func TestIntentOverlay(t *testing.T) {
 	dir := t.TempDir()
 	st, err := openStore(dir, quietLogger())
@@ -130,17 +156,17 @@ func TestIntentOverlay(t *testing.T) {
 	top := st.seq.Load()
 	st.close()
 
-	writeIntentFile(t, dir, &Record{ID: "newer", State: StateIsolating, Seq: top + 10})
-	writeIntentFile(t, dir, &Record{ID: "stale", State: StateIsolating, Seq: 1})
+	appendIntent(t, dir, &Record{ID: "newer", State: StateIsolating, Seq: top + 10})
+	appendIntent(t, dir, &Record{ID: "stale", State: StateIsolating, Seq: 1})
 	// an intent of an earlier container of that ID, cleaned up since
-	writeIntentFile(t, dir, &Record{ID: "reprepared", State: StateCleaning, Seq: 0})
-	writeIntentFile(t, dir, &Record{ID: "unknown", State: StateCleaning, Seq: top + 11})
-	if err := os.WriteFile(filepath.Join(dir, intentDir, "cut"), []byte(`{"id":"cut","sta`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, intentDir, tmpPrefix+"stale"), []byte(`{"id":"stale","state":"cleaning","seq":99}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	appendIntent(t, dir, &Record{ID: "reprepared", State: StateCleaning, Seq: 0})
+	appendIntent(t, dir, &Record{ID: "unknown", State: StateCleaning, Seq: top + 11})
+	// a line cut short (by a power loss), then one whose bytes changed
+	b, _ := json.Marshal(intentEntry{Rec: &Record{ID: "cut", State: StateCleaning, Seq: top + 12}})
+	appendJournal(t, dir, frameIntent(b)[:20])
+	bent := frameIntent(b)
+	bent[len(bent)-3] = 'x'
+	appendJournal(t, dir, bent)
 
 	st, err = openStore(dir, quietLogger())
 	if err != nil {
@@ -199,13 +225,8 @@ func TestIntentReplaced(t *testing.T) {
 	if second.Seq <= first.Seq || first.Seq <= r.Seq {
 		t.Fatalf("sequence numbers %d, %d, %d do not grow", r.Seq, first.Seq, second.Seq)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, intentDir, "c1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var onDisk Record
-	if err := json.Unmarshal(b, &onDisk); err != nil || onDisk.Veth != "second" {
-		t.Fatalf("journal holds %+v (%v), want the second intent", onDisk, err)
+	if onDisk := journalOnDisk(t, dir)["c1"]; onDisk == nil || onDisk.Veth != "second" {
+		t.Fatalf("journal holds %+v, want the second intent", onDisk)
 	}
 	if left := journalFiles(t, dir); len(left) != 1 {
 		t.Fatalf("journal: %v, want the one intent", left)
@@ -217,16 +238,14 @@ func TestIntentReplaced(t *testing.T) {
 	if left := journalFiles(t, dir); len(left) > 0 {
 		t.Fatalf("intent left after the outcome: %v", left)
 	}
-	// A file the journal does not know of (an earlier write cut short) is
-	// replaced too.
-	if err := os.WriteFile(filepath.Join(dir, intentDir, "c2"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// A line cut short at the end of the journal (an earlier write that
+	// failed part way) does not hide the next intent.
+	appendJournal(t, dir, []byte("\n1234"))
 	if err := st.intend(&Record{ID: "c2", State: StateCleaning, Veth: "c2"}); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, intentDir, "c2")); err != nil || json.Unmarshal(b, &onDisk) != nil || onDisk.Veth != "c2" {
-		t.Fatalf("journal holds %q (%v), want c2's intent", b, err)
+	if onDisk := journalOnDisk(t, dir)["c2"]; onDisk == nil || onDisk.Veth != "c2" {
+		t.Fatalf("journal holds %+v, want c2's intent", onDisk)
 	}
 }
 

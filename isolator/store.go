@@ -73,7 +73,7 @@ func openStore(dir string, log *slog.Logger) (*store, error) {
 		return nil, err
 	}
 	for _, name := range bad {
-		log.Warn("intent journal: a file that is not a complete intent is ignored (its step never began, or a power loss cut it short)", "file", name)
+		log.Warn("intent journal: an entry that is not a complete intent is ignored (its step never began, or a power loss or a full disk cut it short)", "entry", name)
 	}
 	st.intents, st.pending = l, intents
 	var top uint64
@@ -255,7 +255,11 @@ func guard(fn func() error) (err error) {
 // close waits for the writes queued by delLater, then closes the database.
 func (s *store) close() error {
 	s.later.Wait()
-	return s.db.Close()
+	err := s.db.Close()
+	if s.intents != nil {
+		err = errors.Join(err, s.intents.close())
+	}
+	return err
 }
 
 // put writes one record (setting its sequence number).
