@@ -33,3 +33,40 @@ func TestListThousand(t *testing.T) {
 		t.Fatalf("list -o json: %d containers", len(list))
 	}
 }
+
+// countingWriter counts the writes it is given.
+type countingWriter struct {
+	strings.Builder
+	writes int
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.writes++
+	return w.Builder.Write(b)
+}
+
+// TestListWritesBatched: the table of 1,000 containers reaches stdout in
+// a few large writes, not one per cell.
+func TestListWritesBatched(t *testing.T) {
+	sock, f := startFake(t)
+	f.mu.Lock()
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprintf("c%04d", i)
+		f.containers[id] = &isolatordv1.Container{
+			ContainerId: id, State: isolatordv1.ContainerState_CONTAINER_STATE_PREPARED,
+			EphemeralPorts: &isolatordv1.EphemeralRange{Begin: 32768, End: 32769},
+		}
+	}
+	f.mu.Unlock()
+	var out countingWriter
+	var errOut strings.Builder
+	if code := runBuffered([]string{"--socket", sock, "list"}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 1001 {
+		t.Fatalf("%d lines, want 1001", n)
+	}
+	if out.writes > 8 {
+		t.Fatalf("%d writes for %d bytes, want a few", out.writes, out.Len())
+	}
+}
