@@ -23,6 +23,7 @@ package nshandle
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime"
 	"strconv"
@@ -45,7 +46,7 @@ type NS struct {
 // /proc/PID/ns/net or /var/run/netns/NAME) and checks that it really is a
 // network namespace.
 func Open(path string) (*NS, error) {
-	f, err := os.Open(path)
+	f, err := openFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
 	}
@@ -55,6 +56,32 @@ func Open(path string) (*NS, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// openFile opens path read-only. os.Open would first try to add the
+// descriptor to the runtime's poller, four fcntl and epoll_ctl calls that
+// fail for nsfs and procfs files; a setup opens namespace files several
+// times.
+func openFile(path string) (*os.File, error) {
+	fd, err := openFd(path)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openFd opens path read-only (close-on-exec) and returns the descriptor.
+func openFd(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		return fd, nil
+	}
 }
 
 // OpenPid opens the network namespace of process pid.
@@ -148,20 +175,20 @@ func (n *NS) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
+		orig, err := openFd("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("open current network namespace: %w", err)
 			return
 		}
-		defer orig.Close()
+		defer unix.Close(orig)
 		if err := unix.Setns(n.Fd(), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("enter %s: %w", n, err)
 			return
 		}
 		ferr := runInNS(fn)
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
 			// Leave the thread locked: it dies with this goroutine.
 			errc <- errors.Join(ferr, fmt.Errorf("%w: %v", errRestore, err))
 			return
@@ -194,20 +221,20 @@ func New() (*NS, error) {
 	c := make(chan res, 1)
 	go func() {
 		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
+		orig, err := openFd("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
 			c <- res{nil, fmt.Errorf("open current network namespace: %w", err)}
 			return
 		}
-		defer orig.Close()
+		defer unix.Close(orig)
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
 			c <- res{nil, fmt.Errorf("unshare network namespace: %w", err)}
 			return
 		}
 		ns, err := Open("/proc/thread-self/ns/net")
-		if rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); rerr != nil {
+		if rerr := unix.Setns(orig, unix.CLONE_NEWNET); rerr != nil {
 			if ns != nil {
 				ns.Close()
 			}

@@ -72,9 +72,11 @@ func BindMount(ns *nshandle.NS, dir, name string) (string, error) {
 	}
 	// Create the empty mount point; an empty regular file left by an
 	// interrupted run is reused.
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	// (unix.Open: os.OpenFile would also try to add the descriptor to the
+	// runtime's poller, four system calls that fail for a regular file.)
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_CLOEXEC, 0o444)
 	if err == nil {
-		f.Close()
+		unix.Close(fd)
 	} else if st, serr := os.Lstat(p); serr != nil || !st.Mode().IsRegular() || st.Size() != 0 {
 		return "", fmt.Errorf("create mount point %s: %w", p, err)
 	}
