@@ -62,6 +62,11 @@ type ControlScale struct {
 	// The same, Usage and Get apart.
 	UsageDuringBursts *Latency `json:"usage_during_bursts"`
 	GetDuringBursts   *Latency `json:"get_during_bursts"`
+	// Usage and Get of the probe container read meanwhile by a process of
+	// its own, on its own connection (readprobe.go), together and apart.
+	ReadsSeparate *Latency `json:"reads_separate,omitempty"`
+	UsageSeparate *Latency `json:"usage_separate,omitempty"`
+	GetSeparate   *Latency `json:"get_separate,omitempty"`
 	// CNI through libcni (plugin process exec to result).
 	CNIAdd *Latency `json:"cni_add"`
 	CNIDel *Latency `json:"cni_del"`
@@ -210,10 +215,17 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	// Bursts of BurstSize setups and teardowns at once (few present), with
 	// the probe read all along.
 	reads := &readProbe{}
+	sock := filepath.Join(b.tmp, "sc", "isolatord.sock")
+	var sepUsage, sepGet []time.Duration
+	sep, err := startSeparateReader(ctx, sock, "probe")
+	if err != nil {
+		return err
+	}
 	stopReads := reads.start(ctx, cl, "probe")
 	burstPids, err := hs.spawnN(cs.BurstSize)
 	if err != nil {
 		stopReads()
+		sep.stop(&sepUsage, &sepGet)
 		return err
 	}
 	var ids []string
@@ -226,6 +238,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	})
 	if err != nil {
 		stopReads()
+		sep.stop(&sepUsage, &sepGet)
 		return fmt.Errorf("burst of setups: %w", err)
 	}
 	cs.BurstSetupSeconds = ptr(took.Seconds())
@@ -234,6 +247,9 @@ func (b *bench) phaseControl(ctx context.Context) error {
 		return err
 	})
 	stopReads()
+	if serr := sep.stop(&sepUsage, &sepGet); serr != nil {
+		b.fail("control: reads by a separate process during the bursts: %v", serr)
+	}
 	if err != nil {
 		return fmt.Errorf("burst of teardowns: %w", err)
 	}
@@ -281,11 +297,14 @@ func (b *bench) phaseControl(ctx context.Context) error {
 
 	// CNI ADD and DEL on the node as it is now, N containers present.
 	cs.CNIPresent = n
-	if err := b.cniFigures(ctx, cl, hs, filepath.Join(b.tmp, "sc", "isolatord.sock"), samples); err != nil {
+	if err := b.cniFigures(ctx, cl, hs, sock, samples); err != nil {
 		b.fail("control: CNI: %v", err)
 	}
 
 	// The drain: N teardowns at once.
+	if sep, err = startSeparateReader(ctx, sock, "probe"); err != nil {
+		return err
+	}
 	stopReads = reads.start(ctx, cl, "probe")
 	took, err = burst(n, func(i int) error {
 		_, err := b.teardown(ctx, cl, fmt.Sprintf("p%04d", i))
@@ -293,13 +312,19 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	})
 	cs.ReadsDuringBursts = stopReads()
 	cs.UsageDuringBursts, cs.GetDuringBursts = summarize(reads.usage), summarize(reads.get)
+	if serr := sep.stop(&sepUsage, &sepGet); serr != nil {
+		b.fail("control: reads by a separate process during the bursts: %v", serr)
+	}
+	cs.ReadsSeparate = summarize(append(append([]time.Duration(nil), sepUsage...), sepGet...))
+	cs.UsageSeparate, cs.GetSeparate = summarize(sepUsage), summarize(sepGet)
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
 	cs.DrainSeconds = ptr(took.Seconds())
 	drained := time.Now()
-	b.logf("control: drain of %d at once %.3fs; reads during the bursts %s (Usage %s, Get %s)", n, *cs.DrainSeconds,
-		fmtMs(cs.ReadsDuringBursts), fmtMs(cs.UsageDuringBursts), fmtMs(cs.GetDuringBursts))
+	b.logf("control: drain of %d at once %.3fs; reads during the bursts %s (Usage %s, Get %s); by a separate process %s (Usage %s, Get %s)", n, *cs.DrainSeconds,
+		fmtMs(cs.ReadsDuringBursts), fmtMs(cs.UsageDuringBursts), fmtMs(cs.GetDuringBursts),
+		fmtMs(cs.ReadsSeparate), fmtMs(cs.UsageSeparate), fmtMs(cs.GetSeparate))
 	if reads.err != nil {
 		b.fail("control: reads during the bursts: %v", reads.err)
 	}

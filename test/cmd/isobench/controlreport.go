@@ -67,7 +67,10 @@ func (c *ControlScale) writeMarkdown(w io.Writer, r *Results) {
 	if c.DrainDeletedSeconds != nil {
 		fmt.Fprintf(w, "| Drained links deleted by the kernel (background, after the last answer) | %s | | |\n", secs(c.DrainDeletedSeconds))
 	}
-	row("Usage/Get during the bursts", fmtMs(c.ReadsDuringBursts), "p99 <= 5 ms", "Usage/Get p99 during bursts")
+	row("Usage/Get during the bursts (on the burst's connection)", fmtMs(c.ReadsDuringBursts), "p99 <= 5 ms", "Usage/Get p99 during bursts")
+	if c.ReadsSeparate != nil {
+		fmt.Fprintf(w, "| Usage/Get during the bursts, by a process of its own (Usage %s, Get %s) | %s | | |\n", fmtMs(c.UsageSeparate), fmtMs(c.GetSeparate), fmtMs(c.ReadsSeparate))
+	}
 	row(fmt.Sprintf("CNI ADD, %s present (libcni exec; bridge+portmap: %d ms)", groupThousands(fmt.Sprint(c.CNIPresent)), peerCNIAddMs), fmtMs(c.CNIAdd), "p50 <= 10 ms", "CNI ADD p50")
 	row(fmt.Sprintf("CNI DEL, %s present (libcni exec; bridge+portmap: %d ms)", groupThousands(fmt.Sprint(c.CNIPresent)), peerCNIDelMs), fmtMs(c.CNIDel), "p50 <= 5 ms", "CNI DEL p50")
 	if c.CNIExec != nil {

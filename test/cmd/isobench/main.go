@@ -185,6 +185,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == readProbeCmd {
+		os.Exit(readProbeMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

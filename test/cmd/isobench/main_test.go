@@ -105,7 +105,7 @@ func checkFields(t *testing.T, doc map[string]any) {
 		}
 	}
 	for _, f := range []string{"setup_ratio", "setup_all_seconds", "burst_setup_seconds", "burst_teardown_seconds", "drain_seconds",
-		"setup_n1.p50_ms", "teardown_n1.p50_ms", "setup_nn.p50_ms", "teardown_nn.p99_ms", "reads_during_bursts.p99_ms", "cni_add.p50_ms", "cni_del.p50_ms"} {
+		"setup_n1.p50_ms", "teardown_n1.p50_ms", "setup_nn.p50_ms", "teardown_nn.p99_ms", "reads_during_bursts.p99_ms", "reads_separate.p99_ms", "usage_separate.p50_ms", "get_separate.p50_ms", "cni_add.p50_ms", "cni_del.p50_ms"} {
 		positive = append(positive, "control_scale."+f)
 	}
 	for _, p := range []string{"prepare", "daemons", "n_containers", "cycles", "one_container", "data_plane", "restart", "rebuild", "teardown", "control"} {
