@@ -20,8 +20,11 @@ package isolator
 // the lines after it are read. Reading the file applies the lines in
 // order.
 //
-// The file is rewritten with only the intents in place (compact: a new
-// file renamed over the old one, which stays whole until then) once it has
+// The file is fdatasynced before every database commit that removes a
+// record (intents.go says why), by the committing goroutine and without
+// the journal's lock: intents go on being written meanwhile. It is rewritten
+// with only the intents in place (compact: a new file, synced, renamed
+// over the old one, which stays whole until then) once it has
 // grown past compactMinBytes and four times their size, and is emptied
 // when recovery has resolved every intent (clearAll). A daemon killed in
 // the middle of a rewrite leaves the old file and a temporary one, removed
@@ -44,6 +47,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -86,6 +91,12 @@ type intentLog struct {
 	size      int64    // bytes written to it (compact)
 	live      map[string]liveIntent
 	liveBytes int64 // the size of the live lines
+	// appended counts the lines appended; synced is the count the last
+	// sync (or rewrite) made durable.
+	appended, synced uint64
+	// retryAt: a failed rewrite is tried again only once the file has
+	// grown this far (compactIfLarge).
+	retryAt int64
 }
 
 // frameIntent returns the journal line of payload b.
@@ -134,13 +145,15 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
 	}
-	for n, line := range bytes.Split(b, []byte{'\n'}) {
+	entry := 0
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
 		if len(line) == 0 {
 			continue
 		}
+		entry++
 		e, ok := parseIntentLine(line)
 		if !ok {
-			bad = append(bad, fmt.Sprintf("%s line %d", intentLogName, n+1))
+			bad = append(bad, fmt.Sprintf("%s entry %d", intentLogName, entry))
 			continue
 		}
 		l.apply(e, append([]byte{'\n'}, line...))
@@ -150,14 +163,20 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 		return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
 	}
 	// The intents of an earlier version's journal go into the file, which
-	// then holds the whole journal.
+	// then holds the whole journal: synced before the directory goes.
 	for _, r := range legacy {
-		if _, ok := l.live[r.ID]; ok {
-			continue // the file has a later one
+		if in, ok := l.live[r.ID]; ok && in.seq >= r.Seq {
+			continue // the file has this one or a later one
 		}
 		if err := l.write(r); err != nil {
 			l.f.Close()
 			return nil, nil, nil, err
+		}
+	}
+	if len(legacy) > 0 {
+		if err := l.sync(); err != nil {
+			l.f.Close()
+			return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
 		}
 	}
 	if err := os.RemoveAll(filepath.Join(stateDir, intentDir)); err != nil {
@@ -265,42 +284,91 @@ func (l *intentLog) clear(id string, seq uint64) error {
 }
 
 // append writes line at the end of the file. A write that fails part way
-// is cut off again where it can be (its line would be skipped anyway).
+// is cut off again where it can be (its line would be skipped anyway);
+// the size is read back, whatever is left.
 func (l *intentLog) append(line []byte) error {
 	n, err := l.f.Write(line)
 	if err != nil {
 		if n > 0 {
 			l.f.Truncate(l.size)
+			if fi, serr := l.f.Stat(); serr == nil {
+				l.size = fi.Size()
+			}
 		}
 		return err
 	}
 	l.size += int64(n)
+	l.appended++
 	return nil
+}
+
+// sync makes the lines appended so far durable (fdatasync), without
+// holding the journal's lock meanwhile: intents are written on answer
+// paths, syncs are made by the database's commits (commitBatch), before
+// a record's removal.
+func (l *intentLog) sync() error {
+	for range 3 {
+		l.mu.Lock()
+		f, upTo := l.f, l.appended
+		done := l.synced >= upTo
+		l.mu.Unlock()
+		if done {
+			return nil
+		}
+		rc, err := f.SyscallConn()
+		if err == nil {
+			cerr := rc.Control(func(fd uintptr) {
+				for {
+					if err = unix.Fdatasync(int(fd)); err != unix.EINTR {
+						return
+					}
+				}
+			})
+			err = errors.Join(cerr, err)
+		}
+		l.mu.Lock()
+		if l.f != f {
+			l.mu.Unlock()
+			continue // rewritten meanwhile (and synced): the new file's later lines
+		}
+		if err == nil {
+			l.synced = max(l.synced, upTo)
+		}
+		l.mu.Unlock()
+		return err
+	}
+	return errors.New("intent journal: rewritten during every sync")
 }
 
 // compactIfLarge rewrites the file with only the intents in place once it
 // has grown past compactMinBytes and four times their size. A failed
 // rewrite leaves the file as it was (tried again at the next write).
 func (l *intentLog) compactIfLarge() {
-	if l.size < compactMinBytes || l.size < 4*l.liveBytes {
+	if l.size < compactMinBytes || l.size < 4*l.liveBytes || l.size < l.retryAt {
 		return
 	}
 	lines := make([][]byte, 0, len(l.live))
 	for _, in := range l.live {
 		lines = append(lines, in.line)
 	}
-	_ = l.replace(bytes.Join(lines, nil)) // failed: the file stays as it was
+	if err := l.replace(bytes.Join(lines, nil)); err != nil {
+		l.retryAt = l.size + compactMinBytes // the file stays as it was
+	}
 }
 
 // replace makes b the whole content of the file: written to a temporary
-// file renamed over it, so that a kill in between leaves the old one.
+// file, synced, and renamed over it, so that a kill or a power loss in
+// between leaves the old one (and a power loss after, the new one whole).
 func (l *intentLog) replace(b []byte) error {
 	tmp := l.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return err
@@ -311,7 +379,8 @@ func (l *intentLog) replace(b []byte) error {
 		return err
 	}
 	l.f.Close()
-	l.f, l.size = f, int64(len(b))
+	l.f, l.size, l.retryAt = f, int64(len(b)), 0
+	l.synced = l.appended
 	return nil
 }
 

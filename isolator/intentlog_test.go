@@ -176,3 +176,67 @@ func TestIntentJournalOfAnEarlierVersion(t *testing.T) {
 		st.close()
 	}
 }
+
+// TestRemovalSyncsTheJournal: a commit that removes a record makes the
+// journal's lines written before it durable first (a power loss must not
+// keep the removal and lose a tombstone); commits that only put records
+// do not sync.
+func TestRemovalSyncsTheJournal(t *testing.T) {
+	dir := t.TempDir()
+	st, err := openStore(dir, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	r := &Record{ID: "c1", State: StatePrepared}
+	if err := st.intend(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.put(&Record{ID: "c1", State: StatePrepared}); err != nil {
+		t.Fatal(err)
+	}
+	st.settled("c1", r.Seq, quietLogger())
+	l := st.intents
+	if l.synced >= l.appended {
+		t.Fatalf("journal synced (%d of %d lines) by a commit that removes nothing", l.synced, l.appended)
+	}
+	if err := st.del("c1"); err != nil {
+		t.Fatal(err)
+	}
+	if l.synced != l.appended {
+		t.Fatalf("%d of %d journal lines synced before the removal was committed", l.synced, l.appended)
+	}
+	done := make(chan error, 1)
+	st.delLater("c2", func(err error) { done <- err })
+	if err := st.intend(&Record{ID: "c3", State: StateCleaning}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPreparedCleanupKeepsTheRecordWithItsIntent: when the prepared
+// intent of a container cannot be removed (its tombstone cannot be
+// written), its cleanup fails and the record stays: a record removed with
+// its intent left would come back at the next start.
+func TestPreparedCleanupKeepsTheRecordWithItsIntent(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestIsolator(t, dir, newFakeDP())
+	release := holdWriter(s) // the prepared commit stays queued: the intent stays
+	if _, err := s.Prepare(bg, "c1", ports("31000")); err != nil {
+		t.Fatal(err)
+	}
+	l := s.store.intents
+	l.mu.Lock()
+	f := l.f
+	f.Close() // every append fails from now on
+	l.mu.Unlock()
+	if err := s.Cleanup(bg, "c1"); KindOf(err) != ErrInternal {
+		t.Fatalf("cleanup with the journal failing: %v, want Internal", err)
+	}
+	if r, err := s.Get(bg, "c1"); err != nil || r.State != StatePrepared {
+		t.Fatalf("c1 after the failed cleanup: %+v %v", r, err)
+	}
+	release()
+}

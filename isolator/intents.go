@@ -5,7 +5,8 @@ package isolator
 // records its intent: the record in its transitional state. The journal
 // is one append-only file, <state-dir>/intents.log (intentlog.go): an
 // intent is one line appended with one write, and its removal another (a
-// tombstone); the file is not fsynced. The outcome goes to the database
+// tombstone); the file is fsynced only before a record's removal is
+// committed (see below), off the answer path. The outcome goes to the database
 // (store.go), fsynced, and then the intent is removed. A stable state a
 // caller is told about is written before the answer: in the database, or,
 // for a Prepare and for the outcome of an Isolate or of a Cleanup of an
@@ -28,6 +29,15 @@ package isolator
 // prepared record whose commit a power loss cut short (within a commit's
 // time of the answer) is lost with the processes of its container: the
 // runtime that starts the container again prepares it again.
+//
+// What a power loss must not do is keep a later database and an earlier
+// journal: the file's appended lines reach the disk when the kernel writes
+// them back (up to ~30 s later), not with the database's fsyncs, so a
+// removed container's intent whose tombstone was not written back would
+// come back (a prepared one as a record, in a slot another container may
+// hold since). So every commit that removes a record syncs the journal
+// first (commitBatch): whatever the disk keeps of the database, it keeps
+// the tombstones written before its removals.
 //
 // Every write of a record, to the database or to the journal, carries a
 // sequence number from one counter that only grows (store.nextSeq, started

@@ -1016,8 +1016,12 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 		return nil
 	}
 	// The prepared intent first: one left after the removal would bring
-	// the container back at the next start (intents.go).
-	s.store.settled(r.ID, 0, s.log)
+	// the container back at the next start (intents.go). When it cannot
+	// be removed (a full disk: a removal is a line appended), the record
+	// stays too.
+	if err := s.store.unintend(r.ID, 0); err != nil {
+		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
+	}
 	if err := s.store.del(r.ID); err != nil {
 		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}

@@ -302,7 +302,7 @@ func (s *store) putAll(rs []*Record) error {
 
 // del removes one record; removing a missing record is not an error.
 func (s *store) del(id string) error {
-	return s.update(delRecord(id))
+	return <-s.enqueueWrite(&write{fn: delRecord(id), del: true})
 }
 
 // delRecord is the write that removes id's record.
@@ -338,9 +338,15 @@ func (s *store) intend(r *Record) error {
 // intent, which the next load ignores (its sequence number is below the
 // outcome's).
 func (s *store) settled(id string, seq uint64, log *slog.Logger) {
-	if err := s.intents.clear(id, seq); err != nil {
+	if err := s.unintend(id, seq); err != nil {
 		log.Warn("intent journal: a stale intent is left (ignored at the next start)", "container_id", id, "err", err.Error())
 	}
+}
+
+// unintend removes id's intent (only the one numbered seq; 0: whichever
+// it has) and reports a failure.
+func (s *store) unintend(id string, seq uint64) error {
+	return s.intents.clear(id, seq)
 }
 
 func (s *store) read() ([]*Record, error) {

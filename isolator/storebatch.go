@@ -1,6 +1,8 @@
 package isolator
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -33,6 +35,7 @@ type write struct {
 	fn      func(*bolt.Tx) error
 	done    chan error
 	removal uint64 // its number if it is a removal queued by delLater, else 0
+	del     bool   // it removes a record (commitBatch syncs the journal first)
 }
 
 // update runs fn in a write transaction shared with the writes queued at the
@@ -69,7 +72,7 @@ func (s *store) enqueueWrite(w *write) <-chan error {
 // delLater queues the removal of id's record and returns at once; done
 // receives the outcome once committed. close waits for it.
 func (s *store) delLater(id string, done func(error)) {
-	s.whenCommitted(s.enqueueWrite(&write{fn: delRecord(id), removal: 1}), done)
+	s.whenCommitted(s.enqueueWrite(&write{fn: delRecord(id), removal: 1, del: true}), done)
 }
 
 // removalsEnded waits until every removal queued by delLater before the
@@ -138,6 +141,19 @@ func (s *store) commitQueue() {
 // the transaction is rolled back and each write is committed on its own, so
 // that one bad write fails alone.
 func (s *store) commitBatch(batch []*write) {
+	// A record's removal reaches the disk only after the journal lines
+	// written before it (intentLog.sync): a power loss must never keep the
+	// removal and lose a tombstone, which would bring back an intent of the
+	// removed container (a prepared one: a record the next start adds).
+	if s.intents != nil && slices.ContainsFunc(batch, func(w *write) bool { return w.del }) {
+		if err := s.intents.sync(); err != nil {
+			err = fmt.Errorf("sync the intent journal before a removal: %w", err)
+			for _, w := range batch {
+				w.done <- err
+			}
+			return
+		}
+	}
 	var failed error
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, w := range batch {
