@@ -197,11 +197,22 @@ func (b *bench) prepare(ctx context.Context) error {
 	if _, err := os.Stat(b.o.isotraffic); err != nil {
 		return fmt.Errorf("isotraffic binary (--isotraffic): %w", err)
 	}
+	// What killed runs left (settle.go) would slow this one.
+	swept, mounts, err := sweepStale(os.TempDir())
+	if len(swept) > 0 {
+		b.logf("removed %d mount(s) and the temp dirs of %d killed run(s): %s", mounts, len(swept), strings.Join(swept, ", "))
+	}
+	if err != nil {
+		b.fail("removing what killed runs left: %v", err)
+	}
 	if b.tmp, err = os.MkdirTemp("", "isobench-"); err != nil {
 		return err
 	}
 	tmp := b.tmp
 	b.undo = append(b.undo, func() error { return os.RemoveAll(tmp) })
+	if err := writeOwner(tmp); err != nil {
+		return err
+	}
 	if b.pool, err = newNSPool(filepath.Join(tmp, "ns")); err != nil {
 		return err
 	}
@@ -803,6 +814,12 @@ func (b *bench) phaseTeardown(ctx context.Context) error {
 		if _, err := b.teardown(ctx, b.c1, "ctr-b"); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// The pool's namespaces (the N containers' and the cycles') are not
+	// used again: freed, so that the phases after this one run with their
+	// own containers' namespaces and mounts only, not a thousand more.
+	if err := b.pool.removeAll(); err != nil {
+		errs = append(errs, fmt.Errorf("free the namespace pool: %w", err))
 	}
 	return errors.Join(errs...)
 }

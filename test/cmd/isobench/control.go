@@ -54,6 +54,11 @@ type ControlScale struct {
 	// From the drain's last answer until the kernel deleted its links
 	// (background deletion, not a target).
 	DrainDeletedSeconds *float64 `json:"drain_deleted_seconds"`
+	// Time waited before the phase for the kernel to finish what the
+	// earlier phases left it (links being deleted, namespaces being freed)
+	// and whether the machine became quiet within the limit.
+	SettleSeconds *float64 `json:"settle_seconds,omitempty"`
+	Settled       bool     `json:"settled"`
 	// Containers present while the CNI figures were taken.
 	CNIPresent int `json:"cni_present"`
 	BurstSize  int `json:"burst_size"`
@@ -188,6 +193,7 @@ func (b *bench) phaseControl(ctx context.Context) error {
 	if n < cs.BurstSize {
 		cs.BurstSize = n
 	}
+	b.settle(cs)
 	sb, hs, cl, err := b.processSandbox(ctx, "isobench-c", "sc")
 	if err != nil {
 		return err
@@ -449,3 +455,38 @@ func (c *ControlScale) curveSorted() []CurvePoint {
 	sort.Slice(out, func(i, j int) bool { return out[i].Present < out[j].Present })
 	return out
 }
+
+// settle waits, before the control phase, until the veth pairs the earlier
+// phases deleted in the background are gone and the machine is quiet (the
+// kernel frees their namespaces in a work queue for seconds after), so that
+// the phase measures its own containers, not the leftovers of others.
+func (b *bench) settle(cs *ControlScale) {
+	t0 := time.Now()
+	for _, sb := range []*sandbox.Sandbox{b.sb1, b.sbN} {
+		if sb == nil {
+			continue
+		}
+		if err := waitNoRetired(sb, 60*time.Second); err != nil {
+			b.logf("control: %s: %v", sb.Name, err)
+		}
+	}
+	limit := 30 * time.Second
+	if b.o.quick { // the test suite's run: other packages' tests keep the machine busy
+		limit = 2 * time.Second
+	}
+	_, quiet, err := waitQuiet(settleBusy, time.Second, limit)
+	if err != nil {
+		b.fail("control: waiting for a quiet machine: %v", err)
+		return
+	}
+	cs.SettleSeconds, cs.Settled = ptr(time.Since(t0).Seconds()), quiet
+	if quiet {
+		b.logf("control: the kernel was done with the earlier phases after %.1fs (machine below %.2g CPUs busy for 1s)", *cs.SettleSeconds, settleBusy)
+	} else {
+		b.logf("control: the machine stayed above %.2g CPUs busy for %.0fs; measuring anyway", settleBusy, *cs.SettleSeconds)
+	}
+}
+
+// settleBusy is the CPU use (in CPUs) below which the machine counts as
+// quiet before the control phase.
+const settleBusy = 0.3

@@ -43,7 +43,15 @@ func (c *ControlScale) writeMarkdown(w io.Writer, r *Results) {
 	}
 	n := r.Config.Containers
 	nn := groupThousands(fmt.Sprint(n))
-	fmt.Fprintf(w, "\n**Control plane, namespaces held by processes** (gRPC API, isolated by pid; p50 / p99 of %d samples per point)\n\n", r.Config.Cycles)
+	settled := ""
+	if c.SettleSeconds != nil {
+		if c.Settled {
+			settled = fmt.Sprintf("; started %.1f s after the earlier phases, once the kernel was done with them", *c.SettleSeconds)
+		} else {
+			settled = fmt.Sprintf("; started after %.0f s without the machine becoming quiet", *c.SettleSeconds)
+		}
+	}
+	fmt.Fprintf(w, "\n**Control plane, namespaces held by processes** (gRPC API, isolated by pid; p50 / p99 of %d samples per point%s)\n\n", r.Config.Cycles, settled)
 	fmt.Fprintln(w, "| Figure | Value | Target | |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	row := func(fig, val, goal, name string) {

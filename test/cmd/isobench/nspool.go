@@ -74,6 +74,18 @@ func (p *nsPool) remove(path string) error {
 
 // close removes every namespace of the pool and the directory's own mount.
 func (p *nsPool) close() error {
+	errs := []error{p.removeAll()}
+	if p.ownMount {
+		if err := unix.Unmount(p.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p.dir, err))
+		}
+		p.ownMount = false
+	}
+	return errors.Join(errs...)
+}
+
+// removeAll removes every namespace of the pool (the pool stays usable).
+func (p *nsPool) removeAll() error {
 	p.mu.Lock()
 	paths := append([]string(nil), p.paths...)
 	p.mu.Unlock()
@@ -82,12 +94,6 @@ func (p *nsPool) close() error {
 		if err := p.remove(path); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if p.ownMount {
-		if err := unix.Unmount(p.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p.dir, err))
-		}
-		p.ownMount = false
 	}
 	if len(errs) > 3 {
 		errs = append(errs[:3], fmt.Errorf("and %d more", len(errs)-3))
