@@ -34,9 +34,9 @@ func lockRegistry() (func(), error) {
 	return func() { f.Close() }, nil // closing releases the lock
 }
 
-// processStart returns the start time (clock ticks since boot, field 22 of
+// ProcessStart returns the start time (clock ticks since boot, field 22 of
 // /proc/<pid>/stat) of pid, which together with pid identifies a process.
-func processStart(pid int) (string, error) {
+func ProcessStart(pid int) (string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return "", err
@@ -57,7 +57,7 @@ func processStart(pid int) (string, error) {
 // register records this process as the owner of sandbox name.
 func register(name string) error {
 	pid := os.Getpid()
-	st, err := processStart(pid)
+	st, err := ProcessStart(pid)
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func sweepStale() {
 		if err != nil {
 			continue
 		}
-		if st, err := processStart(pid); err == nil && st == f[1] {
+		if st, err := ProcessStart(pid); err == nil && st == f[1] {
 			continue // owner alive
 		}
 		for _, suffix := range []string{"-host", "-client"} {

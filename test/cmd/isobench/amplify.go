@@ -19,7 +19,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -159,16 +158,11 @@ func vethTx(h *netlink.Handle) (tx, eth0rx int64, err error) {
 
 // softirqTicks is the softirq time of all CPUs in USER_HZ ticks (/proc/stat).
 func softirqTicks() (int64, error) {
-	b, err := os.ReadFile("/proc/stat")
+	t, err := cpuTicks()
 	if err != nil {
 		return 0, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("unexpected /proc/stat: %q", line)
-	}
-	return strconv.ParseInt(f[7], 10, 64)
+	return t[6], nil
 }
 
 const userHZ = 100 // USER_HZ of /proc/stat on Linux

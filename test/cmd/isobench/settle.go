@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/test/sandbox"
 )
 
 // A run's temp dir holds its namespace files and its daemons' pins, all
@@ -31,7 +32,7 @@ const ownerFile = "owner"
 
 // writeOwner records this process as the owner of dir.
 func writeOwner(dir string) error {
-	start, err := procStartTicks(os.Getpid())
+	start, err := sandbox.ProcessStart(os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -39,25 +40,7 @@ func writeOwner(dir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, ownerFile), fmt.Appendf(nil, "%d %d %s\n", os.Getpid(), start, pidns), 0o600)
-}
-
-// procStartTicks is field 22 of /proc/pid/stat: when the process started.
-func procStartTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command (field 2) is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
-	}
-	return strconv.ParseUint(f[19], 10, 64) // field 22 is the 20th after the command
+	return os.WriteFile(filepath.Join(dir, ownerFile), fmt.Appendf(nil, "%d %s %s\n", os.Getpid(), start, pidns), 0o600)
 }
 
 // ownerGone reports whether dir's owner file names a process that no
@@ -69,15 +52,14 @@ func ownerGone(dir string) bool {
 		return false
 	}
 	var pid int
-	var start uint64
-	var pidns string
-	if _, err := fmt.Sscanf(string(b), "%d %d %s", &pid, &start, &pidns); err != nil || pid <= 0 {
+	var start, pidns string
+	if _, err := fmt.Sscanf(string(b), "%d %s %s", &pid, &start, &pidns); err != nil || pid <= 0 {
 		return false
 	}
 	if ours, err := os.Readlink("/proc/self/ns/pid"); err != nil || ours != pidns {
 		return false
 	}
-	now, err := procStartTicks(pid)
+	now, err := sandbox.ProcessStart(pid)
 	if errors.Is(err, os.ErrNotExist) {
 		return true
 	}
@@ -127,71 +109,51 @@ func sweepStale(root string) (dirs []string, mounts int, err error) {
 // mountsUnder lists the mount points at or under dir in this mount
 // namespace, deepest (longest) first.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := nspin.ReadMountInfo()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
+	for _, m := range all {
+		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
+			out = append(out, m.MountPoint)
 		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	if err := s.Err(); err != nil {
-		return nil, err
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+// cpuTicks is the machine's CPU time so far by kind, in USER_HZ ticks:
+// the numbers of the first ("cpu") line of /proc/stat (user, nice,
+// system, idle, iowait, irq, softirq, steal, ...).
+func cpuTicks() ([]int64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, err
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return nil, fmt.Errorf("unexpected /proc/stat: %q", line)
+	}
+	ticks := make([]int64, len(f)-1)
+	for i, v := range f[1:] {
+		if ticks[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("/proc/stat: %w", err)
 		}
-		b.WriteByte(s[i])
 	}
-	return b.String()
+	return ticks, nil
 }
 
 // cpuBusy is the machine's busy CPU time so far (user, nice, system, irq,
-// softirq; not idle, iowait or steal), from /proc/stat.
+// softirq; not idle, iowait or steal).
 func cpuBusy() (time.Duration, error) {
-	b, err := os.ReadFile("/proc/stat")
+	t, err := cpuTicks()
 	if err != nil {
 		return 0, err
 	}
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
-	}
-	var ticks uint64
-	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
-		v, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / 100, nil // USER_HZ is 100 on Linux
+	busy := t[0] + t[1] + t[2] + t[5] + t[6]
+	return time.Duration(busy) * time.Second / userHZ, nil
 }
 
 // waitQuiet waits until the machine used less than busy CPUs over a whole

@@ -28,7 +28,7 @@ func TestSweepStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadPid := cmd.Process.Pid
-	deadStart, err := procStartTicks(deadPid)
+	deadStart, err := sandbox.ProcessStart(deadPid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestSweepStale(t *testing.T) {
 		return p
 	}
 
-	dead := mk("isobench-dead", fmt.Sprintf("%d %d %s\n", deadPid, deadStart, pidns))
+	dead := mk("isobench-dead", fmt.Sprintf("%d %s %s\n", deadPid, deadStart, pidns))
 	deadPins := []string{bind(dead, "c0000"), bind(dead, "c 0001")}
 	live := mk("isobench-live", "")
 	if err := writeOwner(live); err != nil {
@@ -74,9 +74,9 @@ func TestSweepStale(t *testing.T) {
 	}
 	livePin := bind(live, "c0000")
 	noOwner := mk("isobench-noowner", "")
-	otherNS := mk("isobench-otherns", fmt.Sprintf("%d %d pid:[1]\n", deadPid, deadStart))
+	otherNS := mk("isobench-otherns", fmt.Sprintf("%d %s pid:[1]\n", deadPid, deadStart))
 	reused := mk("isobench-reused", fmt.Sprintf("%d 1 %s\n", os.Getpid(), pidns)) // our pid, another start time
-	notOurs := mk("other-tool", fmt.Sprintf("%d %d %s\n", deadPid, deadStart, pidns))
+	notOurs := mk("other-tool", fmt.Sprintf("%d %s %s\n", deadPid, deadStart, pidns))
 
 	dirs, mounts, err := sweepStale(root)
 	if err != nil {
