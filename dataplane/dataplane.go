@@ -195,6 +195,9 @@ type DataPlane struct {
 	// planned, when set (tests), runs between planning a shared port's
 	// spread (its holders' sockets read) and installing it.
 	planned func(port uint16)
+	// fanoutAlways, when set (tests), gives containers ICMP fan-out nodes
+	// even with the echo programs, as without them (fanoutUsed).
+	fanoutAlways bool
 }
 
 // record is what the data plane installed for one container.
@@ -632,10 +635,12 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 		return fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	undo.push("echo origin", func() error { return d.eth0.DelEchoOrigin(veth) })
-	if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
-		return fmt.Errorf("container %s: ARP/ICMP fan-out: %w", c.ID, err)
+	if d.fanoutUsed() {
+		if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
+			return fmt.Errorf("container %s: ICMP fan-out: %w", c.ID, err)
+		}
+		undo.push("fan-out", func() error { _, err := d.eth0.DelFanout(c.Slot); return err })
 	}
-	undo.push("fan-out", func() error { _, err := d.eth0.DelFanout(c.Slot); return err })
 	if err := d.step("fanout"); err != nil {
 		return err
 	}
@@ -751,3 +756,11 @@ func (d *DataPlane) flush() error {
 	}
 	return errors.Join(d.eth0.Flush(), d.lo.Flush())
 }
+
+// fanoutUsed reports whether containers get an ICMP fan-out node on eth0:
+// only without the echo programs (tcfilter.HostDemux.FanoutUsed: with them
+// nothing leads to the fan-out, and each node would make every setup and
+// teardown walk one bucket holding every container's node, and every
+// device deletion of the machine walk one more mirred action per
+// container).
+func (d *DataPlane) fanoutUsed() bool { return d.fanoutAlways || d.eth0.FanoutUsed() }

@@ -363,6 +363,7 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 func TestSnapshotAndRemoveStrays(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnv(t)
+	e.d.fanoutAlways = true // C's fan-out node is one of the strays
 	a := e.start("A", 1, "40960-41983", "31000-31009", "9000", 31000, 9000)
 	b := e.start("B", 2, "41984-43007", "31010-31019", "9000", 31010, 9000)
 	c := e.start("C", 3, "43008-44031", "31020", "", 31020)

@@ -450,6 +450,16 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 			d.log.Warn("veth alias not updated", "container", c.ID, "err", err)
 		}
 	}
+	// The ICMP fan-out, when in use (the echo programs could not be loaded
+	// at this start, or the container was plumbed without its node): a
+	// best-effort copy, so a failure is logged and the container kept.
+	if d.fanoutUsed() {
+		if t, ok := d.eth0.FanoutTarget(c.Slot); !ok || t != veth {
+			if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
+				d.log.Warn("ICMP fan-out node not restored: echo replies no container's ports attribute do not reach this container", "container", c.ID, "err", err)
+			}
+		}
+	}
 	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec

@@ -138,7 +138,11 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 	var eth0, lo []tcfilter.Unroute
 	var onLo []cut
 	for _, k := range cuts {
-		eth0 = append(eth0, tcfilter.Unroute{Slot: k.u.c.Slot, Ranges: k.excl, Fanout: true})
+		// A fan-out node when the fan-out is in use, or one left by an
+		// older version that made them beside the echo programs.
+		_, left := d.eth0.FanoutTarget(k.u.c.Slot)
+		fan := left || d.fanoutUsed()
+		eth0 = append(eth0, tcfilter.Unroute{Slot: k.u.c.Slot, Ranges: k.excl, Fanout: fan})
 		if len(k.excl) > 0 {
 			lo = append(lo, tcfilter.Unroute{Slot: k.u.c.Slot, Ranges: k.excl})
 			onLo = append(onLo, k)

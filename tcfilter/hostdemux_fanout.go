@@ -49,3 +49,28 @@ func (x *HostDemux) DelFanout(slot uint16) (missing int, err error) {
 	o := x.Unroute([]Unroute{{Slot: slot, Fanout: true}})[0]
 	return o.MissingFanout, o.Err
 }
+
+// FanoutUsed reports whether anything leads to the ICMP fan-out table: only
+// on eth0 and only without the echo programs (then unattributed echo
+// replies and errors about echo requests are mirrored to every container).
+// With the echo programs the table is unreachable, so a fan-out node would
+// cost a node in one bucket shared by every container (each insertion and
+// removal walks it) and a mirred action of its own (the kernel walks every
+// mirred action of the machine each time a device is unregistered), and
+// carry nothing. Meaningful after Init; the answer stays the same for the
+// HostDemux's life.
+func (x *HostDemux) FanoutUsed() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.dst != nil && x.echo == nil
+}
+
+// FanoutTarget returns the target of slot's fan-out node (ok: it has one),
+// as the in-memory index has it (what Init read plus every change made
+// through this HostDemux).
+func (x *HostDemux) FanoutTarget(slot uint16) (target int, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	target, ok = x.fanout[slot]
+	return target, ok
+}
