@@ -114,12 +114,19 @@ func (b *batch) attachBPF(d dev, f bpfFilter) error {
 func (b *batch) run() ([]result, error) {
 	answers := make([]error, len(b.reqs))
 	if b.c != nil {
+		// One buffer for all: Conn.exchange numbers the requests in place.
 		msgs := make([][]byte, len(b.reqs))
+		ends := make([]int, len(b.reqs))
+		buf := make([]byte, 0, 256*len(b.reqs))
 		var encErr error
 		for i, r := range b.reqs {
-			if msgs[i], encErr = r.encode(); encErr != nil {
+			if buf, encErr = r.appendTo(buf); encErr != nil {
 				break
 			}
+			ends[i] = len(buf)
+		}
+		for i, start := 0, 0; encErr == nil && i < len(msgs); i++ {
+			msgs[i], start = buf[start:ends[i]:ends[i]], ends[i]
 		}
 		if encErr == nil {
 			answers, _ = b.c.exchange(msgs)
@@ -164,10 +171,13 @@ func (r request) send() error {
 	return h.FilterReplace(r.f)
 }
 
-// encode serializes the request exactly as vishvananda/netlink's
+// encode serializes the request (appendTo).
+func (r request) encode() ([]byte, error) { return r.appendTo(nil) }
+
+// encodeNL serializes the request exactly as vishvananda/netlink's
 // filterModify and qdiscModify do for the kinds used here (u32, cls_bpf,
 // ingress), with NLM_F_ACK.
-func (r request) encode() ([]byte, error) {
+func (r request) encodeNL() ([]byte, error) {
 	req := &nl.NetlinkRequest{NlMsghdr: unix.NlMsghdr{
 		Type:  uint16(r.cmd),
 		Flags: uint16(unix.NLM_F_REQUEST | unix.NLM_F_ACK | r.flags),
