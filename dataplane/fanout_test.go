@@ -28,7 +28,8 @@ func fanoutNodes(t *testing.T, d *DataPlane) map[uint16]int {
 // ICMP fan-out table, so a setup makes no fan-out node (and no mirror
 // action); a node an older version made beside the echo programs goes with
 // its container's teardown, which reports nothing missing. Without them
-// (fanoutAlways plays that here), a setup makes the node, and a restarted
+// (fanoutAlways plays that here), a setup makes the node, a teardown of a
+// container plumbed beside the echo programs misses none, and a restarted
 // data plane's Adopt puts back a node that went missing instead of Check
 // calling for the container to be plumbed again.
 func TestFanoutOnlyWithoutEcho(t *testing.T) {
@@ -70,8 +71,13 @@ func TestFanoutOnlyWithoutEcho(t *testing.T) {
 		t.Errorf("fan-out nodes after the teardowns: %v", fs)
 	}
 
-	// The fan-out in use: the node is made, and put back by Adopt.
+	// The fan-out in use: the node is made, and put back by Adopt; a
+	// container plumbed without one has none to remove.
+	d := e.start("D", 4, "44032-45055", "31030", "", 31030)
 	e.d.fanoutAlways = true
+	if rep, err := e.d.Teardown(ctx, d.c); err != nil || len(rep.Missing) != 0 {
+		t.Errorf("Teardown(D) = %+v, %v; want nothing missing", rep, err)
+	}
 	c := e.start("C", 3, "43008-44031", "31020", "", 31020)
 	vethC := e.d.ctrs[c.c.ID].veth
 	if fs := fanoutNodes(t, e.d); len(fs) != 1 || fs[c.c.Slot] != vethC {

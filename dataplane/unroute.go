@@ -138,10 +138,12 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 	var eth0, lo []tcfilter.Unroute
 	var onLo []cut
 	for _, k := range cuts {
-		// A fan-out node when the fan-out is in use, or one left by an
-		// older version that made them beside the echo programs.
-		_, left := d.eth0.FanoutTarget(k.u.c.Slot)
-		fan := left || d.fanoutUsed()
+		// The fan-out node the demux's index has (made by this data plane
+		// with the fan-out in use, or found by Init: left by an earlier
+		// run, maybe of an older version beside the echo programs). A
+		// container plumbed without one (the echo programs steered then)
+		// has nothing to remove and nothing missing.
+		_, fan := d.eth0.FanoutTarget(k.u.c.Slot)
 		eth0 = append(eth0, tcfilter.Unroute{Slot: k.u.c.Slot, Ranges: k.excl, Fanout: fan})
 		if len(k.excl) > 0 {
 			lo = append(lo, tcfilter.Unroute{Slot: k.u.c.Slot, Ranges: k.excl})

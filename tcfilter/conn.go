@@ -168,6 +168,9 @@ func (c *Conn) chunk(msgs [][]byte, res []error, size int) error {
 	defer scratchPool.Put(sc)
 	var pad [unix.NLMSG_ALIGNTO]byte
 	out := sc.out[:0]
+	if cap(out) < size {
+		out = make([]byte, 0, size)
+	}
 	base := c.seq + 1
 	for _, m := range msgs {
 		c.seq++

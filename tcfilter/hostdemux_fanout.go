@@ -57,8 +57,10 @@ func (x *HostDemux) DelFanout(slot uint16) (missing int, err error) {
 // cost a node in one bucket shared by every container (each insertion and
 // removal walks it) and a mirred action of its own (the kernel walks every
 // mirred action of the machine each time a device is unregistered), and
-// carry nothing. Meaningful after Init; the answer stays the same for the
-// HostDemux's life.
+// carry nothing. Meaningful after Init. The answer stays the same for the
+// HostDemux's life: Init decides it, and runs again (ensureReady) only
+// after it failed, which the data plane does not go on from (PrepareHost
+// fails).
 func (x *HostDemux) FanoutUsed() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
