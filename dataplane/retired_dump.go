@@ -8,6 +8,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 // rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS: a link dump without
@@ -61,13 +63,8 @@ func linkNameGroupAlias(m []byte) (netlink.LinkAttrs, bool) {
 	a.Index = int(nl.DeserializeIfInfomsg(m).Index)
 	// The attributes are walked in place (a dump of 1,000 links parsed
 	// into attribute slices allocated megabytes).
-	for b := m[unix.SizeofIfInfomsg:]; len(b) >= unix.SizeofRtAttr; {
-		l := int(binary.NativeEndian.Uint16(b[0:2]))
-		if l < unix.SizeofRtAttr || l > len(b) {
-			return a, false
-		}
-		v := b[unix.SizeofRtAttr:l]
-		switch binary.NativeEndian.Uint16(b[2:4]) {
+	ok := nlattr.Walk(m[unix.SizeofIfInfomsg:], func(typ uint16, v []byte) bool {
+		switch typ {
 		case unix.IFLA_IFNAME:
 			a.Name = string(trimNUL(v))
 		case unix.IFLA_GROUP:
@@ -77,9 +74,9 @@ func linkNameGroupAlias(m []byte) (netlink.LinkAttrs, bool) {
 		case unix.IFLA_IFALIAS:
 			a.Alias = string(trimNUL(v))
 		}
-		b = b[min(rtaAlignOf(l), len(b)):]
-	}
-	return a, true
+		return true
+	})
+	return a, ok
 }
 
 func trimNUL(b []byte) []byte {
@@ -88,5 +85,3 @@ func trimNUL(b []byte) []byte {
 	}
 	return b
 }
-
-func rtaAlignOf(n int) int { return (n + unix.RTA_ALIGNTO - 1) &^ (unix.RTA_ALIGNTO - 1) }

@@ -19,6 +19,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 // BoundHere lists the TCP and UDP sockets of the calling thread's network
@@ -40,7 +42,7 @@ func parseBound(m []byte, proto uint8) (Bound, error) {
 	ne := binary.NativeEndian
 	b := Bound{Proto: proto, State: c.State, Local: c.Local, IPv6: m[0] == unix.AF_INET6,
 		UID: ne.Uint32(m[offsetDiagUID:]), Inode: ne.Uint32(m[offsetDiagInode:])}
-	if v := attr(m[sizeofInetDiagMsg:], inetDiagSKV6Only); len(v) > 0 {
+	if v := nlattr.Get(m[sizeofInetDiagMsg:], inetDiagSKV6Only); len(v) > 0 {
 		b.V6Only = v[0] != 0
 	}
 	return b, nil

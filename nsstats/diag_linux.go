@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 // sock_diag constants and layouts (linux/inet_diag.h, linux/tcp.h).
@@ -77,7 +79,7 @@ func dump(fd int, seq uint32, family uint8, states uint32, fn func(state uint8, 
 		if len(m) < sizeofInetDiagMsg {
 			return fmt.Errorf("short inet_diag_msg (%d bytes)", len(m))
 		}
-		fn(m[offsetDiagState], attr(m[sizeofInetDiagMsg:], inetDiagInfo))
+		fn(m[offsetDiagState], nlattr.Get(m[sizeofInetDiagMsg:], inetDiagInfo))
 		return nil
 	})
 }
@@ -179,35 +181,13 @@ func splitMessages(b []byte) ([]message, error) {
 			return nil, fmt.Errorf("bad message length %d (%d bytes left)", l, len(b))
 		}
 		out = append(out, message{typ: ne.Uint16(b[4:]), seq: ne.Uint32(b[8:]), data: b[unix.NLMSG_HDRLEN:l]})
-		step := (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
+		step := nlattr.Align(l)
 		if step >= len(b) {
 			break
 		}
 		b = b[step:]
 	}
 	return out, nil
-}
-
-// attr returns the payload of the first netlink attribute of type typ in b,
-// or nil.
-func attr(b []byte, typ uint16) []byte {
-	ne := binary.NativeEndian
-	for len(b) >= unix.SizeofRtAttr {
-		l := int(ne.Uint16(b[0:]))
-		t := ne.Uint16(b[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
-		if l < unix.SizeofRtAttr || l > len(b) {
-			return nil
-		}
-		if t == typ {
-			return b[unix.SizeofRtAttr:l]
-		}
-		step := (l + unix.RTA_ALIGNTO - 1) &^ (unix.RTA_ALIGNTO - 1)
-		if step > len(b) {
-			return nil
-		}
-		b = b[step:]
-	}
-	return nil
 }
 
 // openDiag opens a sock_diag socket in the calling thread's namespace, with

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 func TestSplitMessagesAndAttr(t *testing.T) {
@@ -38,10 +40,10 @@ func TestSplitMessagesAndAttr(t *testing.T) {
 	if ms[0].typ != unix.SOCK_DIAG_BY_FAMILY || ms[0].seq != 7 || ms[1].typ != unix.NLMSG_DONE {
 		t.Errorf("messages: %+v", ms)
 	}
-	if got := attr(ms[0].data, inetDiagInfo); string(got) != string([]byte{9, 8, 7, 6, 5}) {
+	if got := nlattr.Get(ms[0].data, inetDiagInfo); string(got) != string([]byte{9, 8, 7, 6, 5}) {
 		t.Errorf("attr INFO = %v", got)
 	}
-	if got := attr(ms[0].data, 3); got != nil {
+	if got := nlattr.Get(ms[0].data, 3); got != nil {
 		t.Errorf("absent attr = %v", got)
 	}
 	// A length running past the buffer is refused, not read.
@@ -52,7 +54,7 @@ func TestSplitMessagesAndAttr(t *testing.T) {
 	}
 	badAttr := rta(inetDiagInfo, []byte{1, 2, 3, 4})
 	ne.PutUint16(badAttr[0:], 200)
-	if got := attr(badAttr, inetDiagInfo); got != nil {
+	if got := nlattr.Get(badAttr, inetDiagInfo); got != nil {
 		t.Errorf("oversized attribute returned %v", got)
 	}
 }

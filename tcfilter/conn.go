@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 // Conn is a NETLINK_ROUTE socket that sends many tc requests at once: one
@@ -145,7 +147,7 @@ func (c *Conn) exchange(msgs [][]byte) (res []error, err error) {
 	for start := 0; start < len(msgs) && err == nil; {
 		end, size := start, 0
 		for end < len(msgs) && end-start < c.max && (end == start || size+len(msgs[end]) <= chunkBytes) {
-			size += nlmAlign(len(msgs[end]))
+			size += nlattr.Align(len(msgs[end]))
 			end++
 		}
 		err = c.chunk(msgs[start:end], res[start:end], size)
@@ -176,7 +178,7 @@ func (c *Conn) chunk(msgs [][]byte, res []error, size int) error {
 		c.seq++
 		binary.NativeEndian.PutUint32(m[8:12], c.seq) // nlmsg_seq
 		out = append(out, m...)
-		out = append(out, pad[:nlmAlign(len(m))-len(m)]...)
+		out = append(out, pad[:nlattr.Align(len(m))-len(m)]...)
 	}
 	if cap(out) <= chunkBytes {
 		sc.out = out[:0] // kept for the next chunk (a larger one is not)
@@ -282,20 +284,9 @@ func parseAck(b []byte, pid uint32) (seq uint32, err error, ok bool) {
 	// With NETLINK_CAP_ACK the echoed request is its header alone;
 	// extack attributes follow it.
 	if flags&unix.NLM_F_ACK_TLVS != 0 {
-		attrs := b[min(20+unix.SizeofNlMsghdr, l):l]
-		for len(attrs) >= unix.SizeofRtAttr {
-			al := int(ne.Uint16(attrs[0:2]))
-			at := ne.Uint16(attrs[2:4])
-			if al < unix.SizeofRtAttr || al > len(attrs) {
-				break
-			}
-			if at == unix.NLMSGERR_ATTR_MSG {
-				err = fmt.Errorf("%w: %s", err, unix.ByteSliceToString(attrs[unix.SizeofRtAttr:al]))
-			}
-			attrs = attrs[min(nlmAlign(al), len(attrs)):]
+		if m := nlattr.Get(b[min(20+unix.SizeofNlMsghdr, l):l], unix.NLMSGERR_ATTR_MSG); m != nil {
+			err = fmt.Errorf("%w: %s", err, unix.ByteSliceToString(m))
 		}
 	}
 	return seq, err, true
 }
-
-func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }

@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 var ne = binary.NativeEndian
@@ -28,11 +30,7 @@ var zeros [nl.SizeofTcU32Sel + nl.SizeofTcU32Key]byte
 type attrs struct{ b []byte }
 
 // pad appends zeros up to the next attribute boundary.
-func (a *attrs) pad() {
-	for len(a.b)%unix.RTA_ALIGNTO != 0 {
-		a.b = append(a.b, 0)
-	}
-}
+func (a *attrs) pad() { a.b = append(a.b, zeros[:nlattr.Align(len(a.b))-len(a.b)]...) }
 
 // header appends an attribute header of length l.
 func (a *attrs) header(typ uint16, l int) {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/nlattr"
 )
 
 // rtnl is a NETLINK_ROUTE socket opened inside a network namespace, for
@@ -132,7 +134,7 @@ var errLinkNotFound = errors.New("link not found")
 func (s *rtnl) linkByName(name string) (link, error) {
 	body := make([]byte, unix.SizeofIfInfomsg)
 	body[0] = unix.AF_UNSPEC
-	body = appendAttr(body, unix.IFLA_IFNAME, append([]byte(name), 0))
+	body = nlattr.Append(body, unix.IFLA_IFNAME, append([]byte(name), 0))
 	msgs, err := s.request(unix.RTM_GETLINK, 0, body)
 	if errors.Is(err, unix.ENODEV) {
 		return link{}, errLinkNotFound
@@ -267,16 +269,4 @@ func (s *rtnl) defaultGateways(idx int32) (gw4, gw6 net.IP, err error) {
 		}
 	}
 	return gw4, gw6, nil
-}
-
-// appendAttr appends a route attribute of type typ, padded to 4 bytes.
-func appendAttr(b []byte, typ uint16, v []byte) []byte {
-	n := unix.SizeofRtAttr + len(v)
-	b = binary.NativeEndian.AppendUint16(b, uint16(n))
-	b = binary.NativeEndian.AppendUint16(b, typ)
-	b = append(b, v...)
-	for ; n%4 != 0; n++ {
-		b = append(b, 0)
-	}
-	return b
 }
