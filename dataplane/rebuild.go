@@ -13,6 +13,7 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -58,6 +59,7 @@ func (d *DataPlane) setAlias(veth int, c Container) error {
 	m := c.Meta
 	m.ID = c.ID
 	m.Layout, m.Sink, m.V6 = tcfilter.VethLayout, d.sink.Index, d.ip6Tag()
+	m.Eph = c.Ephemeral.String()
 	if err := d.h.LinkSetAlias(linkRefIdx(veth), metaAlias(m)); err != nil {
 		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
 	}
@@ -147,11 +149,15 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	for i, a := range todo {
 		f, why := found[i].f, found[i].why
 		if why != "" {
-			out.Unattributed = append(out.Unattributed, fmt.Sprintf("veth %s: %s", a.Name, why))
+			what := fmt.Sprintf("veth %s: %s", a.Name, why)
+			out.Unattributed = append(out.Unattributed, what)
+			out.Held = append(out.Held, heldOf(what, byTarget[a.Index], f.Slot))
 			continue
 		}
 		if other, ok := slotsTaken[f.Slot]; ok {
-			out.Unattributed = append(out.Unattributed, fmt.Sprintf("veth %s of container %s: slot %d is also carried by container %s", a.Name, f.ID, f.Slot, other))
+			what := fmt.Sprintf("veth %s of container %s: slot %d is also carried by container %s", a.Name, f.ID, f.Slot, other)
+			out.Unattributed = append(out.Unattributed, what)
+			out.Held = append(out.Held, heldOf(what, byTarget[a.Index], 0))
 			continue
 		}
 		slotsTaken[f.Slot] = f.ID
@@ -159,7 +165,9 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	}
 	for target, x := range byTarget {
 		if !vethIdx[target] {
-			out.Unattributed = append(out.Unattributed, fmt.Sprintf("%s demux entries of slot(s) %s point at ifindex %d, which is no veth of ours", d.links.Eth0, slotList(x.slots), target))
+			what := fmt.Sprintf("%s demux entries of slot(s) %s point at ifindex %d, which is no veth of ours", d.links.Eth0, slotList(x.slots), target)
+			out.Unattributed = append(out.Unattributed, what)
+			out.Held = append(out.Held, heldOf(what, x, 0))
 		}
 	}
 	for name := range shapers {
@@ -170,6 +178,27 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	sort.Slice(out.Found, func(i, j int) bool { return out.Found[i].ID < out.Found[j].ID })
 	sort.Strings(out.Unattributed)
 	return out, nil
+}
+
+// heldOf is what x (nil: nothing) still routes, and slot (0: none): kept
+// from being handed out again.
+func heldOf(what string, x *demuxOf, slot uint16) Held {
+	h := Held{What: what}
+	if slot != 0 {
+		h.Slots = append(h.Slots, slot)
+	}
+	if x != nil {
+		for s := range x.slots {
+			if s != slot {
+				h.Slots = append(h.Slots, s)
+			}
+		}
+		h.Ports = ephemeral.NewSet(x.excl...)
+		for _, p := range x.shared {
+			h.Ports = h.Ports.Union(ephemeral.NewSet(ephemeral.Range{Begin: p, End: p}))
+		}
+	}
+	return h
 }
 
 func slotList(m map[uint16]bool) string {
@@ -274,25 +303,6 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 		f.Mount += nspin.Suffix
 	}
 	f.NetNS = f.Mount
-	ns, err := nshandle.Open(f.Mount)
-	if err != nil {
-		return f, fmt.Sprintf("container %s: %v", f.ID, err)
-	}
-	f.NetNSIno = ns.Ino()
-	var v string
-	err = sysctl.In(ns, func(sd *sysctl.Dir) (err error) { v, err = sd.Read("net/ipv4/ip_local_port_range"); return err })
-	ns.Close()
-	if err != nil {
-		return f, fmt.Sprintf("container %s: read its ip_local_port_range: %v", f.ID, err)
-	}
-	var lo, hi uint16
-	if _, err := fmt.Sscanf(v, "%d %d", &lo, &hi); err != nil {
-		return f, fmt.Sprintf("container %s: ip_local_port_range %q", f.ID, v)
-	}
-	f.Ephemeral = ephemeral.Range{Begin: lo, End: hi}
-	if !f.Ephemeral.IsAligned() {
-		return f, fmt.Sprintf("container %s: ip_local_port_range %s is no block of ours", f.ID, f.Ephemeral)
-	}
 	vs, err := tcfilter.ReadVeth(h, a.Index)
 	if err != nil {
 		return f, fmt.Sprintf("container %s: %v", f.ID, err)
@@ -304,6 +314,9 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 		for s := range dm.slots {
 			f.Slot = s
 		}
+		if vs.Slot != 0 && vs.Slot != f.Slot {
+			return f, fmt.Sprintf("container %s: the host demux routes slot %d to it, its veth filters carry slot %d", f.ID, f.Slot, vs.Slot)
+		}
 	case dm != nil && len(dm.slots) > 1:
 		return f, fmt.Sprintf("container %s: host demux entries of several slots (%s) point at it", f.ID, slotList(dm.slots))
 	case vs.Slot != 0:
@@ -312,19 +325,48 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 	default:
 		return f, fmt.Sprintf("container %s: no filter carries its slot", f.ID)
 	}
+	// Rights come from the host side only, each from two objects the
+	// tenant cannot write, the narrower winning: the exclusive ports are
+	// those the host demux routes to the veth AND its veth filters let it
+	// send from; the ephemeral block is the one the veth's alias names,
+	// which the demux must route to it. Nothing inside the namespace (its
+	// ip_local_port_range, addresses, filters) adds a right.
 	var excl ephemeral.Set
 	if dm != nil {
 		excl = ephemeral.NewSet(dm.excl...)
 	}
-	eph := ephemeral.NewSet(f.Ephemeral)
-	f.Ports = excl.Subtract(eph)
-	shared := ephemeral.NewSet(vs.Ranges...)
+	src := ephemeral.NewSet(vs.Ranges...)
+	routed := excl.Intersect(src)
+	if dm != nil && !routed.Equal(excl) {
+		f.Lost = append(f.Lost, fmt.Sprintf("ports %s (routed by the host demux, not allowed by its veth filters)", excl.Subtract(src)))
+	}
+	if meta.Eph != "" {
+		r, err := ephemeral.ParseRange(meta.Eph)
+		if err != nil || !r.IsAligned() {
+			return f, fmt.Sprintf("container %s: veth alias names ephemeral block %q, no block of ours", f.ID, meta.Eph)
+		}
+		proof := routed
+		if dm == nil {
+			proof = src // no demux entry left: the veth filters must allow it
+		}
+		if !proof.ContainsRange(r) {
+			return f, fmt.Sprintf("container %s: its ephemeral block %s (veth alias) is not routed to it by the host demux and its veth filters", f.ID, r)
+		}
+		f.Ephemeral = r
+	} // else: the lifecycle finds the block among the routed ranges (it knows the pool)
+	f.Ports = routed.Subtract(ephemeral.NewSet(f.Ephemeral))
+	shared := src
 	if dm != nil {
 		for _, p := range dm.shared {
 			shared = shared.Union(ephemeral.NewSet(ephemeral.Range{Begin: p, End: p}))
 		}
 	}
-	f.Shared = shared.Subtract(excl).Subtract(eph)
+	f.Shared = shared.Subtract(excl).Subtract(ephemeral.NewSet(f.Ephemeral))
+	if f.Ephemeral != (ephemeral.Range{}) {
+		if why := d.restoreRange(&f); why != "" {
+			return f, why
+		}
+	}
 	// limits: ingress HTB on the veth, egress on the shaper entry (read
 	// only where a root qdisc is: one device's qdiscs cost a dump of all)
 	var err2 error
@@ -340,6 +382,48 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 		}
 	}
 	return f, ""
+}
+
+// restoreRange opens f's namespace and, when its tenant changed its
+// ip_local_port_range, writes f's ephemeral block back (the block the host
+// side proves; the tenant's value is kept in f.TenantRange for the report).
+func (d *DataPlane) restoreRange(f *Found) string {
+	ns, err := nshandle.Open(f.Mount)
+	if err != nil {
+		return fmt.Sprintf("container %s: %v", f.ID, err)
+	}
+	f.NetNSIno = ns.Ino()
+	defer ns.Close()
+	return d.rewriteRange(ns, f)
+}
+
+// RestoreRange writes f's ephemeral block back as its ip_local_port_range
+// when the tenant changed it (for a block the lifecycle found itself).
+func (d *DataPlane) RestoreRange(f *Found) error {
+	if why := d.restoreRange(f); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
+func (d *DataPlane) rewriteRange(ns *nshandle.NS, f *Found) string {
+	const key = "net/ipv4/ip_local_port_range"
+	want := fmt.Sprintf("%d %d", f.Ephemeral.Begin, f.Ephemeral.End)
+	err := sysctl.In(ns, func(sd *sysctl.Dir) error {
+		v, err := sd.Read(key)
+		if err != nil {
+			return err
+		}
+		if strings.Join(strings.Fields(v), " ") == want {
+			return nil
+		}
+		f.TenantRange = strings.Join(strings.Fields(v), " ")
+		return sd.Write(key, want)
+	})
+	if err != nil {
+		return fmt.Sprintf("container %s: restore its ip_local_port_range %s: %v", f.ID, want, err)
+	}
+	return ""
 }
 
 func (d *DataPlane) readLimit(link int) (Limit, error) {
@@ -395,7 +479,7 @@ func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 			continue // no container's (it keeps its name until deleted)
 		}
 		d.recoveryLinks[a.Name] = a.Index
-		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() {
+		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() && m.Eph != "" {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}

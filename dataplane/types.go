@@ -18,6 +18,7 @@ type (
 	Meta           = plane.Meta
 	Found          = plane.Found
 	Discovery      = plane.Discovery
+	Held           = plane.Held
 )
 
 // MaxSlot is the largest container slot: u32 node ids have 12 bits.

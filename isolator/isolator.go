@@ -192,6 +192,9 @@ type Isolator struct {
 	// unattributed and rebuilt are guarded by rmu.
 	unattributed []string
 	rebuilt      []string
+	// held: what unattributed kernel objects still route, kept reserved
+	// (held.go); guarded by mu.
+	held []heldClaim
 	// Hooks for tests (fault injection); nil in production.
 	hook func(point string)
 	// orphans counts reclaimed orphaned containers (orphans.go).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
 )
 
@@ -23,7 +24,13 @@ import (
 // unchanged either way, so a restart ends in the same state.
 
 // rebuild merges the kernel's containers into recs.
-func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryReport) ([]*Record, error) {
+//
+// Rights come from the host side only (Discover): a container's tenant may
+// have changed anything inside its namespace, which never adds a right.
+// Where Discover found the tenant's ip_local_port_range changed, it wrote
+// the block back; that is logged and counted here. What the kernel still
+// routes to a namespace that cannot be rebuilt is returned as held.
+func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryReport) ([]*Record, []plane.Held, error) {
 	var known []string
 	for _, r := range recs {
 		if r.State != StatePrepared {
@@ -32,9 +39,10 @@ func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryRep
 	}
 	disc, err := s.dp.Discover(ctx, known)
 	if err != nil {
-		return recs, fmt.Errorf("read containers from the kernel: %w", err)
+		return recs, nil, fmt.Errorf("read containers from the kernel: %w", err)
 	}
 	rep.Unattributed = append(rep.Unattributed, disc.Unattributed...)
+	held := disc.Held
 	byID := make(map[string]int, len(recs))
 	slotHolder := make(map[uint16]string, len(recs))
 	for i, r := range recs {
@@ -48,8 +56,23 @@ func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryRep
 			continue // the record knows it: recovery checks it
 		}
 		if h, ok := slotHolder[f.Slot]; ok && h != f.ID {
-			rep.Unattributed = append(rep.Unattributed, fmt.Sprintf("veth %s of container %s: its slot %d belongs to the record of container %s", f.Veth, f.ID, f.Slot, h))
+			what := fmt.Sprintf("veth %s of container %s: its slot %d belongs to the record of container %s", f.Veth, f.ID, f.Slot, h)
+			rep.Unattributed = append(rep.Unattributed, what)
+			held = append(held, plane.Held{What: what, Ports: f.Ports.Union(ephemeral.NewSet(f.Ephemeral))})
 			continue
+		}
+		if f.Ephemeral == (ephemeral.Range{}) {
+			if err := s.inferEphemeral(&f); err != nil {
+				what := fmt.Sprintf("veth %s of container %s: %v", f.Veth, f.ID, err)
+				rep.Unattributed = append(rep.Unattributed, what)
+				held = append(held, plane.Held{What: what, Slots: []uint16{f.Slot}, Ports: f.Ports})
+				continue
+			}
+		}
+		if f.TenantRange != "" {
+			rep.RangesRestored = append(rep.RangesRestored, fmt.Sprintf("%s: %s -> %s", f.ID, f.TenantRange, f.Ephemeral))
+			s.log.Warn("recover: the tenant had changed its ip_local_port_range; its block, as the host side proves it, was written back",
+				"container_id", f.ID, "tenant_range", f.TenantRange, "ephemeral", f.Ephemeral.String())
 		}
 		r := recordFromKernel(f)
 		if known {
@@ -66,10 +89,10 @@ func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryRep
 		rebuilt = append(rebuilt, r)
 	}
 	if len(rebuilt) == 0 {
-		return recs, nil
+		return recs, held, nil
 	}
 	if err := s.store.putAll(rebuilt); err != nil {
-		return recs, fmt.Errorf("persist %d containers rebuilt from the kernel: %w", len(rebuilt), err)
+		return recs, held, fmt.Errorf("persist %d containers rebuilt from the kernel: %w", len(rebuilt), err)
 	}
 	for _, r := range rebuilt {
 		rep.Rebuilt = append(rep.Rebuilt, r.ID)
@@ -80,7 +103,7 @@ func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryRep
 		}
 		s.log.Warn("recover: container unknown to the state, rebuilt from the kernel", attrs...)
 	}
-	return recs, nil
+	return recs, held, nil
 }
 
 // recordFromKernel is the record of a container found in the kernel.
@@ -114,6 +137,11 @@ func (s *Isolator) RemoveUnattributed(ctx context.Context) ([]string, error) {
 	s.rmu.Lock()
 	s.unattributed = nil
 	s.rmu.Unlock()
+	if err == nil {
+		s.mu.Lock()
+		s.releaseHeld()
+		s.mu.Unlock()
+	}
 	return removed, err
 }
 

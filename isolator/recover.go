@@ -31,6 +31,16 @@ type RecoveryReport struct {
 	// StateMovedAside is where a corrupt state file was moved ("" if not).
 	StateMovedAside string
 	Unreserved      []string // records whose ports no longer fit the configuration (kept, not reserved)
+	// Failed are the containers whose recovery failed (left as they were,
+	// reported; start-up went on).
+	Failed []string
+	// RangesRestored are the rebuilt containers whose tenant had changed
+	// its ip_local_port_range: the block the host side proves was written
+	// back ("<id>: <tenant's value> -> <block>").
+	RangesRestored []string
+	// Held are kernel objects that still route to a namespace but belong
+	// to no container: what they route stays reserved (held.go).
+	Held []string
 	// HostPortConflicts are containers' ports a host process took while the
 	// daemon was down (hostports.go).
 	HostPortConflicts []HostPortConflict
@@ -57,7 +67,8 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		return rep, fmt.Errorf("load state: %w", err)
 	}
 	rep.StateMovedAside = s.store.movedAside
-	if recs, err = s.rebuild(ctx, recs, &rep); err != nil {
+	var held []plane.Held
+	if recs, held, err = s.rebuild(ctx, recs, &rep); err != nil {
 		return rep, err
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
@@ -66,11 +77,14 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	// 1. Rebuild the bookkeeping from the records, before any decision, so no
 	//    port or block can be handed out twice.
 	s.mu.Lock()
+	loaded := recs[:0:0]
 	for _, r := range recs {
 		if !s.slots.claim(r.Slot) {
-			s.mu.Unlock()
-			return rep, fmt.Errorf("state: container %s has slot %d which is invalid or taken", r.ID, r.Slot)
+			// its kernel objects, if any, are reported with the strays
+			s.failed(&rep, r.ID, fmt.Errorf("state: slot %d is invalid or taken", r.Slot))
+			continue
 		}
+		loaded = append(loaded, r)
 		if err := s.alloc.Claim(r.Ephemeral); err != nil {
 			rep.Unreserved = append(rep.Unreserved, r.ID)
 			s.log.Warn("recover: ephemeral block not reservable under the current configuration; kept until cleanup", "container_id", r.ID, "range", r.Ephemeral.String(), "err", err)
@@ -91,6 +105,12 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 			s.netnsOwner[r.NetNSIno] = r.ID
 		}
 	}
+	recs = loaded
+	// what the kernel routes to namespaces no record owns stays reserved
+	for _, h := range held {
+		s.hold(h)
+		rep.Held = append(rep.Held, h.What)
+	}
 	s.mu.Unlock()
 
 	tClaims := time.Since(start)
@@ -100,7 +120,10 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	for i, r := range recs {
 		kept, err := s.recoverOne(ctx, r, owned[i], &rep)
 		if err != nil {
-			return rep, err
+			// One bad container never stops the daemon: it is reported and
+			// left as it is (its claims stand, its kernel objects stay).
+			s.failed(&rep, r.ID, err)
+			kept = r.State != StatePrepared && r.State != StateCleaning
 		}
 		if kept {
 			keep = append(keep, r)
@@ -133,7 +156,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	s.view.reset(s.records)
 	s.mu.Unlock()
 	s.rmu.Lock()
-	s.unattributed = rep.Unattributed
+	s.unattributed = append(append([]string(nil), rep.Unattributed...), rep.Failed...)
 	s.rebuilt = rep.Rebuilt
 	s.rmu.Unlock()
 	// Every intent is resolved now (its record committed or deleted
@@ -147,6 +170,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 	s.log.Info("recovery complete", "kept", rep.Kept, "prepared", rep.Prepared, "finished", rep.Finished,
 		"rolled_back", rep.RolledBack, "cleaned_up", rep.CleanedUp, "rebuilt", len(rep.Rebuilt), "unattributed", len(rep.Unattributed),
+		"failed", len(rep.Failed), "held", len(rep.Held), "ranges_restored", len(rep.RangesRestored),
 		"host_port_conflicts", len(rep.HostPortConflicts),
 		"host_done_seconds", tHost.Seconds(), "rebuild_done_seconds", tRebuild.Seconds(), "claims_done_seconds", tClaims.Seconds(), "resolve_done_seconds", tResolve.Seconds(), "total_seconds", time.Since(start).Seconds())
 	return rep, nil

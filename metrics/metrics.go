@@ -187,7 +187,7 @@ func New(version string) *Metrics {
 	m.recoveryContainers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace,
 		Name:      "recovery_containers_total",
-		Help:      "Containers resolved by start-up recovery, by outcome: kept (isolated, plumbing complete), prepared (nothing in the kernel), finished (an interrupted operation completed), rolled_back (an interrupted operation undone), cleaned_up (removed).",
+		Help:      "Containers resolved by start-up recovery, by outcome: kept (isolated, plumbing complete), prepared (nothing in the kernel), finished (an interrupted operation completed), rolled_back (an interrupted operation undone), cleaned_up (removed), failed (not recovered: reported, left as it was), rebuilt (from the kernel alone), range_restored (a rebuilt container's ip_local_port_range, changed by its tenant, written back to its block), held (an unattributed kernel object's slot and ports kept reserved).",
 	}, []string{"outcome"})
 	for _, o := range RecoveryOutcomes {
 		m.recoveryContainers.WithLabelValues(o)

@@ -58,6 +58,10 @@ type Meta struct {
 	// V6 tags the host IPv6 addresses the filters match (empty: none):
 	// Adopt re-installs them when it differs too.
 	V6 string `json:"v6,omitempty"`
+	// Eph is the container's ephemeral block ("32768-33791"), kept on the
+	// host side so a rebuild never has to believe the tenant's own
+	// ip_local_port_range.
+	Eph string `json:"eph,omitempty"`
 }
 
 // FeatureHTB is reported in HostInfo.Features when the kernel has the HTB
@@ -143,10 +147,24 @@ type Found struct {
 	// Lost names what could not be recovered (e.g. "labels", "creation
 	// time"); the container is served all the same.
 	Lost []string
+	// TenantRange is the container's ip_local_port_range as its tenant had
+	// left it, when it differed from the block the host side proves (Discover
+	// wrote the block back); "" when it was the block.
+	TenantRange string
+}
+
+// Held is what a kernel object of the host namespace still routes to a
+// live veth that Discover could not attribute to a container: it stays
+// reserved (never handed out again) until an operator removes it.
+type Held struct {
+	What  string        // the object, as reported
+	Slots []uint16      // slots its filters carry
+	Ports ephemeral.Set // ports the host demux routes to it
 }
 
 // Discovery is what the data plane's Discover found.
 type Discovery struct {
+	Held  []Held
 	Found []Found
 	// Unattributed are kernel objects of isolatord's shape that belong to
 	// no container that could be rebuilt: left in place, reported.
