@@ -64,11 +64,11 @@ type fmCtr struct {
 }
 
 type fmRun struct {
-	t     *testing.T
-	sb    *sandbox.Sandbox
-	d     *Daemon
-	ctrs  []*fmCtr
-	rng   *rand.Rand
+	t        *testing.T
+	sb       *sandbox.Sandbox
+	d        *Daemon
+	ctrs     []*fmCtr
+	rng      *rand.Rand
 	trace    []string // the steps of the current seed
 	steps    int
 	reported int // checks that found objects reported unattributed
