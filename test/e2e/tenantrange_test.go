@@ -2,18 +2,22 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -248,4 +252,86 @@ func TestTenantRangeNeverWidensRights(t *testing.T) {
 		}
 	}
 	t.Logf("%d tenant ranges x %d state losses: every container kept exactly its rights", len(ranges), len(losses))
+}
+
+// setVethAlias rewrites id's host veth alias in the sandbox host with edit
+// (as an older isolatord left it, say).
+func setVethAlias(t *testing.T, sb *sandbox.Sandbox, id string, edit func(m map[string]any)) map[string]any {
+	t.Helper()
+	h, err := sb.Host.Netlink()
+	must(t, err)
+	defer h.Delete()
+	l, err := h.LinkByName(dataplane.VethName(id))
+	must(t, err)
+	m := map[string]any{}
+	must(t, json.Unmarshal([]byte(l.Attrs().Alias), &m))
+	if edit != nil {
+		edit(m)
+		b, err := json.Marshal(m)
+		must(t, err)
+		must(t, h.LinkSetAlias(l, string(b)))
+	}
+	return m
+}
+
+// TestRebuildHoldsWhatTheKernelRoutes: a veth alias without the block (an
+// older isolatord's) is rebuilt with the block the host demux routes, and
+// the alias is brought up to date; a container that cannot be rebuilt (its
+// runtime's pin gone with the state) keeps its traffic, is reported, and
+// what the host still routes to it (static port, block) is never handed
+// out, until the operator removes it.
+func TestRebuildHoldsWhatTheKernelRoutes(t *testing.T) {
+	f := newTRFleet(t)
+	a, b := f.id("a"), f.id("b")
+	ctx := context.Background()
+	dbPath := filepath.Join(f.d.StateDir, "isolatord.db")
+
+	setVethAlias(t, f.sb, a, func(m map[string]any) { delete(m, "eph") })
+	must(t, f.ctrs[a].SetSysctl("net.ipv4.ip_local_port_range", "40000 40959"))
+	f.d.Kill()
+	must(t, os.Remove(dbPath))
+	f.d.Start()
+	f.check(t, "alias without the block")
+	if m := setVethAlias(t, f.sb, a, nil); m["eph"] != strings.ReplaceAll(f.block[a], " ", "-") {
+		t.Fatalf("alias not brought up to date: %v", m)
+	}
+
+	// b's pin (its runtime's) goes with the state: b cannot be rebuilt
+	bBlock := f.want[1].EphemeralPorts
+	if f.want[1].ContainerID != b {
+		t.Fatalf("listing order: %+v", f.want)
+	}
+	f.d.Kill()
+	if _, _, err := nspin.Unmount(f.d.NetNSDir, b); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(dbPath))
+	f.d.Start()
+	if r, err := echoFromClient(f.sb, "tcp", 31202); err != nil || r != "b" {
+		t.Fatalf("b's traffic after it could not be rebuilt: %q, %v", r, err)
+	}
+	st, err := f.d.Client.Status(ctx, &pb.StatusRequest{})
+	must(t, err)
+	if !slices.ContainsFunc(st.GetUnattributed(), func(u string) bool { return strings.Contains(u, b) }) {
+		t.Fatalf("b not reported: %v", st.GetUnattributed())
+	}
+	if _, err := f.d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: f.id("x"), Ports: []*pb.PortRange{{Begin: 31202, End: 31202}}}); err == nil {
+		t.Fatal("b's port, still routed to it, handed to a new container")
+	}
+	// every free block handed out: none is b's
+	for i := 0; i < 8; i++ {
+		resp, err := f.d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: fmt.Sprintf("%s-y%d", f.sb.Name, i)})
+		if err != nil {
+			break
+		}
+		if e := resp.GetContainer().GetEphemeralPorts(); int(e.GetBegin()) == bBlock.Begin {
+			t.Fatalf("b's block %d-%d, still routed to it, handed to a new container", bBlock.Begin, bBlock.End)
+		}
+	}
+	// the operator removes it: its port is free again
+	_, err = f.d.Client.RemoveUnattributed(ctx, &pb.RemoveUnattributedRequest{})
+	must(t, err)
+	if _, err := f.d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: f.id("x"), Ports: []*pb.PortRange{{Begin: 31202, End: 31202}}}); err != nil {
+		t.Fatalf("b's port after remove-unattributed: %v", err)
+	}
 }
