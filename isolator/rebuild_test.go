@@ -1,6 +1,7 @@
 package isolator
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,4 +90,79 @@ func TestRebuildFromKernel(t *testing.T) {
 		t.Fatalf("a after the second start: %+v %v", r, err)
 	}
 	_ = os.Remove(filepath.Join(dir, "isolatord.db"))
+}
+
+// TestRebuildHoldsAndInfers: a container whose veth alias does not name
+// its block (an older isolatord's) gets the pool block among the ranges the
+// host routes to it; what an unattributed object still routes (a slot, a
+// block, a static port) is never handed out until RemoveUnattributed.
+func TestRebuildHoldsAndInfers(t *testing.T) {
+	dir := t.TempDir()
+	dp := newFakeDP()
+	old := found(t, "old", 2, "32768-33023", "31005")
+	dp.Plumbed[old.ID] = old.Container
+	old.Ephemeral, old.Ports = ephemeral.Range{}, ephemeral.MustParseSet("31005,32768-33023")
+	held := plane.Held{What: "veth iso0123456789ab: its namespace pin is gone", Slots: []uint16{1},
+		Ports: ephemeral.MustParseSet("31010,33024-33279")}
+	dp.Discovered = plane.Discovery{Found: []plane.Found{old}, Held: []plane.Held{held},
+		Unattributed: []string{held.What}}
+
+	s := newTestIsolator(t, dir, dp)
+	r, err := s.Get(bg, "old")
+	if err != nil || r.Ephemeral.String() != "32768-33023" || r.Ports.String() != "31005" || !strings.Contains(strings.Join(r.Lost, ","), "ephemeral block") {
+		t.Fatalf("old rebuilt as %+v, %v", r, err)
+	}
+	if _, err := s.Prepare(bg, "p0", []PortSpec{{Begin: 31010, End: 31010}}); err == nil {
+		t.Fatal("a held static port handed out")
+	}
+	for _, id := range []string{"p1", "p2"} {
+		p, err := s.Prepare(bg, id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Ephemeral.Begin == 33024 || p.Slot == 1 {
+			t.Fatalf("%s got the held block or slot: %+v", id, p)
+		}
+	}
+	if _, err := s.Prepare(bg, "p3", nil); err == nil {
+		t.Fatal("a fourth block out of four, one of them held")
+	}
+	if _, err := s.RemoveUnattributed(bg); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Prepare(bg, "p3", []PortSpec{{Begin: 31010, End: 31010}})
+	if err != nil || p.Ephemeral.Begin != 33024 {
+		t.Fatalf("after RemoveUnattributed: %+v, %v", p, err)
+	}
+}
+
+// TestRecoveryFailureDoesNotStopStart: a container whose recovery fails is
+// reported and left as it is; the others are recovered and the API serves.
+func TestRecoveryFailureDoesNotStopStart(t *testing.T) {
+	dir := t.TempDir()
+	dp := newFakeDP()
+	s := newTestIsolator(t, dir, dp)
+	for _, id := range []string{"a", "b"} {
+		if _, err := s.Prepare(bg, id, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Isolate(bg, id, nsTarget(t, "rf-"+id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	dp.FailNext["check"] = errors.New("netlink: injected")
+	s2 := newTestIsolator(t, dir, dp)
+	u := strings.Join(s2.Unattributed(), "\n")
+	if !strings.Contains(u, "container a: recovery failed") || !strings.Contains(u, "injected") {
+		t.Fatalf("failure not reported: %q", u)
+	}
+	for _, id := range []string{"a", "b"} {
+		if r, err := s2.Get(bg, id); err != nil || r.State != StateIsolated {
+			t.Fatalf("%s after start: %+v, %v", id, r, err)
+		}
+	}
+	if _, err := s2.Prepare(bg, "c", nil); err != nil {
+		t.Fatalf("API after a failed recovery: %v", err)
+	}
 }
