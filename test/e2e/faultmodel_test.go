@@ -527,7 +527,7 @@ func (r *fmRun) checkAgain(again bool) {
 	}
 	h, err := r.sb.Host.Netlink()
 	must(t, err)
-	defer h.Delete()
+	defer h.Close()
 	ls, err := h.LinkList()
 	must(t, err)
 	var got []string

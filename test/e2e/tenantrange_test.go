@@ -260,7 +260,7 @@ func setVethAlias(t *testing.T, sb *sandbox.Sandbox, id string, edit func(m map[
 	t.Helper()
 	h, err := sb.Host.Netlink()
 	must(t, err)
-	defer h.Delete()
+	defer h.Close()
 	l, err := h.LinkByName(dataplane.VethName(id))
 	must(t, err)
 	m := map[string]any{}
