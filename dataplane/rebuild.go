@@ -108,6 +108,16 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 			x.shared = append(x.shared, e.Range.Begin)
 		}
 	}
+	// the exclusive ranges the lo demux routes, by target: a second host
+	// fact for the same right
+	loOf := map[int]ephemeral.Set{}
+	if d.lo != nil {
+		for _, e := range d.lo.KnownAll() {
+			if e.Kind == tcfilter.EntryRange {
+				loOf[e.Target] = loOf[e.Target].Union(ephemeral.NewSet(e.Range))
+			}
+		}
+	}
 	shapers := map[string]int{}
 	vethIdx := map[int]bool{}
 	for _, l := range ls {
@@ -143,7 +153,8 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 		}
 	}
 	found := d.discoverAll(todo, func(h *netlink.Handle, a *netlink.LinkAttrs) (Found, string) {
-		return d.discoverOne(h, a, byVeth, byTarget[a.Index], mounts, shapers)
+		lo, ok := loOf[a.Index]
+		return d.discoverOne(h, a, byVeth, byTarget[a.Index], lo, ok, mounts, shapers)
 	})
 	slotsTaken := map[uint16]string{}
 	for i, a := range todo {
@@ -274,7 +285,7 @@ type demuxOf struct {
 
 // discoverOne rebuilds the container of one host veth; why says why it
 // cannot be attributed.
-func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, mounts map[string]uint64, shapers map[string]int) (Found, string) {
+func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, lo ephemeral.Set, onLo bool, mounts map[string]uint64, shapers map[string]int) (Found, string) {
 	f := Found{Veth: a.Name, VethIndex: a.Index}
 	meta, ok := parseAlias(a.Alias)
 	switch {
@@ -339,6 +350,13 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 	routed := excl.Intersect(src)
 	if dm != nil && !routed.Equal(excl) {
 		f.Lost = append(f.Lost, fmt.Sprintf("ports %s (routed by the host demux, not allowed by its veth filters)", excl.Subtract(src)))
+	}
+	// the lo demux, when it routes anything to the veth, narrows too (a
+	// setup cut short before its lo entries leaves none: not a right
+	// taken away, the check re-plumbs what eth0 and the filters prove)
+	if onLo && !routed.Subtract(lo).Empty() {
+		f.Lost = append(f.Lost, fmt.Sprintf("ports %s (routed on %s, not on %s)", routed.Subtract(lo), d.links.Eth0, d.links.Lo))
+		routed = routed.Intersect(lo)
 	}
 	if meta.Eph != "" {
 		r, err := ephemeral.ParseRange(meta.Eph)

@@ -528,8 +528,12 @@ func (r *fmRun) checkAgain(again bool) {
 	h, err := r.sb.Host.Netlink()
 	must(t, err)
 	defer h.Close()
-	ls, err := h.LinkList()
-	must(t, err)
+	// (a dump is interrupted when links change meanwhile: the background
+	// deletion of retired veths; asked again)
+	var ls []netlink.Link
+	if !wait.Until(10*time.Second, func() bool { ls, err = h.LinkList(); return err == nil }) {
+		t.Fatalf("list the host's links: %v", err)
+	}
 	var got []string
 	for _, l := range ls {
 		a := l.Attrs()
