@@ -144,16 +144,16 @@ type DataPlane struct {
 	sink     tcfilter.Sink // the one drop sink of older layouts and of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).
-	drops    *tcfilter.DropSinks
-	ip6      []net.IP          // host IPv6 addresses the filters match (ipv6filters.go); nil: IPv6 off
+	drops *tcfilter.DropSinks
+	ip6   []net.IP // host IPv6 addresses the filters match (ipv6filters.go); nil: IPv6 off
 	// loopPorts are the destination ports containers may reach on the
 	// host's loopback (loopback.go), loopOpen the operator's part of them.
 	loopPorts []ephemeral.Range
 	loopOpen  ephemeral.Set
-	departed map[string]uint64 // drops counted on the veths of containers torn down since New
-	neigh    *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
-	ctrs     map[string]*record
-	slots    map[uint16]string
+	departed  map[string]uint64 // drops counted on the veths of containers torn down since New
+	neigh     *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
+	ctrs      map[string]*record
+	slots     map[uint16]string
 	// settingUp: ID -> slot of the setups in progress (claim).
 	settingUp map[string]uint16
 	shared    map[uint16][]spread.Holder

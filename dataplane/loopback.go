@@ -115,4 +115,3 @@ func (d *DataPlane) SetHostLoopbackPorts(ctx context.Context, open ephemeral.Set
 	}
 	return errors.Join(errs...)
 }
-
