@@ -1,13 +1,17 @@
 package tcfilter
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
@@ -173,4 +177,193 @@ func TestICMPv6StateAttack(t *testing.T) {
 	if n := drops[DropICMPState] - drops0[DropICMPState]; n != uint64(len(attacks)) {
 		t.Errorf("icmp_state drops: %d, want %d (all drops %v)", n, len(attacks), drops)
 	}
+}
+
+// tryEcho is echo with a short timeout (for requests expected to fail).
+func tryEcho(do func(func() error) error, network, addr string, d time.Duration) (string, error) {
+	var reply string
+	err := do(func() error {
+		var err error
+		reply, err = traffic.Echo(context.Background(), network, addr, "hi", traffic.WithTimeout(d))
+		return err
+	})
+	return traffic.ReplyName(reply), err
+}
+
+// TestLoopbackAttack: host services bound only to 127.0.0.1, 127.0.0.53
+// and ::1 (TCP and UDP) do not answer a container, whose loopback drops
+// rise; containers still reach each other through 127.0.0.1 and ::1, the
+// host reaches a container there; once the operator opens two of the
+// ports (SetLoopPorts), exactly those answer.
+func TestLoopbackAttack(t *testing.T) {
+	w := newWire6(t)
+	// the data plane's table: the containers' port space and the host's
+	// ip_local_port_range
+	space := ephemeral.MustParseSet("32768-34815," + strings.ReplaceAll(sandbox.HostPortRange, " ", "-"))
+	w.loopPorts = ephemeral.Split(space)
+	a := w.plumb6(t, "ca", 1, rg(32768, 33791))
+	b := w.plumb6(t, "cb", 2, rg(33792, 34815))
+	serveOn(t, w.s.Host.Do, "h1", "127.0.0.1", 7001)
+	serveOn(t, w.s.Host.Do, "h53", "127.0.0.53", 7002)
+	serveOn(t, w.s.Host.Do, "h6", "::1", 7003)
+	serve6(t, a.c.Do, "a", 32800)
+	serve6(t, b.c.Do, "b", 33800)
+	hostOnly := []struct{ network, addr, name string }{
+		{"tcp4", "127.0.0.1:7001", "h1"}, {"udp4", "127.0.0.1:7001", "h1"},
+		{"tcp4", "127.0.0.53:7002", "h53"}, {"udp4", "127.0.0.53:7002", "h53"},
+		{"tcp6", "[::1]:7003", "h6"}, {"udp6", "[::1]:7003", "h6"},
+	}
+	// the listeners are there: the host itself reaches them
+	for _, x := range hostOnly {
+		if got, err := echo(w.s.Host.Do, x.network, x.addr); err != nil || got != x.name {
+			t.Fatalf("host -> %s %s: %q, %v", x.network, x.addr, got, err)
+		}
+	}
+	reachable := func(what string) {
+		t.Helper()
+		for _, x := range []struct {
+			do                  func(func() error) error
+			network, addr, name string
+		}{
+			{a.c.Do, "tcp4", "127.0.0.1:33800", "b"}, {a.c.Do, "udp4", "127.0.0.1:33800", "b"},
+			{b.c.Do, "tcp6", "[::1]:32800", "a"}, {b.c.Do, "udp6", "[::1]:32800", "a"},
+			{w.s.Host.Do, "tcp4", "127.0.0.1:32800", "a"}, {w.s.Host.Do, "udp4", "127.0.0.1:32800", "a"},
+			{w.s.Host.Do, "tcp6", "[::1]:33800", "b"}, {w.s.Host.Do, "udp6", "[::1]:33800", "b"},
+		} {
+			if got, err := echo(x.do, x.network, x.addr); err != nil || got != x.name {
+				t.Errorf("%s: %s %s answered %q, %v; want %s", what, x.network, x.addr, got, err, x.name)
+			}
+		}
+	}
+	reachable("by default")
+	drops0, _ := a.vf.Drops()
+	for _, x := range hostOnly {
+		if got, err := tryEcho(a.c.Do, x.network, x.addr, time.Second); err == nil {
+			t.Errorf("container -> host-only %s %s answered %q", x.network, x.addr, got)
+		}
+	}
+	drops, err := a.vf.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := drops[DropLoopback] - drops0[DropLoopback]; n < uint64(len(hostOnly)) {
+		t.Errorf("loopback drops rose by %d, want >= %d (%v)", n, len(hostOnly), drops)
+	}
+
+	// the operator opens 7001 and 7003
+	a.vf.LoopPorts = ephemeral.Split(space.Union(ephemeral.MustParseSet("7001,7003")))
+	if err := a.vf.SetLoopPorts(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range hostOnly {
+		got, err := tryEcho(a.c.Do, x.network, x.addr, 2*time.Second)
+		if open := x.name != "h53"; open && (err != nil || got != x.name) {
+			t.Errorf("opened %s %s: %q, %v", x.network, x.addr, got, err)
+		} else if !open && err == nil {
+			t.Errorf("still closed %s %s answered %q", x.network, x.addr, got)
+		}
+	}
+	reachable("with ports opened")
+	// and closed again: the nodes beyond the new list go
+	a.vf.LoopPorts = ephemeral.Split(space)
+	if err := a.vf.SetLoopPorts(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tryEcho(a.c.Do, "udp4", "127.0.0.1:7001", time.Second); err == nil {
+		t.Errorf("closed again: 127.0.0.1:7001 answered %q", got)
+	}
+}
+
+// TestLoopbackFromEth0: packets for 127.0.0.1 and ::1 arriving on the
+// host's eth0 (route_localnet is set on lo only) reach neither a host
+// socket on 127.0.0.1 nor a container: a canary to the host IP sent after
+// them arrives, they do not.
+func TestLoopbackFromEth0(t *testing.T) {
+	w := newWire6(t)
+	a := w.plumb6(t, "ca", 1, rg(32768, 33791))
+	listen := func(do func(func() error) error, network, addr string) net.PacketConn {
+		var c net.PacketConn
+		if err := do(func() (err error) { c, err = net.ListenPacket(network, addr); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	victims := map[string]net.PacketConn{
+		"host 127.0.0.1:7001": listen(w.s.Host.Do, "udp4", "127.0.0.1:7001"),
+		"host [::1]:7003":     listen(w.s.Host.Do, "udp6", "[::1]:7003"),
+		"container :32801":    listen(a.c.Do, "udp", ":32801"),
+	}
+	canary := listen(a.c.Do, "udp", ":32802")
+	var snd *traffic.FrameSender
+	if err := w.s.Client.Do(func() (err error) { snd, err = traffic.OpenFrameSender("eth0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	lo4 := net.IPv4(127, 0, 0, 1)
+	for _, f := range [][]byte{
+		frame4(w.mac, w.cmac, w.s.ClientIP, lo4, 40000, 7001),
+		frame4(w.mac, w.cmac, w.s.ClientIP, lo4, 40000, 32801),
+		frame4(w.mac, w.cmac, lo4, lo4, 40000, 7001),
+		frame6(w.mac, w.cmac, client6, net.IPv6loopback, ipprotoUDP, udp6sum(client6, net.IPv6loopback, 40000, 7003)),
+		frame6(w.mac, w.cmac, client6, net.IPv6loopback, ipprotoUDP, udp6sum(client6, net.IPv6loopback, 40000, 32801)),
+		// the canaries, last (the IPv6 one also proves udp6sum right)
+		frame4(w.mac, w.cmac, w.s.ClientIP, w.s.HostIP, 40000, 32802),
+		frame6(w.mac, w.cmac, client6, host6, ipprotoUDP, udp6sum(client6, host6, 40000, 32802)),
+	} {
+		if err := snd.Send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	canary.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 100)
+	for i := range 2 {
+		if _, _, err := canary.ReadFrom(buf); err != nil {
+			t.Fatalf("canary %d of 2 to the host's address did not arrive: %v", i+1, err)
+		}
+	}
+	for name, c := range victims {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, from, err := c.ReadFrom(buf); err == nil {
+			t.Errorf("%s received %d bytes from %v arriving on eth0", name, n, from)
+		}
+	}
+}
+
+// frame4 is an Ethernet frame of a UDP datagram src:sport -> dst:dport
+// (no UDP checksum) with the payload "x".
+func frame4(dstMAC, srcMAC net.HardwareAddr, src, dst net.IP, sport, dport uint16) []byte {
+	f := make([]byte, 14+20+8+1)
+	copy(f[0:6], dstMAC)
+	copy(f[6:12], srcMAC)
+	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_IP)
+	ip := f[14:34]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], 20+8+1)
+	ip[8], ip[9] = 64, ipprotoUDP
+	copy(ip[12:16], src.To4())
+	copy(ip[16:20], dst.To4())
+	binary.BigEndian.PutUint16(ip[10:], traffic.Checksum(ip))
+	u := f[34:]
+	binary.BigEndian.PutUint16(u[0:], sport)
+	binary.BigEndian.PutUint16(u[2:], dport)
+	binary.BigEndian.PutUint16(u[4:], 8+1)
+	u[8] = 'x'
+	return f
+}
+
+// udp6sum is a UDP datagram src:sport -> dst:dport with the payload "x"
+// and a valid checksum (IPv6 receivers drop a zero one).
+func udp6sum(src, dst net.IP, sport, dport uint16) []byte {
+	u := udp6(sport, dport, []byte("x"))
+	ph := make([]byte, 0, 40+len(u))
+	ph = append(append(ph, src.To16()...), dst.To16()...)
+	ph = binary.BigEndian.AppendUint32(ph, uint32(len(u)))
+	ph = append(ph, 0, 0, 0, ipprotoUDP)
+	sum := traffic.Checksum(append(ph, u...))
+	if sum == 0 {
+		sum = 0xffff
+	}
+	binary.BigEndian.PutUint16(u[6:], sum)
+	return u
 }
