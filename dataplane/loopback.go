@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,9 +78,11 @@ func (d *DataPlane) HostLoopbackPorts() ephemeral.Set {
 
 // SetHostLoopbackPorts opens the host loopback ports open (and closes the
 // others that were open) to every container: each container's veth gets
-// the new loopback table (a reload of --host-loopback-ports). A veth that
-// cannot be brought in line is reported and keeps its table; the others
-// are changed.
+// the new loopback table (a reload of --host-loopback-ports). An error
+// means nothing changed (ports the table cannot hold). A veth that cannot
+// be brought in line is logged and keeps its table until the next change
+// or restart (its alias keeps the old tag, so a restart re-installs it);
+// the others are changed.
 func (d *DataPlane) SetHostLoopbackPorts(ctx context.Context, open ephemeral.Set) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
@@ -103,15 +104,14 @@ func (d *DataPlane) SetHostLoopbackPorts(ctx context.Context, open ephemeral.Set
 	if slices.Equal(old, d.loopPorts) {
 		return nil
 	}
-	var errs []error
 	for id, rec := range d.ctrs {
 		if err := d.vethFilters(rec.c.Slot, rec.veth, rec.via).SetLoopPorts(); err != nil {
-			errs = append(errs, fmt.Errorf("container %s: %w", id, err))
+			d.log.Error("host loopback ports not changed on a container's veth", "container", id, "veth", VethName(id), "err", err)
 			continue
 		}
 		if err := d.setAlias(rec.veth, rec.c); err != nil {
 			d.log.Warn("veth alias not updated", "container", id, "err", err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -78,6 +78,16 @@ func TestHostLoopbackPorts(t *testing.T) {
 		mustEcho(t, a.proc, nw, loAddr(31010), "B")
 	}
 	closed(b.proc, loAddr(7001))
+	// the veths' aliases carry the new tag (a restart trusts them)
+	for _, c := range []ctr{a, b} {
+		l, err := e.d.h.LinkByName(VethName(c.c.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := parseAlias(l.Attrs().Alias); !ok || m.ID != c.c.ID || m.Loop != e.d.loopTag() || m.Layout != tcfilter.VethLayout {
+			t.Errorf("alias of %s after the reload: %q", c.c.ID, l.Attrs().Alias)
+		}
+	}
 
 	// a restart with 7001 open again: Adopt brings the veths in line
 	e.d.Close()
