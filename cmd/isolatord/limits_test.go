@@ -105,7 +105,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.Iso
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, newUIDSet([]uint32{uint32(os.Getuid())}), log, metrics.New("test"))
+	gs, _ := newGRPCServer(iso, newUIDSet([]uint32{uint32(os.Getuid())}), log, metrics.New("test"), nil)
 	go gs.Serve(lis)
 	conn, err := pbgrpc.Dial(context.Background(), sock)
 	if err != nil {

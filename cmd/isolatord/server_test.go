@@ -52,7 +52,7 @@ func startServerWith(t testing.TB, uids []uint32, dp *isolatortest.DataPlane) (p
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, newUIDSet(uids), log, metrics.New("test"))
+	gs, _ := newGRPCServer(iso, newUIDSet(uids), log, metrics.New("test"), nil)
 	go gs.Serve(lis)
 	conn, err := pbgrpc.Dial(context.Background(), sock)
 	if err != nil {
