@@ -66,6 +66,7 @@ import (
 
 	"github.com/isolatord/isolatord/nsstats"
 	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/tcfilter"
 )
 
 // DefaultSharedReconcile is how often the reconciler looks at the shared
@@ -75,6 +76,100 @@ const DefaultSharedReconcile = 5 * time.Second
 // maxReconcilePorts bounds the ports one reconciler pass plans (each costs
 // a few filter changes; the namespaces are read once per pass).
 const maxReconcilePorts = 64
+
+// DefaultSharedIdle is Config.SharedIdle's default: how long a flow may go
+// without traffic the host sees and keep its holder through a change, and
+// how long a holder may keep back a bucket.
+const DefaultSharedIdle = 30 * time.Second
+
+func (d *DataPlane) sharedIdle() time.Duration {
+	if d.cfg.SharedIdle > 0 {
+		return d.cfg.SharedIdle
+	}
+	return DefaultSharedIdle
+}
+
+// spreadUses is the last use of shared ports' spread nodes on each host
+// demux (eth0, lo); a nil map: that demux could not be read.
+type spreadUses [2]map[uint16]*tcfilter.SpreadUse
+
+// spreadUse reads the last use of the spread nodes of ports on eth0 and lo
+// (one dump each). Call with d.mu held.
+func (d *DataPlane) spreadUse(ports ...uint16) spreadUses {
+	var u spreadUses
+	for i, x := range []*tcfilter.HostDemux{d.eth0, d.lo} {
+		m, err := x.SpreadUse(ports...)
+		if err != nil {
+			d.log.Warn("shared port: cannot read the last use of its filters; every flow its holders list counts", "err", err)
+			continue
+		}
+		u[i] = m
+	}
+	return u
+}
+
+// facts are the host's facts about port for spread.PlanFacts: a flow is
+// seen when the node that steers its source port (its pin, else its
+// bucket) on eth0 or lo steered a packet within SharedIdle; a bucket may
+// be held back until SharedIdle after its hold began. Call with d.mu held.
+func (d *DataPlane) facts(port uint16, uses spreadUses, flows spread.FlowSource) spread.Facts {
+	idle := d.sharedIdle()
+	f := spread.Facts{Flows: flows}
+	if uses[0] != nil && uses[1] != nil {
+		eth0, lo := uses[0][port], uses[1][port]
+		f.Seen = func(src uint16) bool {
+			for _, u := range []*tcfilter.SpreadUse{eth0, lo} {
+				if u == nil {
+					return true // not shared there: nothing to tell
+				}
+				age, ok := u.Pins[src]
+				if !ok {
+					age = u.Buckets[spread.Bucket(src)]
+				}
+				if age < idle {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	now := time.Now()
+	held := d.held[port]
+	f.MayHold = func(b int) bool {
+		since, ok := held[b]
+		return !ok || now.Sub(since) < idle
+	}
+	return f
+}
+
+// noteHeld records which buckets of port plan holds back from their
+// assigned holders, and since when. Call with d.mu held.
+func (d *DataPlane) noteHeld(port uint16, hs []spread.Holder, plan *spread.Spread) {
+	want, err := spread.Assign(port, hs)
+	if err != nil {
+		return
+	}
+	old, now := d.held[port], time.Now()
+	cur := map[int]time.Time{}
+	for b := range plan.Buckets {
+		if plan.Buckets[b].Slot == want[b].Slot {
+			continue
+		}
+		if since, ok := old[b]; ok {
+			cur[b] = since
+		} else {
+			cur[b] = now
+		}
+	}
+	if len(cur) == 0 {
+		delete(d.held, port)
+		return
+	}
+	if d.held == nil {
+		d.held = map[uint16]map[int]time.Time{}
+	}
+	d.held[port] = cur
+}
 
 // flowCache reads the live flows of holders on a set of local ports, one
 // sock_diag read per holder namespace, and remembers the answers.
@@ -182,6 +277,14 @@ func (fc *flowCache) source(port uint16) spread.FlowSource {
 	}
 }
 
+// listed reports whether the holder in slot listed a flow from client
+// source port src on port when fc read it. Call with d.mu held.
+func (fc *flowCache) listed(port uint16) func(slot, src uint16) bool {
+	return func(slot, src uint16) bool {
+		return slices.Contains(fc.got[slot][port], src)
+	}
+}
+
 // nsPathOfSlot is the pinned namespace of the container in slot ("" if
 // unknown). Call with d.mu held.
 func (d *DataPlane) nsPathOfSlot(slot uint16) string {
@@ -217,14 +320,19 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 			return errors.Join(fmt.Errorf("shared port %d on %s: %w", port, d.links.Lo, err), rerr)
 		}
 		delete(d.shared, port)
+		delete(d.held, port)
 		return nil
 	}
-	var cur *spread.Spread
+	var (
+		cur  *spread.Spread
+		uses spreadUses
+	)
 	if wasShared {
 		cur = &old
+		uses = d.spreadUse(port)
 	}
-	fc.prefetch(asked(func(f spread.FlowSource) { spread.Plan(port, hs, cur, f) }))
-	plan, err := spread.Plan(port, hs, cur, fc.source(port))
+	fc.prefetch(asked(func(f spread.FlowSource) { spread.PlanFacts(port, hs, cur, d.facts(port, uses, f)) }))
+	plan, err := spread.PlanFacts(port, hs, cur, d.facts(port, uses, fc.source(port)))
 	if err != nil {
 		return fmt.Errorf("shared port %d: %w", port, err)
 	}
@@ -235,20 +343,22 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 		return err
 	}
 	d.shared[port] = slices.Clone(hs)
-	d.pinLate(port, hs, cur, plan)
+	d.noteHeld(port, hs, &plan)
+	d.pinLate(port, hs, cur, plan, fc)
 	return nil
 }
 
 // pinLate re-reads, after plan was installed over prev, the sockets of the
 // holders that lost buckets and pins the flows that began in between
-// (spread.PinLate). A failure here is logged: the change itself is done.
-func (d *DataPlane) pinLate(port uint16, hs []spread.Holder, prev *spread.Spread, plan spread.Spread) {
+// (spread.PinLate; flows that planning read in before were decided on
+// then). A failure here is logged: the change itself is done.
+func (d *DataPlane) pinLate(port uint16, hs []spread.Holder, prev *spread.Spread, plan spread.Spread, before *flowCache) {
 	if prev == nil {
 		return
 	}
 	fc := d.newFlowCache(port)
-	fc.prefetch(asked(func(f spread.FlowSource) { spread.PinLate(prev, &plan, hs, f) }))
-	next, changed := spread.PinLate(prev, &plan, hs, fc.source(port))
+	fc.prefetch(asked(func(f spread.FlowSource) { spread.PinLate(prev, &plan, hs, f, nil) }))
+	next, changed := spread.PinLate(prev, &plan, hs, fc.source(port), before.listed(port))
 	if !changed {
 		return
 	}
@@ -336,10 +446,14 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		d.reconcileNext = 0
 	}
 	fc := d.newFlowCache(todo...)
+	var uses spreadUses
+	if len(todo) > 0 {
+		uses = d.spreadUse(todo...)
+	}
 	var need []uint16
 	for _, p := range todo {
 		if cur, ok := d.eth0.Spread(p); ok {
-			need = append(need, asked(func(f spread.FlowSource) { spread.Plan(p, d.shared[p], &cur, f) })...)
+			need = append(need, asked(func(f spread.FlowSource) { spread.PlanFacts(p, d.shared[p], &cur, d.facts(p, uses, f)) })...)
 		}
 	}
 	slices.Sort(need)
@@ -352,12 +466,13 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		if ok {
 			curp = &cur
 		}
-		plan, perr := spread.Plan(p, d.shared[p], curp, fc.source(p))
+		plan, perr := spread.PlanFacts(p, d.shared[p], curp, d.facts(p, uses, fc.source(p)))
 		if perr != nil {
 			errs = append(errs, fmt.Errorf("shared port %d: %w", p, perr))
 			continue
 		}
 		if ok && loOK && plan.Equal(&cur) && loCur.Equal(&cur) {
+			d.noteHeld(p, d.shared[p], &plan)
 			unsettled++
 			continue
 		}
@@ -365,7 +480,8 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 			errs = append(errs, ierr)
 			continue
 		}
-		d.pinLate(p, d.shared[p], curp, plan)
+		d.noteHeld(p, d.shared[p], &plan)
+		d.pinLate(p, d.shared[p], curp, plan, fc)
 		changed++
 		want, _ := spread.Assign(p, d.shared[p])
 		if !plan.Settled(&want) {
