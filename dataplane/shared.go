@@ -329,9 +329,14 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 	)
 	if wasShared {
 		cur = &old
+	}
+	// The holders asked about do not depend on the facts: when none is (a
+	// leave with no pins left), the filters' last use need not be read.
+	need := asked(func(f spread.FlowSource) { spread.PlanFacts(port, hs, cur, spread.Facts{Flows: f}) })
+	if len(need) > 0 {
 		uses = d.spreadUse(port)
 	}
-	fc.prefetch(asked(func(f spread.FlowSource) { spread.PlanFacts(port, hs, cur, d.facts(port, uses, f)) }))
+	fc.prefetch(need)
 	plan, err := spread.PlanFacts(port, hs, cur, d.facts(port, uses, fc.source(port)))
 	if err != nil {
 		return fmt.Errorf("shared port %d: %w", port, err)
