@@ -179,11 +179,139 @@ func TestSharedJoinHoarder(t *testing.T) {
 		}
 	}
 	check("right after the join")
+	e.pass()
+	check("after a reconciler pass")
+}
+
+// pass runs one reconciler pass by hand.
+func (e *env) pass() {
+	e.t.Helper()
 	e.d.mu.Lock()
 	_, _, err := e.d.reconcileShared()
 	e.d.mu.Unlock()
 	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestSharedJoinHoarderBusy: the same hoarder, but every bucket of the
+// port has just carried traffic, so the host's evidence cannot tell its
+// fabricated flows from real ones. B still gets all but MaxHeld(2) of its
+// buckets at once, each moved bucket carries at most MaxPinsPerBucket
+// pins, and once SharedIdle has passed one reconciler pass gives B every
+// bucket and drops the pins that saw no traffic.
+func TestSharedJoinHoarderBusy(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	const idle = time.Second
+	e.withShared(-1, idle)
+	const port = 9310
+	ctx := context.Background()
+	rnd := rand.New(rand.NewSource(31))
+	a := e.start("A", 1, "40960-41983", "", "9310", port)
+	b := e.start("B", 2, "41984-43007", "31000", "", port)
+	hoardUDP(t, a.proc, port, 5000, rnd)
+	// Traffic in every bucket, from ports the hoarder does not list.
+	for bk := range spread.Buckets {
+		src := 40000 + bk<<1
+		if _, err := echo(e.sb.Client, "udp", hostAddr(port), traffic.WithSource(sandbox.ClientIP.String()+":"+strconv.Itoa(src))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs := []spread.Holder{{Slot: 1}, {Slot: 2}}
+	want, _ := spread.Assign(port, hs)
+	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9310")); err != nil {
 		t.Fatal(err)
 	}
-	check("after a reconciler pass")
+	st, _ := e.d.Shared(port)
+	held, due := 0, 0
+	for bk, h := range st.Spread.Buckets {
+		if want[bk].Slot == 2 {
+			due++
+			if h.Slot != 2 {
+				held++
+			}
+		}
+	}
+	if held > spread.MaxHeld(2) {
+		t.Errorf("A kept back %d of B's %d buckets, at most %d allowed", held, due, spread.MaxHeld(2))
+	}
+	per := map[int]int{}
+	for p := range st.Spread.Pins {
+		if per[spread.Bucket(p)]++; per[spread.Bucket(p)] > spread.MaxPinsPerBucket {
+			t.Fatalf("bucket %d over the pin bound", spread.Bucket(p))
+		}
+	}
+	t.Logf("after the join: %d of B's %d buckets held back, %d pins", held, due, len(st.Spread.Pins))
+	// SharedIdle later, one pass: the holds have ended, the pins of
+	// flows that carried nothing are gone.
+	wait.For(t, 20*time.Second, "the holds end after SharedIdle", func() bool {
+		e.pass()
+		st, _ = e.d.Shared(port)
+		return st.Settled
+	})
+	got := share(t, e.sb.Client, hostAddr(port), 100, 40000, 60000, rnd)
+	if total := got["A"] + got["B"]; got["B"]*100 < 40*total {
+		t.Errorf("after the holds: new connections answered %v: B gets under 40%%", got)
+	}
+}
+
+// TestSharedPinsFollowTraffic: connections pinned at a join keep their
+// pins while they carry traffic, and lose them once the host has seen
+// none for SharedIdle (the socket stays open).
+func TestSharedPinsFollowTraffic(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	const idle = time.Second
+	e.withShared(-1, idle)
+	const port = 9320
+	ctx := context.Background()
+	e.start("A", 1, "40960-41983", "", "9320", port)
+	b := e.start("B", 2, "41984-43007", "31000", "", port)
+	var flows []*flowConn
+	for i := 0; i < 40; i++ {
+		flows = append(flows, openFlow(t, e.sb.Client, hostAddr(port), 22000+i*6))
+	}
+	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9320")); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.d.Shared(port)
+	var talk, quiet []*flowConn
+	for _, f := range flows {
+		if _, ok := st.Spread.Pins[uint16(f.src)]; ok {
+			if len(talk) <= len(quiet) {
+				talk = append(talk, f)
+			} else {
+				quiet = append(quiet, f)
+			}
+		}
+	}
+	if len(talk) == 0 || len(quiet) == 0 {
+		t.Fatalf("%d pins after the join: the test needs two", len(st.Spread.Pins))
+	}
+	wait.For(t, 20*time.Second, "the quiet connections' pins go", func() bool {
+		for _, f := range talk {
+			if got, err := f.ask(); err != nil || got != "A" {
+				t.Fatalf("talking connection from %d answered by %q (%v)", f.src, got, err)
+			}
+		}
+		e.pass()
+		st, _ = e.d.Shared(port)
+		for _, f := range talk {
+			if _, ok := st.Spread.Pins[uint16(f.src)]; !ok {
+				t.Fatalf("talking connection from %d lost its pin", f.src)
+			}
+		}
+		for _, f := range quiet {
+			if _, ok := st.Spread.Pins[uint16(f.src)]; ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, f := range talk {
+		if got, err := f.ask(); err != nil || got != "A" {
+			t.Errorf("talking connection from %d answered by %q (%v) at the end", f.src, got, err)
+		}
+	}
 }
