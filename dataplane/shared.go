@@ -7,19 +7,30 @@ package dataplane
 // source port, goes to which holder: spread.Spread), rebuilt from the
 // kernel when a daemon restarts. Every change of a port's holders (Setup,
 // SetPorts, Teardown, RemoveStrays) goes through setShared, which asks
-// spread.Plan for the next spread:
+// spread.PlanFacts for the next spread:
 //
 //   - the target is the consistent assignment (spread.Assign): a joining
 //     holder is due about 1/(n+1) of the buckets, a leaving holder's
 //     buckets go to the others at once (its connections break anyway: its
 //     sockets are gone from the spread, and a TCP peer that is not the
 //     socket's owner answers with a reset);
-//   - a bucket that would move away from a holder that stays moves only
-//     with that holder's live flows in it pinned to it: the data plane
-//     reads them inside the holder's namespace (nsstats.Conns: TCP sockets
-//     in every state but LISTEN/TIME_WAIT/CLOSE, and connected UDP sockets,
-//     whose local port is the shared port). A bucket with more live flows
-//     than spread.MaxPinsPerBucket stays until enough of them end;
+//   - a bucket that would move away from a holder that stays moves with
+//     that holder's live flows in it pinned to it. A flow is live when the
+//     holder's namespace lists it (nsstats.Conns: TCP sockets in every
+//     state but LISTEN/TIME_WAIT/CLOSE, and connected UDP sockets, whose
+//     local port is the shared port) AND the host saw traffic for it within
+//     Config.SharedIdle (30 s by default): the node that steers its source
+//     port (its pin, else its bucket), on eth0 or lo, steered a packet that
+//     recently (tcfilter.SpreadUse: each spread node has a mirred action of
+//     its own, whose last use the kernel stamps per packet anyway). The
+//     socket table is the tenant's to write (thousands of connected,
+//     silent UDP sockets cost it nothing); the host's filters are not;
+//   - a bucket with more live flows than fit in its pins
+//     (spread.MaxPinsPerBucket) may stay with its holder, at most
+//     spread.MaxHeld(n) buckets per holder (16 of the 128 a joiner is due
+//     with two holders) and for at most SharedIdle (d.held records since
+//     when); past that it moves with the lowest source ports that fit
+//     pinned, and its other flows switch holder;
 //   - the same plan goes to the eth0 and lo demuxes, so traffic from the
 //     outside, the host and other containers is spread alike.
 //
@@ -31,21 +42,39 @@ package dataplane
 // A reconciler (every Config.SharedReconcile, 5 s by default) walks the
 // shared ports that are not settled (pins left, or buckets away from the
 // consistent assignment), at most maxReconcilePorts per pass, reads the
-// holders' flows once per namespace and pass, and plans again: pins whose
-// flows ended go, held-back buckets move. A port settles once the flows
-// that were live at the change have ended.
+// holders' flows once per namespace and pass and the spread filters' last
+// use once per pass, and plans again: pins whose flows ended or carried
+// nothing for SharedIdle go, held-back buckets move once their flows fit
+// or their hold has lasted SharedIdle. A port settles at most SharedIdle
+// after the flows that were live at the change have ended or gone quiet.
 //
-// Limits. Unconnected UDP sockets (the usual UDP server) show no flows, so
-// a UDP flow in a bucket that moves to a joining holder switches holder
+// Limits. A connection that carried nothing for SharedIdle when its
+// bucket moves (an idle keep-alive connection) switches holder and breaks
+// at its next packet. A holder whose clients really send traffic from
+// many source ports (a client it controls) keeps at most MaxHeld buckets
+// for SharedIdle and MaxPinsPerBucket of each moved bucket's 256 source
+// ports while the traffic lasts. Spread nodes of older layouts share
+// their veth's action until replaced: their last use is the veth's, which
+// errs on the side of keeping flows. Unconnected UDP sockets (the usual
+// UDP server) show no flows, so a UDP flow in a bucket that moves to a
+// joining holder switches holder
 // (datagram protocols re-establish; a QUIC server that connects its
 // per-client sockets is seen and kept). A TCP connection whose SYN reaches
 // the old holder in the few milliseconds between the first reading of its
 // sockets and the move of its bucket, and whose next packet arrives before
 // the second reading has pinned it, is reset (the client sees a refused
 // handshake and may retry). A holder whose sockets cannot be read keeps its
-// buckets and pins until they can.
+// buckets for at most SharedIdle, and its pins while the host sees their
+// traffic.
 //
-// Cost. A change moves ~256/(n+1) bucket nodes on each of eth0 and lo
+// Cost. Per packet nothing changes (a spread node's action is its own
+// instead of the veth's; mirred stamps its last use either way). Each
+// shared port has 2 x (256 + pins) mirred actions of its own on the
+// machine-wide list the kernel walks when a device is unregistered. A
+// change that asks about flows, and each reconciler pass, dumps eth0's
+// and lo's ingress filters once (~7 ms with 16 containers on the
+// development VM: use-ms of BenchmarkSharedJoinLeave; it grows with the
+// containers). A change moves ~256/(n+1) bucket nodes on each of eth0 and lo
 // (~25 us each on the development VM) and reads each holder that loses
 // buckets twice (before and after the move; up to maxParallelReads at a
 // time). A read is four sock_diag dumps; the TCP ones walk the kernel's
