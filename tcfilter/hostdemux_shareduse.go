@@ -15,8 +15,9 @@ import (
 // action, so the action's last use (which mirred stamps on every packet it
 // redirects, as it does anyway: no cost is added per packet) tells when
 // that node last steered a packet; a new or replaced node counts as used
-// when it was installed. A tenant can fabricate sockets in its namespace,
-// not packets through the host's filters.
+// when it was installed. A tenant fabricates sockets in its namespace for
+// free; packets through the host's filters it sends only as a client
+// could (from its own ports, or from clients it controls).
 
 // userHZ is the unit of the ages the kernel reports for an action
 // (jiffies_to_clock_t: USER_HZ, 100 on every Linux ABI).
