@@ -88,6 +88,11 @@ type Config struct {
 	// are planned again (pins of ended flows removed, held-back buckets
 	// moved); 0 = DefaultSharedReconcile, negative = never.
 	SharedReconcile time.Duration
+	// SharedIdle is how long a flow of a shared port may go without
+	// traffic the host's filters see and keep its holder through a change,
+	// and how long a holder may keep back a bucket (shared.go); 0 =
+	// DefaultSharedIdle.
+	SharedIdle time.Duration
 	// IPv6 says whether containers share the host's IPv6 addresses
 	// (ipv6.go); the zero value is IPv6Auto.
 	IPv6 IPv6Mode
@@ -194,6 +199,9 @@ type DataPlane struct {
 	reconcileStop chan struct{}
 	reconcileDone chan struct{}
 	reconcileNext uint16 // first port of the next pass when one pass was not enough
+	// held: shared port -> bucket -> since when it is held back from its
+	// assigned holder (its hold ends after SharedIdle).
+	held map[uint16]map[int]time.Time
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.

@@ -156,11 +156,16 @@
 //     that has that flow's socket. Buckets are assigned by rendezvous
 //     hashing on (port, bucket, slot) (spread.Assign): adding a holder moves
 //     ~1/(n+1) of the buckets, removing one moves only its buckets.
-//     spread.Plan makes a change keep live flows: a bucket whose holder stays
-//     moves only with its live flows pinned (at most spread.MaxPinsPerBucket, else
-//     it stays until they end), and pins go once their flow has ended; the
+//     spread.PlanFacts makes a change keep live flows: a bucket whose holder
+//     stays moves with its live flows pinned (at most spread.MaxPinsPerBucket;
+//     with more it may stay, at most spread.MaxHeld buckets per holder for a
+//     bounded time), and pins go once their flow has ended or gone quiet; the
 //     caller (the data plane) reads the flows from the holders' namespaces,
 //     and once more after the move: spread.PinLate pins flows that began between.
+//     Every node of a spread table has a mirred action of its own (not the
+//     veth's shared one), so its last use (SpreadUse) says when the host last
+//     steered a packet through it: a flow counts as live only with that
+//     evidence, which a tenant cannot fabricate from inside its namespace.
 //     Changes add pins, then replace bucket nodes (FilterReplace), then
 //     delete pins, so a pinned flow never meets its moved bucket unpinned.
 //     Per packet: one hash, then at most spread.MaxPinsPerBucket key checks in a
