@@ -31,3 +31,24 @@ func TestOneClientStack(t *testing.T) {
 		}
 	}
 }
+
+// TestClientsBuildWithoutTrace: make build builds the plugin and the CLI
+// with grpc-go's grpcnotrace tag, which must keep golang.org/x/net/trace
+// (and html/template, which it brings) out of them.
+func TestClientsBuildWithoutTrace(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list dependencies with")
+	}
+	for _, pkg := range []string{"../cmd/isolator-cni", "../cmd/isolatorctl"} {
+		out, err := exec.Command(goBin, "list", "-tags", "grpcnotrace", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == "golang.org/x/net/trace" || dep == "html/template" {
+				t.Errorf("%s built with grpcnotrace links %s", pkg, dep)
+			}
+		}
+	}
+}

@@ -44,7 +44,7 @@ if [ -n "${CNI_BEFORE:-}" ]; then
   mkdir -p "$tmp/before-src" "$tmp/before"
   git archive "$rev" | tar -x -C "$tmp/before-src"
   # As make build builds them: static, with the version stamped.
-  (cd "$tmp/before-src" && CGO_ENABLED=0 go build -ldflags "-X main.version=$rev -X main.buildVersion=$rev" \
+  (cd "$tmp/before-src" && CGO_ENABLED=0 go build -tags grpcnotrace -ldflags "-X main.version=$rev -X main.buildVersion=$rev" \
     -o "$tmp/before/" ./cmd/isolator-cni ./cmd/isolatorctl)
   rm -rf "$tmp/before-src"
   before_args=(--cni-before "$tmp/before" --cni-before-rev "$rev")
