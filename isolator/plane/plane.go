@@ -62,6 +62,9 @@ type Meta struct {
 	// host side so a rebuild never has to believe the tenant's own
 	// ip_local_port_range.
 	Eph string `json:"eph,omitempty"`
+	// Loop tags the destination ports the veth lets a container reach on
+	// the host's loopback: Adopt re-installs the filters when it differs.
+	Loop string `json:"loop,omitempty"`
 }
 
 // FeatureHTB is reported in HostInfo.Features when the kernel has the HTB
