@@ -302,6 +302,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 		// sure it is cut off).
 		if l, lerr := d.h.LinkByIndex(veth); lerr == nil && l.Attrs().Name == name {
 			existed = true
+			d.ensureAlias(l.Attrs(), c.ID)
 			if !isRetired(l.Attrs()) {
 				existed, err = d.retire(veth, true)
 			} else {
@@ -310,10 +311,10 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 			// Once muted nothing more is counted for it.
 			departed = d.departedDrops(veth) // added under d.mu below
 		} else {
-			existed, err = d.retireByName(name, true)
+			existed, err = d.retireVethByName(name, c.ID)
 		}
 	} else {
-		existed, err = d.retireByName(name, true)
+		existed, err = d.retireVethByName(name, c.ID)
 	}
 	if err != nil {
 		errs = append(errs, err)

@@ -481,6 +481,32 @@ func (d *DataPlane) retireByName(name string, mute bool) (bool, error) {
 	return d.retire(l.Attrs().Index, mute)
 }
 
+// retireVethByName is retireByName for container id's host veth, which
+// it makes attributable first (ensureAlias).
+func (d *DataPlane) retireVethByName(name, id string) (bool, error) {
+	if l, err := d.h.LinkByName(name); err == nil {
+		d.ensureAlias(l.Attrs(), id)
+	}
+	return d.retireByName(name, true)
+}
+
+// ensureAlias gives container id's host veth an alias naming it when it
+// has none of ours: a setup cut short before its alias (an isolate killed
+// early, rolled back at the next start) would otherwise leave a retired
+// veth no later start can attribute, never deleted, its peer holding eth0
+// in the namespace so the namespace could not be isolated again. A
+// failure is logged: the teardown goes on.
+func (d *DataPlane) ensureAlias(a *netlink.LinkAttrs, id string) {
+	if m, ok := parseAlias(a.Alias); ok && VethName(m.ID) == a.Name {
+		return
+	}
+	if err := d.h.LinkSetAlias(linkRefIdx(a.Index), metaAlias(Meta{ID: id})); err != nil {
+		d.log.Warn("veth alias not set before its retirement", "container", id, "veth", a.Name, "err", err)
+		return
+	}
+	a.Alias = metaAlias(Meta{ID: id})
+}
+
 // recut cuts a retired veth of ours off again (cutAgain) and hands it to
 // the background deletion (a retire that failed after the move to the group
 // did not); a link pending already is deleted once, the other entry finds
