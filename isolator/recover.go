@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -324,12 +325,23 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, owned bool, rep *R
 			log.Info("recover: plumbing complete; kept")
 			return true, nil
 		}
-		// Something was removed behind our back: rebuild it.
+		// Something was removed behind our back: rebuild it, with the
+		// ranges the record holds (never new ones). The namespace is held
+		// open across the teardown: a record rebuilt from the kernel knows
+		// it only by its pin, which the teardown removes.
+		var nsKeep *os.File
+		if f, err := os.Open(c.NetNS); err == nil {
+			nsKeep = f
+			defer f.Close()
+		}
 		if _, err := s.dp.Teardown(ctx, c); err != nil {
 			return false, fmt.Errorf("teardown before re-plumb of %s: %w", r.ID, err)
 		}
 		src := *r
 		src.Mount, src.PinOwned = "", false
+		if nsKeep != nil {
+			src.NetNSPath = fmt.Sprintf("/proc/self/fd/%d", nsKeep.Fd())
+		}
 		plumb, err := s.dp.Setup(ctx, s.container(&src))
 		if err != nil {
 			s.releaseNetNS(r.NetNSIno, r.ID)
