@@ -35,7 +35,8 @@ import (
 //
 // Bounded: seeds run one after the other, fmSteps steps each, until
 // -faultmodel.duration is spent (1 minute by default; longer with the
-// flag). A failure prints its seed; -faultmodel.seed=N replays that one.
+// flag; 20 s with -short). A failure prints its seed and its steps;
+// -faultmodel.seed=N replays that one.
 
 var (
 	fmDuration = flag.Duration("faultmodel.duration", time.Minute, "how long TestFaultModel runs seeds")
@@ -93,7 +94,11 @@ func TestFaultModel(t *testing.T) {
 			seeds = append(seeds, base+i)
 		}
 	}
-	deadline := time.Now().Add(*fmDuration)
+	d0 := *fmDuration
+	if testing.Short() && d0 > 20*time.Second {
+		d0 = 20 * time.Second
+	}
+	deadline := time.Now().Add(d0)
 	ran := 0
 	for _, seed := range seeds {
 		if ran > 0 && time.Now().After(deadline) {
