@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -34,13 +36,14 @@ import (
 // nomadVersionRe finds the version in `nomad version` ("Nomad v1.6.0").
 var nomadVersionRe = regexp.MustCompile(`Nomad v(\d+)\.(\d+)\.(\d+)`)
 
-// checkNomadVersion logs bin's `nomad version` line and refuses a Nomad
-// under the Business Source License (1.7.0 and later).
-func checkNomadVersion(t *testing.T, bin string) {
+// checkNomadVersion logs bin's `nomad version` line (run in the sandbox
+// host namespace hostNS, like the agent) and refuses a Nomad under the
+// Business Source License (1.7.0 and later).
+func checkNomadVersion(t *testing.T, bin, hostNS string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "version")
+	cmd := exec.CommandContext(ctx, "nsenter", "--net="+hostNS, "--", bin, "version")
 	cmd.Env = nomadEnv()
 	b, err := cmd.CombinedOutput()
 	out := strings.TrimSpace(string(b))
@@ -79,6 +82,7 @@ type nomadAgent struct {
 	log    bytes.Buffer // every run's output
 	cmd    *exec.Cmd
 	done   chan struct{}
+	allocs map[string]bool // every alloc ID runningAllocs has seen
 }
 
 // nomadEnv is the agent's environment: without AWS_CA_BUNDLE (with it
@@ -164,7 +168,50 @@ func (n *nomadAgent) runningAllocs(job string) []string {
 	if err != nil {
 		return nil
 	}
-	return strings.Fields(out)
+	ids := strings.Fields(out)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.allocs == nil {
+		n.allocs = map[string]bool{}
+	}
+	for _, id := range ids {
+		n.allocs[id] = true
+	}
+	return ids
+}
+
+// leftPins lists the namespace pins Nomad made for this test's allocs
+// that still exist.
+func (n *nomadAgent) leftPins() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var left []string
+	for id := range n.allocs {
+		p := filepath.Join(nspin.DefaultDir, id)
+		if _, err := os.Lstat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
+}
+
+// cleanup stops the jobs, gives Nomad time to tear their allocs down
+// (DEL, then it unmounts its pins), stops the agent and, should the test
+// have stopped it before that, removes the pins of this test's allocs
+// that Nomad left.
+func (n *nomadAgent) cleanup(jobs ...string) {
+	for _, job := range jobs {
+		n.cli("job", "stop", "-detach", "-purge", job)
+	}
+	if n.cmd != nil {
+		wait.Until(60*time.Second, func() bool { return len(n.leftPins()) == 0 })
+	}
+	n.stop()
+	for _, p := range n.leftPins() {
+		n.t.Logf("removing the pin Nomad left: %s", p)
+		unix.Unmount(p, unix.MNT_DETACH)
+		os.Remove(p)
+	}
 }
 
 // TestNomad: static-port job reachable from outside through Nomad's own
@@ -178,8 +225,8 @@ func TestNomad(t *testing.T) {
 		t.Skip("set NOMAD_BIN to a Nomad 1.6.0 agent (make test-nomad builds one)")
 	}
 	needTools(t)
-	checkNomadVersion(t, bin)
 	sb := sandbox.New(t)
+	checkNomadVersion(t, bin, sb.Host.Path)
 	d := StartDaemon(t, sb, DaemonOptions{NetNSDir: nspin.DefaultDir})
 	base := readHostState(t, sb, filepath.Join(t.TempDir(), "none"))
 
@@ -230,9 +277,7 @@ plugin "raw_exec" {
 `, filepath.Join(dir, "data"), cniBin, cniDir)), 0o644)
 	n := &nomadAgent{t: t, bin: bin, hostNS: sb.Host.Path, conf: agentConf}
 	t.Cleanup(func() {
-		n.cli("job", "stop", "-purge", "static")
-		n.cli("job", "stop", "-purge", "shared")
-		n.stop()
+		n.cleanup("static", "shared")
 		if t.Failed() {
 			t.Logf("nomad log (tail):\n%s", tail(n.Log(), 60))
 		}
@@ -303,7 +348,7 @@ job "static" {
 	})
 	mustEcho(t, sb, "tcp", 31005, "nomadweb")
 
-	n.mustCLI("job", "stop", "-purge", "static")
+	n.mustCLI("job", "stop", "-detach", "-purge", "static")
 	wait.For(t, 60*time.Second, "isolatord forgets the stopped alloc", func() bool {
 		return cniGet(t, d, alloc) == nil
 	})
@@ -358,7 +403,7 @@ job "shared" {
 			t.Errorf("alloc %s does not hold 31443 shared: %v", a, c)
 		}
 	}
-	n.mustCLI("job", "stop", "-purge", "shared")
+	n.mustCLI("job", "stop", "-detach", "-purge", "shared")
 	wait.For(t, 60*time.Second, "isolatord forgets the shared job's allocs", func() bool {
 		for _, a := range sharedAllocs {
 			if cniGet(t, d, a) != nil {
