@@ -16,10 +16,11 @@ const (
 	DropIPv6Ext   = "ipv6_ext"  // IPv6 with a hop-by-hop, routing or destination-options header, or a first fragment of anything but TCP, UDP and ICMPv6
 	DropNDP       = "ndp"       // neighbour discovery other than solicitations and advertisements in the host's name
 	DropMLD       = "mld"       // multicast listener reports and dones the container's kernel sends on its own (expected noise, not an attack)
+	DropEcho      = "echo"      // echo request (IPv4 or IPv6) with an {identifier, peer} another container or the host owns, or over the container's quota of them (eth0's learn programs, echoown.go)
 )
 
 // DropReasons lists every reason, in a fixed order.
-var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP, DropMLD}
+var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP, DropMLD, DropEcho}
 
 // Drops reads how many frames the container's veth dropped, by reason
 // (every reason present), from the sinks' count map (no netlink);

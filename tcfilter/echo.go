@@ -72,18 +72,19 @@ import (
 const PrioEcho uint16 = 1
 
 const (
-	echoHandle  = 1
-	echoEntries = 65536 // learned {identifier, peer}; LRU
-	originMax   = 16384 // veths and shaper exits
+	echoHandle = 1
+	originMax  = 16384 // veths and shaper exits
 )
 
 type echoSteer struct {
-	echo, origin, frag *bpfMap
-	steerFd, learnFd   int
+	echo, origin, frag, quota *bpfMap
+	steerFd, learnFd          int
+	sweep                     *echoSweeper
 }
 
 func (e *echoSteer) close() {
-	for _, m := range []*bpfMap{e.echo, e.origin, e.frag} {
+	e.sweep.halt()
+	for _, m := range []*bpfMap{e.echo, e.origin, e.frag, e.quota} {
 		if m != nil {
 			m.close()
 		}
@@ -271,7 +272,8 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	return a.assemble()
 }
 
-func learnProgram(echoFd, originFd int) ([]byte, error) {
+// learnProgram: see the comment at the top, and echoown.go.
+func learnProgram(m ownMaps, originFd int) ([]byte, error) {
 	a := newAsm()
 	originValue(a, originFd, stkOrigin, stkValue)
 	loadHeader(a, "")
@@ -279,14 +281,16 @@ func learnProgram(echoFd, originFd int) ([]byte, error) {
 	a.jmp(opJne32, r1, 8, "pass") // echo request
 	a.copyBytes(stkKey, pkt(38), 2)
 	a.copyBytes(stkKey+4, pkt(30), 4) // destination: the peer
-	mapUpdate(a, echoFd, stkKey, stkValue)
+	learnOwned(a, m, stkKey, stkValue)
 	passExit(a)
 	return a.assemble()
 }
 
-func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
+// newEchoSteer creates the maps and programs; counts is the drop count
+// map (-1: none).
+func newEchoSteer(hostIP net.IP, counts int) (_ *echoSteer, err error) {
 	e := &echoSteer{steerFd: -1, learnFd: -1}
-	if e.echo, err = newBPFMap(unix.BPF_MAP_TYPE_LRU_HASH, 8, 4, echoEntries, "iso_echo"); err != nil {
+	if e.echo, e.quota, err = newOwnMaps(8, "iso_echo", "iso_echo_quota"); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -307,12 +311,13 @@ func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
 	if e.steerFd, err = loadSchedCls("iso_echo_steer", code); err != nil {
 		return nil, err
 	}
-	if code, err = learnProgram(e.echo.fd, e.origin.fd); err != nil {
+	if code, err = learnProgram(ownMaps{e.echo.fd, e.quota.fd, counts}, e.origin.fd); err != nil {
 		return nil, err
 	}
 	if e.learnFd, err = loadSchedCls("iso_echo_learn", code); err != nil {
 		return nil, err
 	}
+	e.sweep = startSweep(e.echo, e.quota, 8)
 	return e, nil
 }
 
@@ -346,7 +351,7 @@ func (x *HostDemux) attachEcho(prio, proto uint16, steerFd, learnFd int, names [
 // runs ours. On failure the demux falls back to the ICMP fan-out; the
 // reason is kept for EchoSteering.
 func (x *HostDemux) initEcho() {
-	names, err := echoFilterNames(x.dst)
+	names, err := echoFilterNames(x.dst, x.countsCode())
 	if err != nil {
 		x.echoErr = err
 		return
@@ -357,7 +362,7 @@ func (x *HostDemux) initEcho() {
 		x.echo = x.adoptEcho(names)
 	}
 	if x.echo == nil {
-		e, err := newEchoSteer(x.dst)
+		e, err := newEchoSteer(x.dst, x.countsFd())
 		if err != nil {
 			x.echoErr = err
 			return
@@ -393,12 +398,12 @@ func (x *HostDemux) echoFilterID(prio uint16, parent uint32, name string) int {
 
 // echoFilterNames are the filter names of the steer and learn programs:
 // the program name and a digest of its code (map references zeroed).
-func echoFilterNames(hostIP net.IP) ([2]string, error) {
+func echoFilterNames(hostIP net.IP, counts int) ([2]string, error) {
 	s, err := steerProgram(0, 0, hostIP)
 	if err != nil {
 		return [2]string{}, err
 	}
-	l, err := learnProgram(0, 0)
+	l, err := learnProgram(ownMaps{0, 0, counts}, 0)
 	if err != nil {
 		return [2]string{}, err
 	}
@@ -433,7 +438,8 @@ func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
 		return nil
 	}
 	e := &echoSteer{steerFd: steer, learnFd: learn}
-	maps := map[string]**bpfMap{"iso_echo": &e.echo, "iso_echo_origin": &e.origin, "iso_echo_frag": &e.frag}
+	maps := map[string]**bpfMap{"iso_echo": &e.echo, "iso_echo_origin": &e.origin, "iso_echo_frag": &e.frag,
+		"iso_echo_quota": &e.quota}
 	for _, id := range append(progMapIDs(e.learnFd), progMapIDs(e.steerFd)...) {
 		fd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
 		if err != nil {
@@ -445,10 +451,12 @@ func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
 			unix.Close(fd)
 		}
 	}
-	if e.echo == nil || e.origin == nil || e.frag == nil {
+	if e.echo == nil || e.origin == nil || e.frag == nil || e.quota == nil ||
+		x.counts != nil && !usesMap(e.learnFd, x.counts.fd) {
 		e.close()
 		return nil
 	}
+	e.sweep = startSweep(e.echo, e.quota, 8)
 	return e
 }
 
@@ -586,7 +594,7 @@ func (x *HostDemux) echoLearned(id uint16, peer net.IP) int {
 	k := make([]byte, 8)
 	binary.BigEndian.PutUint16(k, id)
 	copy(k[4:], peer.To4())
-	v := make([]byte, 4)
+	v := make([]byte, echoValueSize)
 	if x.echo.echo.lookup(k, v) != nil {
 		return 0
 	}
