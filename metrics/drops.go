@@ -34,7 +34,7 @@ func newDropCollector() *dropCollector {
 	return &dropCollector{
 		last: map[string]uint64{},
 		desc: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "dropped_packets_total"),
-			"Frames containers sent that their host-side veth dropped, by reason (mac, ip_header, source_ip, port, icmp, protocol, arp, ethertype, vlan, ipv6_ext, ndp, mld): a frame leaves only if a host process owning exactly the container's ports could have sent it; mld counts the multicast listener reports every container's kernel sends on its own (expected, not an attack). Read from the kernel at scrape time; counts of containers cleaned up since the daemon started are kept.",
+			"Frames containers sent that their host-side veth dropped, by reason (mac, ip_header, source_ip, port, icmp, protocol, arp, ethertype, vlan, ipv6_ext, ndp, mld, echo): a frame leaves only if a host process owning exactly the container's ports could have sent it; mld counts the multicast listener reports every container's kernel sends on its own (expected, not an attack). Read from the kernel at scrape time; counts of containers cleaned up since the daemon started are kept.",
 			[]string{"reason"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace,

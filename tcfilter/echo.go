@@ -26,11 +26,15 @@ import (
 //   - learn (clsact egress of eth0, cls_bpf direct-action, prio 1): an echo
 //     request (IHL 5, first fragment) whose skb_iif (the device mirred
 //     redirected it from: the container's veth, or its egress shaper's
-//     exit) is in the origin map records {identifier, destination} ->
-//     the container's veth in the echo map (LRU, echoEntries entries). The
-//     host's own requests (skb_iif 0) record {identifier, destination} ->
-//     0, "the host"; anything else (forwarded, not in the origin map) is
-//     not learned.
+//     exit) is in the origin map is learned as {identifier, destination}
+//     -> the container's veth in the echo map; the host's own requests
+//     (skb_iif 0) as {identifier, destination} -> 0, "the host"; anything
+//     else (forwarded, not in the origin map) is not learned. An entry is
+//     its origin's while live (a request within echoLive, 30 s): another
+//     container's request with that key is dropped (DropEcho, counted for
+//     its veth), the host's takes it; each container learns at most
+//     echoQuota keys a window, beyond which its requests are dropped; a
+//     sweeper deletes entries no longer live (echoown.go).
 //   - steer (clsact ingress of eth0, cls_bpf direct-action, prio 1, before
 //     the u32 demux at prio 2): an echo reply to the host IP, or an ICMP
 //     error (type 3 or 11) quoting an echo request, whose {identifier,
@@ -48,20 +52,21 @@ import (
 //     stay with the host.
 //
 // Per packet: one 42-byte load and a few compares for every IPv4 packet on
-// eth0, one hash lookup per echo reply (ingress) or echo request
-// (egress): flat in the number of containers; no copies.
+// eth0, one hash lookup per echo reply (ingress) or echo request (egress,
+// with a clock read, and a few times per window a quota lookup): flat in
+// the number of containers; no copies.
 //
 // What ping from a container relies on: its echo request leaves through
 // host eth0 (the veth's ICMP redirect) before the reply comes back, and no
-// other container pings the same peer with the same identifier at the same
-// time (then the last one to send gets the replies: the same as two raw
-// pingers in one namespace, which see each other's replies). A container
-// that sends an echo request with the identifier the host uses to ping
-// the same peer takes the host's replies to that peer until the host's
-// next request (the last one to send wins): the host should not rely on
-// ping replies for anything that matters. A restarted daemon
-// starts with an empty echo map: replies to requests sent before the
-// restart go to the host (ping loses at most the replies in flight).
+// other container or the host pings the same peer with the same
+// identifier within 30 s before it (then its requests are dropped: two
+// raw pingers in one namespace would instead see each other's replies).
+// A container cannot take the host's or another container's replies, nor
+// flood their entries away (echoown.go). A restarted daemon takes over
+// the programs and maps (not pinned: found through the filters on eth0,
+// when their code is the same) and starts a sweeper; an upgraded one
+// (other code) starts with empty maps: replies to requests sent before
+// the restart go to the host, and for 30 s nobody's entry is protected.
 //
 // Without cls_bpf (or without clsact on eth0), echo replies and errors
 // about echo requests that TablePort cannot attribute are mirrored to every
@@ -582,21 +587,4 @@ func (x *HostDemux) DelEchoOrigin(iif int) error {
 		return fmt.Errorf("%s: echo origin %d: %w", x.d.label, iif, err)
 	}
 	return nil
-}
-
-// echoLearned returns the veth learned for {id, peer} (0: none); for tests.
-func (x *HostDemux) echoLearned(id uint16, peer net.IP) int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.echo == nil {
-		return 0
-	}
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint16(k, id)
-	copy(k[4:], peer.To4())
-	v := make([]byte, echoValueSize)
-	if x.echo.echo.lookup(k, v) != nil {
-		return 0
-	}
-	return int(binary.NativeEndian.Uint32(v))
 }

@@ -16,7 +16,8 @@ import (
 //   - learn6 (eth0 egress): an ICMPv6 echo request right after the fixed
 //     header records {identifier, destination} -> the container's veth
 //     (the origin map shared with IPv4, by skb_iif) or 0 for the host's
-//     own in the echo6 map (LRU).
+//     own in the echo6 map, owned while live and within a quota like
+//     IPv4's (echoown.go; its own quota map and sweeper).
 //   - steer6 (eth0 ingress): an echo reply, or an ICMPv6 error (types
 //     1..7) quoting an echo request, whose {identifier, peer} is learned
 //     is redirected to that veth or accepted for the host; everything
@@ -29,8 +30,8 @@ import (
 // reply (they stay with the host; IPv6 fragments have no ICMPv6 header
 // after the first), and the destination address of a reply is not
 // checked (eth0 receives only the host's frames; a container drops a
-// reply that is not for its addresses). A restarted daemon loads new
-// programs with an empty map: replies in flight go to the host.
+// reply that is not for its addresses). A restarted daemon adopts the
+// programs and maps of the same code, as for IPv4.
 
 // PrioEcho6 is the priority of the ICMPv6 echo programs on eth0 (ingress
 // and egress).

@@ -126,3 +126,20 @@ func (x *HostDemux) echoOwner(id uint16, peer net.IP) int {
 	}
 	return int(binary.NativeEndian.Uint32(v))
 }
+
+// echoLearned returns the veth learned for {id, peer} (0: none); for tests.
+func (x *HostDemux) echoLearned(id uint16, peer net.IP) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.echo == nil {
+		return 0
+	}
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint16(k, id)
+	copy(k[4:], peer.To4())
+	v := make([]byte, echoValueSize)
+	if x.echo.echo.lookup(k, v) != nil {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint32(v))
+}

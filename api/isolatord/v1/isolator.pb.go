@@ -1397,6 +1397,10 @@ type UsageResponse struct {
 	//	           kernel sends them on its own when its eth0 comes up:
 	//	           expected noise, not an attack (any other hop-by-hop
 	//	           header is ipv6_ext)
+	//	echo       echo request (IPv4 or IPv6) with an {identifier, peer}
+	//	           another container or the host is using (sent one within
+	//	           30 s), or over the container's quota of new ones (64 per
+	//	           34 s); counted on eth0's egress
 	//
 	// (For IPv6, ip_header, source_ip, port, icmp and protocol read as for
 	// IPv4: not version 6; source not a host IPv6 address or ::1 -> ::1;
