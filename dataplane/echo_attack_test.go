@@ -228,6 +228,33 @@ func TestEchoHijackFails(t *testing.T) {
 			}
 		})
 	}
+	// A restarted daemon takes over the programs and what they learned:
+	// V's IPv4 entry (its last request a few seconds ago) stays V's.
+	t.Run("restart", func(t *testing.T) {
+		egress := func() string {
+			out, err := e.sb.Host.Command("tc", "filter", "show", "dev", e.sb.HostEth0, "egress").CombinedOutput()
+			if err != nil {
+				t.Fatalf("tc filter show: %v\n%s", err, out)
+			}
+			return string(out)
+		}
+		before := egress()
+		d2 := e.newDataPlane()
+		if _, err := d2.PrepareHost(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if after := egress(); after != before {
+			t.Errorf("a restart replaced eth0's echo programs:\n%s\n%s", before, after)
+		}
+		ph := openPinger(t, h.proc, false)
+		ph.send(t, e.sb.ClientIP, 0x5a01, 99, nil)
+		if !ph.ping(t, e.sb.ClientIP, 0x5c02, 1, nil) {
+			t.Fatal("H's own ping got no reply")
+		}
+		if n := ph.replies(0x5a01); n != 0 {
+			t.Errorf("after a restart H got %d replies with V's identifier, want none", n)
+		}
+	})
 }
 
 // slowPeer makes the client answer echo requests from user space, each
