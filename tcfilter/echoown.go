@@ -332,6 +332,26 @@ func (x *HostDemux) SetDropSinks(s *DropSinks) error {
 	return nil
 }
 
+// ReleaseEcho stops the echo maps' sweepers and closes the demux's
+// descriptors of the echo programs and maps (they stay attached to eth0;
+// a later Init takes them over again).
+func (x *HostDemux) ReleaseEcho() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.echo6 != nil {
+		x.echo6.close()
+		x.echo6 = nil
+	}
+	if x.echo != nil {
+		x.echo.close()
+		x.echo = nil
+	}
+	if x.counts != nil {
+		x.counts.close()
+		x.counts = nil
+	}
+}
+
 // countsFd is the count map's fd for the programs (-1: none).
 func (x *HostDemux) countsFd() int {
 	if x.counts == nil {
