@@ -168,12 +168,16 @@ func quota(a *asm, fd int, value int16, p, over string) {
 	a.stxDW(r10, r9, stkOwnQuota)
 	a.emit(opStDW, r10, 0, stkOwnQuota+8, 1)
 	mapUpdateFlags(a, fd, int32(value), stkOwnQuota, bpfNoExist)
+	a.jmp(opJeqImm, r0, 0, p+"ok")
+	a.jmp(opJa, 0, 0, over) // not inserted (full, or another CPU first): fail closed
 	a.label(p + "ok")
 }
 
 // countDrop adds one to the drop count map's entry {veth, reason code r}
 // for the veth at stack offset value, as the drop sinks' programs do
-// (countProgram).
+// (countProgram). The program counts itself, under the veth its origin
+// map gives (skb_iif may be a shaper's exit): the sink of DropEcho
+// receives nothing.
 func countDrop(a *asm, fd int, value int16, r int) {
 	a.ldxW(r1, r10, value)
 	a.stxW(r10, r1, stkOwnCount)
