@@ -117,6 +117,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err != nil {
 		return info, fmt.Errorf("host sysctls: %w", err)
 	}
+	if err := d.setLoopPorts(d.cfg.HostLoopbackPorts); err != nil {
+		return info, err
+	}
 
 	// The netns directory is a shared mount point (as iproute2 makes it), so
 	// the namespace pins created under it propagate to mount namespaces
