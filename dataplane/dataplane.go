@@ -329,6 +329,9 @@ func (d *DataPlane) closeLocked() error {
 		d.neigh.Close()
 	}
 	d.drops.Close()
+	if d.eth0 != nil {
+		d.eth0.ReleaseEcho() // the sweepers stop; the programs stay
+	}
 	d.h.Close()
 	d.hr.Close()
 	d.hc.Close()
