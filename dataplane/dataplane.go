@@ -91,6 +91,10 @@ type Config struct {
 	// IPv6 says whether containers share the host's IPv6 addresses
 	// (ipv6.go); the zero value is IPv6Auto.
 	IPv6 IPv6Mode
+	// Follow makes the data plane follow the host's interface at run
+	// time (follow.go): containers get the host's new addresses,
+	// gateways, MTU and MAC, and a recreated eth0 its demux again.
+	Follow bool
 }
 
 // ContainerEth0 is the name of the veth peer inside every container.
@@ -177,6 +181,19 @@ type DataPlane struct {
 	// PrepareHost.
 	retired *retirer
 
+	// fmu orders host changes the follower applies (write) against
+	// setups (read, for their whole length: a setup reads the host's
+	// facts without d.mu). Taken before d.mu.
+	fmu sync.RWMutex
+	// facts are the host facts of d.info, d.links and d.v6 (follow.go).
+	facts hostFacts
+	// lost4: the host has no IPv4 address now (d.info.IP keeps the last
+	// one, which the filters match; containers have none).
+	lost4       bool
+	follow      *follower
+	followStats FollowStats
+	onHost      func(HostInfo)
+
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
 	reconcileDone chan struct{}
@@ -207,6 +224,7 @@ type record struct {
 	via  int // egress shaper entry ifindex (0: no egress limit)
 	ino  uint64
 	pin  nspin.Pin // where the namespace is pinned, and whether by us
+	in   hostFacts // the host facts its objects carry (follow.go)
 }
 
 // New opens the host namespace and a netlink handle in it. It changes
@@ -281,6 +299,7 @@ func (d *DataPlane) Close() error {
 		return nil
 	}
 	d.closed = true
+	follow := d.follow
 	stop, done := d.reconcileStop, d.reconcileDone
 	d.reconcileStop, d.reconcileDone = nil, nil
 	err := d.closeLocked()
@@ -292,6 +311,7 @@ func (d *DataPlane) Close() error {
 		close(stop)
 		<-done
 	}
+	follow.stopAndWait()
 	return err
 }
 
@@ -506,6 +526,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := checkCtx(ctx); err != nil {
 		return p, err
 	}
+	// The host's facts stay as they are until the setup ends (follow.go).
+	d.fmu.RLock()
+	defer d.fmu.RUnlock()
 	if err := d.claim(c); err != nil {
 		return p, err
 	}
@@ -657,7 +680,10 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 
 	pin := nspin.Pin{Path: p.Mount, Owned: p.PinOwned}
 	c.Pin, c.PinOwned = pin.Path, pin.Owned
-	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
+	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin, in: d.setupFacts()}
+	if d.ctrs[c.ID].in != d.facts {
+		d.pokeFollower()
+	}
 	d.slots[c.Slot] = c.ID
 	d.noteVeth(c.ID, veth)
 	return nil

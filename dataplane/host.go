@@ -253,6 +253,8 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		d.log.Warn("links retired by an earlier run not deleted", "err", err)
 	}
 	d.startReconciler()
+	d.facts = d.factsNow()
+	d.startFollower()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
 		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals), "originals", info.Originals)
 	return info, nil

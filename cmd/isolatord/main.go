@@ -50,6 +50,7 @@ type options struct {
 	egressRate, egressBurst, egressCeil    string
 	ingressRate, ingressBurst, ingressCeil string
 	ipv6                                   ipv6Flag
+	followHost                             bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -91,6 +92,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ingressRate, "ingress-rate-limit", "0", "default limit on what each container receives, like --egress-rate-limit")
 	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
+	fs.BoolVar(&o.followHost, "follow-host", true, "follow the host interface at run time: containers get the host's new addresses, gateways, MTU and MAC within seconds, and a recreated interface its filters again")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	return fs
 }
@@ -280,7 +282,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	defer hp.Close()
 	cfg.HostPorts = hp
-	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Logger: log, Observer: m.FilterOp})
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Follow: o.followHost, Logger: log, Observer: m.FilterOp})
 	if err != nil {
 		return err
 	}

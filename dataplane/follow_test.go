@@ -1,0 +1,302 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
+	"github.com/vishvananda/netlink"
+)
+
+// followWithin is how long the tests give containers to follow a host
+// change (the follower's target is 2 s; the slack is for a loaded machine).
+const followWithin = 6 * time.Second
+
+// followEnv is an env whose data plane follows the host, with the last
+// host facts it reported.
+type followEnv struct {
+	*env
+	mu   sync.Mutex
+	info HostInfo
+	seen atomic.Int64
+}
+
+func newFollowEnv(t *testing.T, opts ...sandbox.Option) *followEnv {
+	t.Helper()
+	sb := sandbox.New(t, opts...)
+	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: IPv6Auto}
+	d, err := New(Config{HostNS: sb.Host.Path, IPv6: IPv6Auto, Logger: quietLogger(t), Follow: true,
+		Observer: func(op tcfilter.Op) {
+			e.ops.Add(1)
+			if op.Result == "error" {
+				e.errs.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	e.d = d
+	fe := &followEnv{env: e}
+	d.OnHostChange(func(h HostInfo) {
+		fe.mu.Lock()
+		fe.info = h
+		fe.mu.Unlock()
+		fe.seen.Add(1)
+	})
+	if e.info, err = d.PrepareHost(context.Background()); err != nil {
+		t.Fatalf("PrepareHost: %v", err)
+	}
+	fe.info = e.info
+	return fe
+}
+
+func (fe *followEnv) host() HostInfo {
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	return fe.info
+}
+
+// ip runs `ip args...` in namespace ns (the sandbox's host or client).
+func ip(t testing.TB, ns sandbox.NS, args ...string) {
+	t.Helper()
+	if out, err := ns.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// ctrView is what a test sees of a container's eth0 and lo.
+type ctrView struct {
+	addrs4 []string // eth0's IPv4 addresses with prefix
+	gw4    string   // eth0's IPv4 default gateway
+	mtu    int
+	loMTU  int
+	mac    string
+}
+
+func viewOf(p *sandbox.Container) (ctrView, error) {
+	var v ctrView
+	h, err := p.Netlink()
+	if err != nil {
+		return v, err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(ContainerEth0)
+	if err != nil {
+		return v, err
+	}
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return v, err
+	}
+	v.mtu, v.loMTU, v.mac = eth.Attrs().MTU, lo.Attrs().MTU, eth.Attrs().HardwareAddr.String()
+	as, err := h.AddrList(eth, netlink.FAMILY_V4)
+	if err != nil {
+		return v, err
+	}
+	for _, a := range as {
+		v.addrs4 = append(v.addrs4, a.IPNet.String())
+	}
+	rs, err := h.RouteList(eth, netlink.FAMILY_V4)
+	if err != nil {
+		return v, err
+	}
+	for _, r := range rs {
+		if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+			v.gw4 = fmt.Sprint(r.Gw)
+		}
+	}
+	return v, nil
+}
+
+func (v ctrView) String() string {
+	return fmt.Sprintf("addrs %v gw %s mtu %d lo mtu %d mac %s", v.addrs4, v.gw4, v.mtu, v.loMTU, v.mac)
+}
+
+// sourceSeen dials addr from inside p over TCP and returns the source
+// address the server (in the client namespace, see acceptor) saw.
+type acceptor struct {
+	ln    net.Listener
+	peers chan string
+}
+
+// listenIn listens on addr in ns and answers every connection with one
+// line, reporting its peer's address.
+func listenIn(t testing.TB, ns sandbox.NS, addr string) *acceptor {
+	t.Helper()
+	a := &acceptor{peers: make(chan string, 64)}
+	err := ns.Do(func() (err error) {
+		a.ln, err = net.Listen("tcp4", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.ln.Close() })
+	go func() {
+		for {
+			c, err := a.ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case a.peers <- c.RemoteAddr().(*net.TCPAddr).IP.String():
+			default:
+			}
+			c.Write([]byte("ok\n"))
+			c.Close()
+		}
+	}()
+	return a
+}
+
+// dialFrom connects from inside p to addr and returns the local address
+// the kernel chose, once the server's line came back (the whole path
+// works both ways).
+func dialFrom(p *sandbox.Container, addr string) (string, error) {
+	var local string
+	err := p.Do(func() error {
+		c, err := net.DialTimeout("tcp4", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line != "ok\n" {
+			return fmt.Errorf("got %q", line)
+		}
+		local = c.LocalAddr().(*net.TCPAddr).IP.String()
+		return nil
+	})
+	return local, err
+}
+
+// waitInLine waits until p's eth0 carries exactly addr (with prefix; ""
+// for none), default gateway gw ("" none or "<nil>") and mtu, and the
+// client reaches p's port on hostIP (unless ""). It returns how long it
+// took.
+func (fe *followEnv) waitInLine(t *testing.T, p *sandbox.Container, name string, port int, addr, gw string, mtu int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last ctrView
+	var lastErr error
+	ok := wait.Until(followWithin, func() bool {
+		v, err := viewOf(p)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		last = v
+		want := []string(nil)
+		if addr != "" {
+			want = []string{addr}
+		}
+		if fmt.Sprint(v.addrs4) != fmt.Sprint(want) || v.mtu != mtu || v.loMTU != mtu {
+			return false
+		}
+		if gw != "" && v.gw4 != gw {
+			return false
+		}
+		return true
+	})
+	took := time.Since(start)
+	if !ok {
+		t.Fatalf("container %s not in line within %v: %v (err %v); want addr %s gw %s mtu %d", name, followWithin, last, lastErr, addr, gw, mtu)
+	}
+	if addr != "" && port != 0 {
+		hostIP := strings.Split(addr, "/")[0]
+		target := net.JoinHostPort(hostIP, fmt.Sprint(port))
+		var err error
+		if !wait.Until(followWithin, func() bool {
+			var got string
+			got, err = echo(fe.sb.Client, "tcp", target, traffic0()...)
+			return err == nil && got == name
+		}) {
+			t.Fatalf("client cannot reach %s on %s after the change: %v", name, target, err)
+		}
+	}
+	return took
+}
+
+func TestFollowIPv4RenumberGatewayMTU(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	const port = 8080
+	web := fe.start("web", 1, "40000-40063", "8080", "", port)
+	mustEcho(t, sb.Client, "tcp", hostAddr(port), "web")
+	// The outside world: a server in the client namespace on both of
+	// its addresses (the second subnet is added below).
+	ip(t, sb.Client, "addr", "add", "198.18.5.2/24", "dev", "eth0")
+	out := listenIn(t, sb.Client, "0.0.0.0:9000")
+
+	// 1. add-then-remove, with a gateway change: the new address, then
+	// the new default route, then the old address goes.
+	ip(t, sb.Host, "addr", "add", "198.18.5.1/24", "dev", "eth0")
+	ip(t, sb.Host, "route", "replace", "default", "via", "198.18.5.2", "dev", "eth0")
+	ip(t, sb.Host, "addr", "del", "198.18.0.1/24", "dev", "eth0")
+	took := fe.waitInLine(t, web.proc, "web", port, "198.18.5.1/24", "198.18.5.2", 1500)
+	t.Logf("add-then-remove + gateway: container in line after %v", took)
+	if src, err := dialFrom(web.proc, "198.18.5.2:9000"); err != nil || src != "198.18.5.1" {
+		t.Errorf("container's outgoing connection: source %q, err %v; want 198.18.5.1", src, err)
+	} else if peer := <-out.peers; peer != "198.18.5.1" {
+		t.Errorf("server saw the container as %s, want 198.18.5.1", peer)
+	}
+	if _, err := echo(sb.Client, "tcp", hostAddr(port), traffic0()...); err == nil {
+		t.Errorf("the old address %s still answers", hostAddr(port))
+	}
+	wait.For(t, followWithin, "the host facts reported follow", func() bool {
+		h := fe.host()
+		return h.IP.String() == "198.18.5.1/24" && h.Gateway.String() == "198.18.5.2"
+	})
+
+	// 2. remove-then-add: the host has no IPv4 address for a while
+	// (containers have none either), then the first one back.
+	ip(t, sb.Host, "addr", "del", "198.18.5.1/24", "dev", "eth0")
+	fe.waitInLine(t, web.proc, "web", 0, "", "", 1500)
+	wait.For(t, followWithin, "the host facts say no IPv4 address", func() bool { return fe.host().IP.IP == nil })
+	ip(t, sb.Host, "addr", "add", "198.18.0.1/24", "dev", "eth0")
+	ip(t, sb.Host, "route", "replace", "default", "via", "198.18.0.2", "dev", "eth0")
+	took = fe.waitInLine(t, web.proc, "web", port, "198.18.0.1/24", "198.18.0.2", 1500)
+	t.Logf("remove-then-add: container in line after %v", took)
+	if src, err := dialFrom(web.proc, "198.18.0.2:9000"); err != nil || src != "198.18.0.1" {
+		t.Errorf("container's outgoing connection: source %q, err %v; want 198.18.0.1", src, err)
+	}
+
+	// 3. MTU 1,500 -> 1,400 -> 1,500: eth0, lo and the host veth follow.
+	for _, mtu := range []int{1400, 1500} {
+		ip(t, sb.Host, "link", "set", "eth0", "mtu", fmt.Sprint(mtu))
+		took = fe.waitInLine(t, web.proc, "web", port, "198.18.0.1/24", "198.18.0.2", mtu)
+		t.Logf("MTU %d: container in line after %v", mtu, took)
+		h, err := sb.Host.Netlink()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := h.LinkByName(VethName(web.c.ID))
+		h.Close()
+		if err != nil || l.Attrs().MTU != mtu {
+			t.Errorf("host veth MTU after the change to %d: %v %v", mtu, l, err)
+		}
+	}
+	st := fe.d.FollowStats()
+	if st.Pending != 0 || st.Changes < 4 {
+		t.Errorf("follower stats %+v: want nothing pending and at least 4 changes", st)
+	}
+}
+
+// traffic0 are the echo options of these tests (the default timeout).
+func traffic0() []traffic.Option { return nil }
