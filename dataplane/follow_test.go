@@ -300,3 +300,70 @@ func TestFollowIPv4RenumberGatewayMTU(t *testing.T) {
 
 // traffic0 are the echo options of these tests (the default timeout).
 func traffic0() []traffic.Option { return nil }
+
+// recreateEth0 deletes the sandbox host's eth0 (and the client's end) and
+// makes the pair again with the same addresses and routes but a new MAC.
+func recreateEth0(t *testing.T, sb *sandbox.Sandbox) {
+	t.Helper()
+	client := sb.Client.Path[strings.LastIndex(sb.Client.Path, "/")+1:]
+	ip(t, sb.Host, "link", "del", "eth0")
+	ip(t, sb.Host, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", client)
+	ip(t, sb.Client, "addr", "add", "198.18.0.2/24", "dev", "eth0")
+	ip(t, sb.Client, "link", "set", "eth0", "up")
+	ip(t, sb.Host, "addr", "add", "198.18.0.1/24", "dev", "eth0")
+	ip(t, sb.Host, "link", "set", "eth0", "up")
+	ip(t, sb.Host, "route", "replace", "default", "via", "198.18.0.2", "dev", "eth0")
+}
+
+func TestFollowEth0Recreated(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	const port = 8080
+	web := fe.start("web", 1, "40000-40063", "8080", "", port)
+	mustEcho(t, sb.Client, "tcp", hostAddr(port), "web")
+	before, err := viewOf(web.proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recreateEth0(t, sb)
+	out := listenIn(t, sb.Client, "0.0.0.0:9000")
+	h, err := sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := eth.Attrs().HardwareAddr.String()
+	if mac == before.mac {
+		t.Fatalf("the new eth0 has the old MAC %s: the test proves nothing about MACs", mac)
+	}
+	took := fe.waitInLine(t, web.proc, "web", port, "198.18.0.1/24", "198.18.0.2", 1500)
+	t.Logf("eth0 recreated: container in line after %v", took)
+	wait.For(t, followWithin, "the container's eth0 and lo carry the new MAC", func() bool {
+		v, err := viewOf(web.proc)
+		return err == nil && v.mac == mac
+	})
+	lo, err := h.LinkByName("lo")
+	if err != nil || lo.Attrs().HardwareAddr.String() != mac {
+		t.Errorf("host lo MAC %v (%v), want eth0's %s", lo.Attrs().HardwareAddr, err, mac)
+	}
+	if src, err := dialFrom(web.proc, "198.18.0.2:9000"); err != nil || src != "198.18.0.1" {
+		t.Errorf("container's outgoing connection: source %q, err %v; want 198.18.0.1", src, err)
+	} else if peer := <-out.peers; peer != "198.18.0.1" {
+		t.Errorf("server saw the container as %s", peer)
+	}
+	mustEcho(t, sb.Client, "udp", hostAddr(port), "web")
+	// A container set up after the change is plumbed on the new eth0.
+	api := fe.start("api", 2, "40064-40127", "8081", "", 8081)
+	mustEcho(t, sb.Client, "tcp", hostAddr(8081), "api")
+	if v, err := viewOf(api.proc); err != nil || v.mac != mac {
+		t.Errorf("new container: %v %v, want MAC %s", v, err, mac)
+	}
+	if st := fe.d.FollowStats(); st.Pending != 0 {
+		t.Errorf("follower stats %+v: want nothing pending", st)
+	}
+}
