@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,7 +137,7 @@ func listenIn(t testing.TB, ns sandbox.NS, addr string) *acceptor {
 	t.Helper()
 	a := &acceptor{peers: make(chan string, 64)}
 	err := ns.Do(func() (err error) {
-		a.ln, err = net.Listen("tcp4", addr)
+		a.ln, err = net.Listen("tcp", addr)
 		return err
 	})
 	if err != nil {
@@ -166,7 +167,7 @@ func listenIn(t testing.TB, ns sandbox.NS, addr string) *acceptor {
 func dialFrom(p *sandbox.Container, addr string) (string, error) {
 	var local string
 	err := p.Do(func() error {
-		c, err := net.DialTimeout("tcp4", addr, time.Second)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return err
 		}
@@ -366,4 +367,87 @@ func TestFollowEth0Recreated(t *testing.T) {
 	if st := fe.d.FollowStats(); st.Pending != 0 {
 		t.Errorf("follower stats %+v: want nothing pending", st)
 	}
+}
+
+// globals6 are the global IPv6 addresses of p's eth0.
+func globals6(p *sandbox.Container) ([]string, error) {
+	h, err := p.Netlink()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(ContainerEth0)
+	if err != nil {
+		return nil, err
+	}
+	as, err := h.AddrList(eth, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range as {
+		if a.IP.IsGlobalUnicast() {
+			out = append(out, a.IPNet.String())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func TestFollowIPv6Renumber(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t, sandbox.WithIPv6())
+	sb := fe.sb
+	const port = 8080
+	web := fe.start("web", 1, "40000-40063", "8080", "", port)
+	old := net.JoinHostPort(sb.HostIP6.String(), fmt.Sprint(port))
+	mustEcho(t, sb.Client, "tcp", old, "web")
+	// The new prefix: the sandbox's with its seventh byte changed.
+	newHost := append(net.IP(nil), sb.HostIP6...)
+	newHost[6] ^= 0x01
+	newClient := append(net.IP(nil), sb.ClientIP6...)
+	newClient[6] ^= 0x01
+	oldNet, newNet := sb.HostIP6.String()+"/64", newHost.String()+"/64"
+	ip(t, sb.Client, "-6", "addr", "add", newClient.String()+"/64", "dev", "eth0", "nodad")
+	out := listenIn(t, sb.Client, "[::]:9000")
+
+	// make-before-break: while the host has both, containers have both
+	// and the old one keeps working
+	ip(t, sb.Host, "-6", "addr", "add", newNet, "dev", "eth0", "nodad")
+	want := []string{newNet, oldNet}
+	sort.Strings(want)
+	var got []string
+	wait.For(t, followWithin, "the container has both prefixes", func() bool {
+		got, _ = globals6(web.proc)
+		return fmt.Sprint(got) == fmt.Sprint(want)
+	})
+	mustEcho(t, sb.Client, "tcp", old, "web")
+	start := time.Now()
+	ip(t, sb.Host, "-6", "addr", "del", oldNet, "dev", "eth0")
+	wait.For(t, followWithin, "the container has only the new prefix", func() bool {
+		got, _ = globals6(web.proc)
+		return fmt.Sprint(got) == fmt.Sprint([]string{newNet})
+	})
+	t.Logf("IPv6 renumbered: container in line after %v", time.Since(start))
+	target := net.JoinHostPort(newHost.String(), fmt.Sprint(port))
+	var err error
+	if !wait.Until(followWithin, func() bool {
+		var name string
+		name, err = echo(sb.Client, "tcp", target)
+		return err == nil && name == "web"
+	}) {
+		t.Fatalf("client cannot reach web on %s: %v", target, err)
+	}
+	mustEcho(t, sb.Client, "udp", target, "web")
+	if src, err := dialFrom(web.proc, net.JoinHostPort(newClient.String(), "9000")); err != nil || src != newHost.String() {
+		t.Errorf("container's outgoing connection: source %q, err %v; want %s", src, err, newHost)
+	} else if peer := <-out.peers; peer != newHost.String() {
+		t.Errorf("server saw the container as %s", peer)
+	}
+	// IPv4 is untouched.
+	mustEcho(t, sb.Client, "tcp", hostAddr(port), "web")
+	wait.For(t, followWithin, "the host facts reported follow", func() bool {
+		h := fe.host()
+		return len(h.IPv6) == 1 && h.IPv6[0].String() == newNet
+	})
 }
