@@ -85,7 +85,13 @@ type ctrView struct {
 	mac    string
 }
 
-func viewOf(p *sandbox.Container) (ctrView, error) {
+// netlinker opens a netlink handle in a namespace (a sandbox container
+// or a namespace by path).
+type netlinker interface {
+	Netlink() (*netlink.Handle, error)
+}
+
+func viewOf(p netlinker) (ctrView, error) {
 	var v ctrView
 	h, err := p.Netlink()
 	if err != nil {
@@ -164,7 +170,7 @@ func listenIn(t testing.TB, ns sandbox.NS, addr string) *acceptor {
 // dialFrom connects from inside p to addr and returns the local address
 // the kernel chose, once the server's line came back (the whole path
 // works both ways).
-func dialFrom(p *sandbox.Container, addr string) (string, error) {
+func dialFrom(p doer, addr string) (string, error) {
 	var local string
 	err := p.Do(func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -450,4 +456,62 @@ func TestFollowIPv6Renumber(t *testing.T) {
 		h := fe.host()
 		return len(h.IPv6) == 1 && h.IPv6[0].String() == newNet
 	})
+}
+
+// TestFollowHundredContainers: the IPv4 renumbering with a gateway change
+// and an MTU change with 100 containers, each serving its port: all are in
+// line within the deadline, each answers on the new address and connects
+// out from it.
+func TestFollowHundredContainers(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	const n = 100
+	cs := fe.addFleet(0, n)
+	nss := make([]sandbox.NS, n)
+	for i, c := range cs {
+		nss[i] = sandbox.NS{Name: c.ID, Path: fe.d.mountPath(c.ID)}
+		serveIn(t, nss[i], fmt.Sprintf("0.0.0.0:%d", 20000+i), c.ID)
+	}
+	ip(t, sb.Client, "addr", "add", "198.18.5.2/24", "dev", "eth0")
+	out := listenIn(t, sb.Client, "0.0.0.0:9000")
+	allInLine := func(addr, gw string, mtu int) time.Duration {
+		t.Helper()
+		start := time.Now()
+		var bad string
+		ok := wait.Until(3*followWithin, func() bool {
+			for i, ns := range nss {
+				v, err := viewOf(ns)
+				if err != nil || fmt.Sprint(v.addrs4) != fmt.Sprint([]string{addr}) || v.gw4 != gw || v.mtu != mtu || v.loMTU != mtu {
+					bad = fmt.Sprintf("container %d: %v %v", i, v, err)
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("not every container in line: %s (want %s via %s, mtu %d)", bad, addr, gw, mtu)
+		}
+		return time.Since(start)
+	}
+	ip(t, sb.Host, "addr", "add", "198.18.5.1/24", "dev", "eth0")
+	ip(t, sb.Host, "route", "replace", "default", "via", "198.18.5.2", "dev", "eth0")
+	ip(t, sb.Host, "addr", "del", "198.18.0.1/24", "dev", "eth0")
+	took := allInLine("198.18.5.1/24", "198.18.5.2", 1500)
+	t.Logf("%d containers in line after the renumbering in %v", n, took)
+	for i, ns := range nss {
+		mustEcho(t, sb.Client, "tcp", fmt.Sprintf("198.18.5.1:%d", 20000+i), cs[i].ID)
+		if src, err := dialFrom(ns, "198.18.5.2:9000"); err != nil || src != "198.18.5.1" {
+			t.Errorf("container %d: outgoing source %q, err %v", i, src, err)
+		} else if peer := <-out.peers; peer != "198.18.5.1" {
+			t.Errorf("container %d: the server saw %s", i, peer)
+		}
+	}
+	ip(t, sb.Host, "link", "set", "eth0", "mtu", "1400")
+	took = allInLine("198.18.5.1/24", "198.18.5.2", 1400)
+	t.Logf("%d containers in line after the MTU change in %v", n, took)
+	mustEcho(t, sb.Client, "udp", fmt.Sprintf("198.18.5.1:%d", 20000+n-1), cs[n-1].ID)
+	if st := fe.d.FollowStats(); st.Pending != 0 || st.Failures != 0 || st.Synced < 2*n {
+		t.Errorf("follower stats %+v: want %d synced twice, none failed or pending", st, n)
+	}
 }
