@@ -119,7 +119,15 @@ func syncDefault4(h *netlink.Handle, eth netlink.Link, want Host4) error {
 	idx := eth.Attrs().Index
 	if want.Gateway != nil && want.Addr.IP != nil {
 		r := &netlink.Route{LinkIndex: idx, Gw: want.Gateway.To4(), Scope: netlink.SCOPE_UNIVERSE}
-		if err := h.RouteReplace(r); err != nil {
+		err := h.RouteReplace(r)
+		if errors.Is(err, unix.ENETUNREACH) {
+			// A gateway outside the container's subnet: the host reaches
+			// it through another address of its own (a renumbering
+			// under way); on eth0 it is on-link all the same.
+			r.Flags = int(netlink.FLAG_ONLINK)
+			err = h.RouteReplace(r)
+		}
+		if err != nil {
 			return fmt.Errorf("container default route via %s: %w", want.Gateway, err)
 		}
 		return nil

@@ -34,6 +34,13 @@ const (
 	// followResubscribe: a subscription that ended (its socket overflowed)
 	// is made again after this long, then everything is read again.
 	followResubscribe = 100 * time.Millisecond
+	// followQueue and followBuffer hold the notifications that come
+	// while a pass runs (every host veth's own changes are link
+	// notifications of the host namespace too: a pass over 1,000
+	// containers makes 1,000 or more); beyond them the subscription
+	// overflows, ends, and is made again with a pass (nothing is lost).
+	followQueue  = 1024
+	followBuffer = 1 << 20
 )
 
 // FollowStats count what the follower did since start.
@@ -117,9 +124,9 @@ type subscription struct {
 
 func (d *DataPlane) subscribe() (*subscription, error) {
 	s := &subscription{
-		links:  make(chan netlink.LinkUpdate, 64),
-		addrs:  make(chan netlink.AddrUpdate, 64),
-		routes: make(chan netlink.RouteUpdate, 64),
+		links:  make(chan netlink.LinkUpdate, followQueue),
+		addrs:  make(chan netlink.AddrUpdate, followQueue),
+		routes: make(chan netlink.RouteUpdate, followQueue),
 		done:   make(chan struct{}),
 	}
 	ns := netns.NsHandle(d.hostNS.Fd())
@@ -130,12 +137,15 @@ func (d *DataPlane) subscribe() (*subscription, error) {
 			d.log.Warn("host follower: netlink subscription ended; subscribing again", "err", err)
 		}
 	}
-	err := netlink.LinkSubscribeWithOptions(s.links, s.done, netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+	err := netlink.LinkSubscribeWithOptions(s.links, s.done, netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr,
+		ReceiveBufferSize: followBuffer, ReceiveBufferForceSize: true})
 	if err == nil {
-		err = netlink.AddrSubscribeWithOptions(s.addrs, s.done, netlink.AddrSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+		err = netlink.AddrSubscribeWithOptions(s.addrs, s.done, netlink.AddrSubscribeOptions{Namespace: &ns, ErrorCallback: onErr,
+			ReceiveBufferSize: followBuffer, ReceiveBufferForceSize: true})
 	}
 	if err == nil {
-		err = netlink.RouteSubscribeWithOptions(s.routes, s.done, netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+		err = netlink.RouteSubscribeWithOptions(s.routes, s.done, netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr,
+			ReceiveBufferSize: followBuffer, ReceiveBufferForceSize: true})
 	}
 	if err != nil {
 		close(s.done)

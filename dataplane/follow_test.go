@@ -515,3 +515,52 @@ func TestFollowHundredContainers(t *testing.T) {
 		t.Errorf("follower stats %+v: want %d synced twice, none failed or pending", st, n)
 	}
 }
+
+// TestFollowRestartAfterChanges: the host is renumbered (with a gateway
+// and an MTU change) while the daemon is down; the restarted data plane's
+// Adopt brings the container in line from its veth's alias, as it does
+// for IPv6.
+func TestFollowRestartAfterChanges(t *testing.T) {
+	checkRootUnchanged(t)
+	e := newEnv(t)
+	sb := e.sb
+	const port = 8080
+	web := e.start("web", 1, "40000-40063", "8080", "", port)
+	mustEcho(t, sb.Client, "tcp", hostAddr(port), "web")
+	e.d.Close()
+	ip(t, sb.Client, "addr", "add", "198.18.5.2/24", "dev", "eth0")
+	ip(t, sb.Host, "addr", "add", "198.18.5.1/24", "dev", "eth0")
+	ip(t, sb.Host, "route", "replace", "default", "via", "198.18.5.2", "dev", "eth0")
+	ip(t, sb.Host, "addr", "del", "198.18.0.1/24", "dev", "eth0")
+	ip(t, sb.Host, "link", "set", "eth0", "mtu", "1400")
+	out := listenIn(t, sb.Client, "0.0.0.0:9000")
+
+	ctx := context.Background()
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Adopt(ctx, web.c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d2.Strays(ctx, []Container{web.c}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := viewOf(web.proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(v.addrs4) != "[198.18.5.1/24]" || v.gw4 != "198.18.5.2" || v.mtu != 1400 || v.loMTU != 1400 {
+		t.Errorf("container after the restart: %v", v)
+	}
+	mustEcho(t, sb.Client, "tcp", "198.18.5.1:8080", "web")
+	mustEcho(t, sb.Client, "udp", "198.18.5.1:8080", "web")
+	if src, err := dialFrom(web.proc, "198.18.5.2:9000"); err != nil || src != "198.18.5.1" {
+		t.Errorf("container's outgoing connection: source %q, err %v; want 198.18.5.1", src, err)
+	} else if peer := <-out.peers; peer != "198.18.5.1" {
+		t.Errorf("server saw the container as %s", peer)
+	}
+	if miss, err := d2.Check(ctx, web.c); err != nil || len(miss) != 0 {
+		t.Errorf("Check after Adopt: %v %v", miss, err)
+	}
+}

@@ -47,6 +47,15 @@ func (d *DataPlane) factsNow() hostFacts {
 	return f
 }
 
+// v4Tag names the host facts of d.facts but IPv6's (the veth's alias
+// carries it: a restart brings a container whose tag differs in line).
+func (d *DataPlane) v4Tag() string {
+	f := d.facts
+	h := sha256.New()
+	fmt.Fprintf(h, "%s;%s;%s;%d;%d", f.ip, f.gw, f.mac, f.mtu, f.eth0)
+	return hex.EncodeToString(h.Sum(nil)[:6])
+}
+
 // setupFacts are the facts a container set up now is made with: the
 // IPv4 address it gets is the last one the host had, even when it has
 // none now (the follower then takes it away again).
@@ -334,11 +343,6 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 				return fmt.Errorf("shaper exit %s filters: %w", exit, err)
 			}
 		}
-		if in.ip6tag != want.ip6tag {
-			if err := d.setAlias(rec.veth, c); err != nil {
-				return err
-			}
-		}
 	}
 	ns, err := nshandle.Open(rec.pin.Path)
 	if err != nil {
@@ -377,5 +381,6 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 			return fmt.Errorf("container filters: %w", err)
 		}
 	}
-	return nil
+	// The alias says what the container now carries (a restart trusts it).
+	return d.setAlias(rec.veth, c)
 }

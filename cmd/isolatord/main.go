@@ -288,6 +288,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	defer dp.Close()
 	m.WatchNeighbours(dp.NeighStats)
+	m.WatchFollower(dp.FollowStats)
 	iso, err := isolator.New(cfg, dp)
 	if err != nil {
 		return err
