@@ -45,6 +45,7 @@ const (
 
 // FollowStats count what the follower did since start.
 type FollowStats struct {
+	Passes   uint64 // reads of the host after a burst (or to retry)
 	Changes  uint64 // host changes applied (facts that differed after a burst)
 	Synced   uint64 // containers brought in line
 	Failures uint64 // attempts to bring a container in line that failed (each is retried)

@@ -564,3 +564,57 @@ func TestFollowRestartAfterChanges(t *testing.T) {
 		t.Errorf("Check after Adopt: %v %v", miss, err)
 	}
 }
+
+// TestFollowSecondAddressNoDisruption: a second IPv4 address added to the
+// host and removed again changes nothing containers carry (the primary
+// address stays): a connection to the container on the first address
+// carries on throughout, and no container is touched.
+func TestFollowSecondAddressNoDisruption(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	const port = 8080
+	web := fe.start("web", 1, "40000-40063", "8080", "", port)
+	var conn net.Conn
+	err := sb.Client.Do(func() (err error) {
+		conn, err = net.DialTimeout("tcp", hostAddr(port), 2*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	roundTrip := func(msg string) {
+		t.Helper()
+		conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conn.Write([]byte(msg + "\n")); err != nil {
+			t.Fatalf("%s: write: %v", msg, err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil || line != "web "+msg+"\n" {
+			t.Fatalf("%s: got %q, %v", msg, line, err)
+		}
+	}
+	roundTrip("before")
+	before := fe.d.FollowStats()
+	ip(t, sb.Host, "addr", "add", "198.18.7.1/24", "dev", "eth0")
+	wait.For(t, followWithin, "a pass after the new address", func() bool {
+		return fe.d.FollowStats().Passes > before.Passes
+	})
+	roundTrip("second added")
+	added := fe.d.FollowStats()
+	ip(t, sb.Host, "addr", "del", "198.18.7.1/24", "dev", "eth0")
+	wait.For(t, followWithin, "a pass after the removal", func() bool {
+		return fe.d.FollowStats().Passes > added.Passes
+	})
+	roundTrip("second removed")
+	if st := fe.d.FollowStats(); st.Changes != before.Changes || st.Synced != before.Synced {
+		t.Errorf("a second address changed containers: before %+v after %+v", before, st)
+	}
+	v, err := viewOf(web.proc)
+	if err != nil || fmt.Sprint(v.addrs4) != "[198.18.0.1/24]" {
+		t.Errorf("container: %v %v", v, err)
+	}
+	mustEcho(t, sb.Client, "udp", hostAddr(port), "web")
+}

@@ -92,6 +92,7 @@ func (d *DataPlane) followPass() bool {
 		}
 	}
 	d.mu.Lock()
+	d.followStats.Passes++
 	var ids []string
 	for id, r := range d.ctrs {
 		if r.in != d.facts {
