@@ -225,6 +225,8 @@ type record struct {
 	ino  uint64
 	pin  nspin.Pin // where the namespace is pinned, and whether by us
 	in   hostFacts // the host facts its objects carry (follow.go)
+	// followErr is the last error bringing it in line said (follow.go).
+	followErr string
 }
 
 // New opens the host namespace and a netlink handle in it. It changes

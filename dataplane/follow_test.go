@@ -618,3 +618,48 @@ func TestFollowSecondAddressNoDisruption(t *testing.T) {
 	}
 	mustEcho(t, sb.Client, "udp", hostAddr(port), "web")
 }
+
+// TestFollowOneBadContainer: a container whose namespace cannot be
+// brought in line (its tenant renamed eth0) is counted and retried while
+// the others follow; once its eth0 is back it follows too.
+func TestFollowOneBadContainer(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	bad := fe.start("bad", 1, "40000-40063", "8080", "", 8080)
+	good := fe.start("good", 2, "40064-40127", "8081", "", 8081)
+	h, err := bad.proc.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(ContainerEth0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rename := func(name string) {
+		t.Helper()
+		must := func(err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(h.LinkSetDown(eth))
+		must(h.LinkSetName(eth, name))
+		must(h.LinkSetUp(eth))
+	}
+	rename("tenant0")
+	ip(t, sb.Client, "addr", "add", "198.18.5.2/24", "dev", "eth0")
+	ip(t, sb.Host, "addr", "add", "198.18.5.1/24", "dev", "eth0")
+	ip(t, sb.Host, "route", "replace", "default", "via", "198.18.5.2", "dev", "eth0")
+	ip(t, sb.Host, "addr", "del", "198.18.0.1/24", "dev", "eth0")
+	fe.waitInLine(t, good.proc, "good", 8081, "198.18.5.1/24", "198.18.5.2", 1500)
+	wait.For(t, followWithin, "the bad container's failures are counted and retried", func() bool {
+		st := fe.d.FollowStats()
+		return st.Failures >= 2 && st.Pending == 1
+	})
+	mustEcho(t, sb.Client, "tcp", "198.18.5.1:8081", "good")
+	rename(ContainerEth0)
+	fe.waitInLine(t, bad.proc, "bad", 8080, "198.18.5.1/24", "198.18.5.2", 1500)
+	wait.For(t, followWithin, "nothing pending", func() bool { return fe.d.FollowStats().Pending == 0 })
+}

@@ -106,7 +106,6 @@ func (d *DataPlane) followPass() bool {
 	for _, id := range ids {
 		if err := d.followContainer(id); err != nil {
 			ok = false
-			d.log.Warn("host follower: container not brought in line with the host; trying again", "container", id, "err", err)
 		}
 	}
 	// A setup that began before the change ends with the old facts: it is
@@ -298,9 +297,17 @@ func (d *DataPlane) followContainer(id string) error {
 	want := d.facts
 	if err := d.syncContainer(rec, rec.in, want); err != nil {
 		d.followStats.Failures++
+		// Said once per error, not at every retry.
+		if msg := err.Error(); msg != rec.followErr {
+			rec.followErr = msg
+			d.log.Warn("host follower: container not brought in line with the host; trying again", "container", id, "err", err)
+		}
 		return err
 	}
-	rec.in = want
+	if rec.followErr != "" {
+		d.log.Info("host follower: container in line with the host again", "container", id)
+	}
+	rec.in, rec.followErr = want, ""
 	d.followStats.Synced++
 	return nil
 }
