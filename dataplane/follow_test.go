@@ -456,6 +456,31 @@ func TestFollowIPv6Renumber(t *testing.T) {
 		h := fe.host()
 		return len(h.IPv6) == 1 && h.IPv6[0].String() == newNet
 	})
+
+	// The host loses its last global IPv6 address: so do containers;
+	// it comes back: so does theirs.
+	ip(t, sb.Host, "-6", "addr", "del", newNet, "dev", "eth0")
+	wait.For(t, followWithin, "the container has no global IPv6 address", func() bool {
+		got, _ = globals6(web.proc)
+		return len(got) == 0
+	})
+	wait.For(t, followWithin, "the host facts say no IPv6 address", func() bool { return len(fe.host().IPv6) == 0 })
+	mustEcho(t, sb.Client, "tcp", hostAddr(port), "web")
+	ip(t, sb.Host, "-6", "addr", "add", newNet, "dev", "eth0", "nodad")
+	wait.For(t, followWithin, "the container has the address again", func() bool {
+		got, _ = globals6(web.proc)
+		return fmt.Sprint(got) == fmt.Sprint([]string{newNet})
+	})
+	if !wait.Until(followWithin, func() bool {
+		var name string
+		name, err = echo(sb.Client, "tcp", target)
+		return err == nil && name == "web"
+	}) {
+		t.Fatalf("client cannot reach web on %s after the address came back: %v", target, err)
+	}
+	if src, err := dialFrom(web.proc, net.JoinHostPort(newClient.String(), "9000")); err != nil || src != newHost.String() {
+		t.Errorf("container's outgoing connection after the address came back: source %q, err %v", src, err)
+	}
 }
 
 // TestFollowHundredContainers: the IPv4 renumbering with a gateway change
