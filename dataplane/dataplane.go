@@ -46,6 +46,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -189,10 +190,12 @@ type DataPlane struct {
 	facts hostFacts
 	// lost4: the host has no IPv4 address now (d.info.IP keeps the last
 	// one, which the filters match; containers have none).
-	lost4       bool
-	follow      *follower
-	followStats FollowStats
-	onHost      func(HostInfo)
+	lost4        bool
+	follow       *follower
+	followStats  FollowStats
+	followEvents atomic.Uint64           // notifications about eth0 or lo
+	watching     atomic.Pointer[watched] // what the follower's notifications are about
+	onHost       func(HostInfo)
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}

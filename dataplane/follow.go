@@ -67,6 +67,7 @@ func (d *DataPlane) FollowStats() FollowStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.followStats
+	st.Events = d.followEvents.Load()
 	for _, r := range d.ctrs {
 		if r.in != d.facts {
 			st.Pending++
@@ -91,6 +92,7 @@ func (d *DataPlane) startFollower() {
 	}
 	f := &follower{stop: make(chan struct{}), done: make(chan struct{}), poke: make(chan struct{}, 1)}
 	d.follow = f
+	d.watchLinks()
 	go d.followLoop(f)
 }
 
@@ -256,15 +258,30 @@ func (d *DataPlane) followLoop(f *follower) {
 	}
 }
 
+// watched are the links whose notifications count (concernsHost).
+type watched struct {
+	eth0, lo int
+	name     string
+}
+
+// watchLinks records eth0 and lo as the follower looks for them (d.mu
+// held).
+func (d *DataPlane) watchLinks() {
+	d.watching.Store(&watched{eth0: d.links.Eth0Index, lo: d.links.LoIndex, name: d.links.Eth0})
+}
+
 // concernsHost says whether a notification about link index (or name)
 // may change what containers copy: the host's eth0 (by index, or by name
-// when it is made again) or lo.
+// when it is made again) or lo. It takes no lock: every setup's veth is
+// a notification too.
 func (d *DataPlane) concernsHost(index int, name string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ok := index == d.links.Eth0Index || index == d.links.LoIndex || (name != "" && name == d.links.Eth0)
+	w := d.watching.Load()
+	if w == nil {
+		return false
+	}
+	ok := index == w.eth0 || index == w.lo || (name != "" && name == w.name)
 	if ok {
-		d.followStats.Events++
+		d.followEvents.Add(1)
 	}
 	return ok
 }

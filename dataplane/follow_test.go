@@ -32,7 +32,7 @@ type followEnv struct {
 	seen atomic.Int64
 }
 
-func newFollowEnv(t *testing.T, opts ...sandbox.Option) *followEnv {
+func newFollowEnv(t testing.TB, opts ...sandbox.Option) *followEnv {
 	t.Helper()
 	sb := sandbox.New(t, opts...)
 	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: IPv6Auto}

@@ -170,6 +170,7 @@ func (d *DataPlane) applyHost(hl hostlink.Links, v6 *hostlink.IPv6) error {
 	newEth0 := hl.Eth0Index != d.links.Eth0Index
 	d.links = hl
 	d.links.Addr = addr
+	d.watchLinks()
 	d.info.Eth0, d.info.Lo, d.info.IP, d.info.MAC, d.info.MTU = hl.Eth0, hl.Lo, addr, hl.MAC, hl.MTU
 	d.lost4 = lost
 	if !lost {
@@ -329,6 +330,7 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 			return fmt.Errorf("%s MAC %s: %w", VethName(c.ID), d.info.MAC, err)
 		}
 	}
+	d.traceFollow("host veth")
 	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
 	addrChanged := in.ip != want.ip && want.ip != ""
 	if addrChanged || in.mac != want.mac || in.eth0 != want.eth0 || in.ip6tag != want.ip6tag {
@@ -338,7 +340,13 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 				return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
 			}
 		}
-		if err := vf.Install(all); err != nil {
+		// The fixed nodes name the addresses and the MAC; a veth gaining
+		// or losing IPv6 needs its tables too.
+		refresh := vf.Refresh
+		if in.ip6tag != want.ip6tag {
+			refresh = func() error { return vf.Install(all) }
+		}
+		if err := refresh(); err != nil {
 			return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
 		}
 		if rec.via != 0 {
@@ -352,6 +360,7 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 			}
 		}
 	}
+	d.traceFollow("veth filters")
 	ns, err := nshandle.Open(rec.pin.Path)
 	if err != nil {
 		return fmt.Errorf("bind mount: %w", err)
@@ -362,6 +371,7 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 		return err
 	}
 	defer ch.Close()
+	d.traceFollow("open namespace")
 	if in.ip != want.ip || in.gw != want.gw || in.mtu != want.mtu || in.mac != want.mac {
 		h4 := containerns.Host4{Gateway: d.info.Gateway, MTU: d.info.MTU, MAC: d.info.MAC}
 		if !d.lost4 {
@@ -371,11 +381,13 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 			return err
 		}
 	}
+	d.traceFollow("ipv4")
 	if d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu) {
 		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
 			return err
 		}
 	}
+	d.traceFollow("ipv6")
 	if addrChanged || in.ip6tag != want.ip6tag {
 		eth, err := ch.LinkByName(ContainerEth0)
 		if err != nil {
@@ -385,10 +397,26 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 		if err != nil {
 			return fmt.Errorf("lo: %w", err)
 		}
-		if err := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index).Install(all); err != nil {
+		cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
+		refresh := cf.Refresh
+		if in.ip6tag != want.ip6tag {
+			refresh = func() error { return cf.Install(all) }
+		}
+		if err := refresh(); err != nil {
 			return fmt.Errorf("container filters: %w", err)
 		}
 	}
+	d.traceFollow("container filters")
 	// The alias says what the container now carries (a restart trusts it).
-	return d.setAlias(rec.veth, c)
+	err = d.setAlias(rec.veth, c)
+	d.traceFollow("alias")
+	return err
+}
+
+// traceFollow ends a step of bringing a container in line (benchmarks'
+// trace only).
+func (d *DataPlane) traceFollow(step string) {
+	if d.trace != nil {
+		d.trace("follow", step)
+	}
 }
