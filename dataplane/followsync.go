@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"sync"
 
 	"github.com/isolatord/isolatord/containerns"
+	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/hostlink"
 	"github.com/isolatord/isolatord/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -102,12 +104,7 @@ func (d *DataPlane) followPass() bool {
 	busy := len(d.settingUp) > 0
 	d.mu.Unlock()
 	sort.Strings(ids)
-	ok := true
-	for _, id := range ids {
-		if err := d.followContainer(id); err != nil {
-			ok = false
-		}
-	}
+	ok := d.followContainers(ids)
 	// A setup that began before the change ends with the old facts: it is
 	// brought in line at the next pass (its plumbHost pokes too).
 	return ok && !busy
@@ -286,38 +283,114 @@ func (d *DataPlane) remakeEth0Demux() error {
 	return errors.Join(errs...)
 }
 
-// followContainer brings container id in line with the host's facts
-// (d.mu held throughout: the container's own calls wait for it).
-func (d *DataPlane) followContainer(id string) error {
+// followWorkers is how many containers' namespaces are brought in line
+// at once (their host sides one at a time, under d.mu).
+const followWorkers = 2
+
+// inside is the part of bringing a container in line done inside its
+// namespace, without d.mu.
+type inside struct {
+	id       string
+	rec      *record
+	in, want hostFacts
+	pin      string
+	all      []ephemeral.Range
+}
+
+// followContainers brings the containers ids in line: each one's host
+// side under d.mu (its own calls wait for it), its inside without it, a
+// few at once, then its record under d.mu again.
+func (d *DataPlane) followContainers(ids []string) (ok bool) {
+	ok = true
+	jobs := make(chan inside)
+	var wg sync.WaitGroup
+	var okMu sync.Mutex
+	fail := func() { okMu.Lock(); ok = false; okMu.Unlock() }
+	for w := 0; w < min(followWorkers, len(ids)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if !d.finishContainer(j, d.syncInside(j)) {
+					fail()
+				}
+			}
+		}()
+	}
+	for _, id := range ids {
+		j, err := d.followHostSide(id)
+		switch {
+		case err != nil:
+			fail()
+		case j != nil:
+			jobs <- *j
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return ok
+}
+
+// followHostSide does the host side of bringing container id in line
+// (under d.mu) and returns what is left to do inside (nil: nothing, the
+// container is gone or in line).
+func (d *DataPlane) followHostSide(id string) (*inside, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	rec := d.ctrs[id]
 	if d.closed || rec == nil || rec.in == d.facts {
-		return nil
+		return nil, nil
 	}
-	want := d.facts
-	if err := d.syncContainer(rec, rec.in, want); err != nil {
-		d.followStats.Failures++
-		// Said once per error, not at every retry.
-		if msg := err.Error(); msg != rec.followErr {
-			rec.followErr = msg
-			d.log.Warn("host follower: container not brought in line with the host; trying again", "container", id, "err", err)
-		}
-		return err
+	j := &inside{id: id, rec: rec, in: rec.in, want: d.facts, pin: rec.pin.Path,
+		all: allRanges(rec.c.Ephemeral, rec.c.Ports, rec.c.Shared)}
+	if err := d.syncHostSide(rec, j.in, j.want, j.all); err != nil {
+		d.followFailed(rec, id, err)
+		return nil, err
 	}
-	if rec.followErr != "" {
-		d.log.Info("host follower: container in line with the host again", "container", id)
-	}
-	rec.in, rec.followErr = want, ""
-	d.followStats.Synced++
-	return nil
+	return j, nil
 }
 
-// syncContainer changes what of container rec differs between in (what
-// its objects carry) and want (the host now): its host veth's MTU and
-// MAC, its veth (and shaper exit) filters, its namespace's eth0 and lo
-// (addresses, routes, MTU, MAC) and the filters there.
-func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
+// finishContainer records the outcome of bringing j's container in line
+// (err: its inside failed) and, on success, writes its veth's alias. It
+// reports whether the container is in line.
+func (d *DataPlane) finishContainer(j inside, err error) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.ctrs[j.id] != j.rec {
+		return true // gone meanwhile
+	}
+	if err == nil {
+		// The alias says what the container now carries (a restart
+		// trusts it).
+		err = d.setAlias(j.rec.veth, j.rec.c)
+		d.traceFollow("alias")
+	}
+	if err != nil {
+		d.followFailed(j.rec, j.id, err)
+		return false
+	}
+	if j.rec.followErr != "" {
+		d.log.Info("host follower: container in line with the host again", "container", j.id)
+	}
+	j.rec.in, j.rec.followErr = j.want, ""
+	d.followStats.Synced++
+	return true
+}
+
+// followFailed counts a failure to bring rec in line and logs its error
+// once (again only when it changes), with d.mu held.
+func (d *DataPlane) followFailed(rec *record, id string, err error) {
+	d.followStats.Failures++
+	if msg := err.Error(); msg != rec.followErr {
+		rec.followErr = msg
+		d.log.Warn("host follower: container not brought in line with the host; trying again", "container", id, "err", err)
+	}
+}
+
+// syncHostSide changes what of container rec's host side differs between
+// in (what its objects carry) and want (the host now): its host veth's
+// MTU and MAC, its veth (and shaper exit) filters (d.mu held).
+func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemeral.Range) error {
 	c := rec.c
 	link := linkRefIdx(rec.veth)
 	if in.mtu != want.mtu {
@@ -331,37 +404,48 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 		}
 	}
 	d.traceFollow("host veth")
-	all := allRanges(c.Ephemeral, c.Ports, c.Shared)
-	addrChanged := in.ip != want.ip && want.ip != ""
-	if addrChanged || in.mac != want.mac || in.eth0 != want.eth0 || in.ip6tag != want.ip6tag {
-		vf := d.vethFilters(c.Slot, rec.veth, rec.via)
-		if in.eth0 != want.eth0 {
-			if err := vf.Retarget(all); err != nil {
-				return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
-			}
-		}
-		// The fixed nodes name the addresses and the MAC; a veth gaining
-		// or losing IPv6 needs its tables too.
-		refresh := vf.Refresh
-		if in.ip6tag != want.ip6tag {
-			refresh = func() error { return vf.Install(all) }
-		}
-		if err := refresh(); err != nil {
+	if !(in.ip != want.ip && want.ip != "") && in.mac == want.mac && in.eth0 == want.eth0 && in.ip6tag == want.ip6tag {
+		return nil
+	}
+	vf := d.vethFilters(c.Slot, rec.veth, rec.via)
+	if in.eth0 != want.eth0 {
+		if err := vf.Retarget(all); err != nil {
 			return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
 		}
-		if rec.via != 0 {
-			_, exit := ShaperNames(c.ID)
-			xi, err := d.linkIndex(exit)
-			if err == nil && xi != 0 {
-				err = d.shaperExit(xi, c.Slot).Install()
-			}
-			if err != nil {
-				return fmt.Errorf("shaper exit %s filters: %w", exit, err)
-			}
+	}
+	// The fixed nodes name the addresses and the MAC; a veth gaining
+	// or losing IPv6 needs its tables too.
+	refresh := vf.Refresh
+	if in.ip6tag != want.ip6tag {
+		refresh = func() error { return vf.Install(all) }
+	}
+	if err := refresh(); err != nil {
+		return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
+	}
+	if rec.via != 0 {
+		_, exit := ShaperNames(c.ID)
+		xi, err := d.linkIndex(exit)
+		if err == nil && xi != 0 {
+			err = d.shaperExit(xi, c.Slot).Install()
+		}
+		if err != nil {
+			return fmt.Errorf("shaper exit %s filters: %w", exit, err)
 		}
 	}
 	d.traceFollow("veth filters")
-	ns, err := nshandle.Open(rec.pin.Path)
+	return nil
+}
+
+// syncInside changes what of j's container's namespace differs between
+// j.in and j.want: eth0's and lo's addresses, routes, MTU and MAC, and
+// the filters there that name the host's addresses. It runs without d.mu:
+// only the follower changes the host facts it reads, and nothing else
+// changes what it changes (SetPorts changes the range nodes of those
+// filters, not their roots).
+func (d *DataPlane) syncInside(j inside) error {
+	in, want := j.in, j.want
+	addrChanged := in.ip != want.ip && want.ip != ""
+	ns, err := nshandle.Open(j.pin)
 	if err != nil {
 		return fmt.Errorf("bind mount: %w", err)
 	}
@@ -388,29 +472,27 @@ func (d *DataPlane) syncContainer(rec *record, in, want hostFacts) error {
 		}
 	}
 	d.traceFollow("ipv6")
-	if addrChanged || in.ip6tag != want.ip6tag {
-		eth, err := ch.LinkByName(ContainerEth0)
-		if err != nil {
-			return fmt.Errorf("%s: %w", ContainerEth0, err)
-		}
-		lo, err := ch.LinkByName("lo")
-		if err != nil {
-			return fmt.Errorf("lo: %w", err)
-		}
-		cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
-		refresh := cf.Refresh
-		if in.ip6tag != want.ip6tag {
-			refresh = func() error { return cf.Install(all) }
-		}
-		if err := refresh(); err != nil {
-			return fmt.Errorf("container filters: %w", err)
-		}
+	if !addrChanged && in.ip6tag == want.ip6tag {
+		return nil
+	}
+	eth, err := ch.LinkByName(ContainerEth0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ContainerEth0, err)
+	}
+	lo, err := ch.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("lo: %w", err)
+	}
+	cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
+	refresh := cf.Refresh
+	if in.ip6tag != want.ip6tag {
+		refresh = func() error { return cf.Install(j.all) }
+	}
+	if err := refresh(); err != nil {
+		return fmt.Errorf("container filters: %w", err)
 	}
 	d.traceFollow("container filters")
-	// The alias says what the container now carries (a restart trusts it).
-	err = d.setAlias(rec.veth, c)
-	d.traceFollow("alias")
-	return err
+	return nil
 }
 
 // traceFollow ends a step of bringing a container in line (benchmarks'
