@@ -10,8 +10,9 @@ package dataplane
 // then reads the host's facts again (followsync.go). When they differ
 // from what the data plane holds, the host's own tables change first
 // (the eth0 demux's address, lo's MAC, the neighbour sync) and then each
-// container in turn (its veth, filters and namespace), each under d.mu
-// alone so that API calls go on between containers. A container that
+// container (followsync.go): its host side (veth, filters) under d.mu
+// alone, so that API calls go on between containers, its namespace
+// without it, two at a time. A container that
 // cannot be brought in line is logged, counted and tried again after
 // followRetry; it never holds up the others.
 
