@@ -70,7 +70,7 @@ func (d *DataPlane) FollowStats() FollowStats {
 	st := d.followStats
 	st.Events = d.followEvents.Load()
 	for _, r := range d.ctrs {
-		if r.in != d.facts {
+		if r.in != d.hostNow {
 			st.Pending++
 		}
 	}

@@ -49,10 +49,10 @@ func (d *DataPlane) factsNow() hostFacts {
 	return f
 }
 
-// v4Tag names the host facts of d.facts but IPv6's (the veth's alias
+// v4Tag names the host facts of d.hostNow but IPv6's (the veth's alias
 // carries it: a restart brings a container whose tag differs in line).
 func (d *DataPlane) v4Tag() string {
-	f := d.facts
+	f := d.hostNow
 	h := sha256.New()
 	fmt.Fprintf(h, "%s;%s;%s;%d;%d", f.ip, f.gw, f.mac, f.mtu, f.eth0)
 	return hex.EncodeToString(h.Sum(nil)[:6])
@@ -62,7 +62,7 @@ func (d *DataPlane) v4Tag() string {
 // IPv4 address it gets is the last one the host had, even when it has
 // none now (the follower then takes it away again).
 func (d *DataPlane) setupFacts() hostFacts {
-	f := d.facts
+	f := d.hostNow
 	f.ip = d.info.IP.String()
 	return f
 }
@@ -97,7 +97,7 @@ func (d *DataPlane) followPass() bool {
 	d.followStats.Passes++
 	var ids []string
 	for id, r := range d.ctrs {
-		if r.in != d.facts {
+		if r.in != d.hostNow {
 			ids = append(ids, id)
 		}
 	}
@@ -134,13 +134,13 @@ func (d *DataPlane) followHost() (changed bool, info HostInfo, notify func(HostI
 		}
 		v6 = &r
 	}
-	before := d.facts
+	before := d.hostNow
 	if err := d.applyHost(hl, v6); err != nil {
-		d.facts = d.factsNow()
-		return d.facts != before, d.publicInfo(), d.onHost, err
+		d.hostNow = d.factsNow()
+		return d.hostNow != before, d.publicInfo(), d.onHost, err
 	}
-	d.facts = d.factsNow()
-	if d.facts == before {
+	d.hostNow = d.factsNow()
+	if d.hostNow == before {
 		return false, info, nil, nil
 	}
 	d.followStats.Changes++
@@ -338,10 +338,10 @@ func (d *DataPlane) followHostSide(id string) (*inside, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	rec := d.ctrs[id]
-	if d.closed || rec == nil || rec.in == d.facts {
+	if d.closed || rec == nil || rec.in == d.hostNow {
 		return nil, nil
 	}
-	j := &inside{id: id, rec: rec, in: rec.in, want: d.facts, pin: rec.pin.Path,
+	j := &inside{id: id, rec: rec, in: rec.in, want: d.hostNow, pin: rec.pin.Path,
 		all: allRanges(rec.c.Ephemeral, rec.c.Ports, rec.c.Shared)}
 	if err := d.syncHostSide(rec, j.in, j.want, j.all); err != nil {
 		d.followFailed(rec, id, err)

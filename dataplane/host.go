@@ -117,6 +117,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err != nil {
 		return info, fmt.Errorf("host sysctls: %w", err)
 	}
+	if err := d.setLoopPorts(d.cfg.HostLoopbackPorts); err != nil {
+		return info, err
+	}
 
 	// The netns directory is a shared mount point (as iproute2 makes it), so
 	// the namespace pins created under it propagate to mount namespaces
@@ -242,7 +245,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	d.info, d.links, d.copy, d.eth0, d.lo, d.sink, d.v6 = info, hl, cp, eth0, lod, sink, v6
 	d.drops = drops
-	d.facts = d.factsNow()
+	d.hostNow = d.factsNow()
 	d.prepared = true
 	// (without the dumps, recovery makes them itself)
 	if dm := <-dumps; dm.err == nil {

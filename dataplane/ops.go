@@ -462,7 +462,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 			}
 		}
 	}
-	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin, in: d.facts}
+	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin, in: d.hostNow}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID

@@ -63,6 +63,9 @@ type Meta struct {
 	// both in line when it differs (empty, as made by older versions:
 	// trusted).
 	V4 string `json:"v4,omitempty"`
+	// Loop tags the destination ports the veth lets a container reach on
+	// the host's loopback: Adopt re-installs the filters when it differs.
+	Loop string `json:"loop,omitempty"`
 }
 
 // FeatureHTB is reported in HostInfo.Features when the kernel has the HTB
