@@ -187,9 +187,14 @@ func (d *DataPlane) applyHost(hl hostlink.Links, v6 *hostlink.IPv6) error {
 	}
 	if newEth0 {
 		if err := d.remakeEth0Demux(); err != nil {
+			// Made again at the next pass; meanwhile no container is
+			// pointed at an eth0 without its demux.
+			d.links.Eth0Index = -1
+			d.watchLinks()
 			errs = append(errs, err)
 		}
-	} else if !d.eth0.Dst().Equal(addr.IP) {
+	} else {
+		// (at once when it matches addr already)
 		if err := d.eth0.SetDst(addr.IP); err != nil {
 			errs = append(errs, fmt.Errorf("%s demux: %w", hl.Eth0, err))
 		}

@@ -7,20 +7,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dst is the host IPv4 address the demux matches (nil on lo).
-func (x *HostDemux) Dst() net.IP {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return append(net.IP(nil), x.dst...)
-}
-
 // SetDst makes the eth0 demux match dst, the host's new primary IPv4
 // address (the host was renumbered at run time): the root nodes that name
 // the address are replaced in one batch, and the echo steering program is
 // rebuilt for it on the maps it already has (the echo identifiers learned
 // and the containers' echo origins stay). Container entries are not
 // touched: they lie in tables the roots link to. A demux without a
-// destination (lo) refuses.
+// destination (lo) refuses. It returns at once when the demux matches dst
+// already; after a failure the next call repairs it (Init).
 func (x *HostDemux) SetDst(dst net.IP) error {
 	d4 := dst.To4()
 	if d4 == nil {
@@ -44,10 +38,13 @@ func (x *HostDemux) SetDst(dst net.IP) error {
 		return x.initLocked()
 	}
 	fs, err := x.d.list()
-	if err != nil {
-		return err
+	if err == nil {
+		err = syncFixed(x.c, x.d, append(x.rootNodes(), x.tableNodes()...), fs)
 	}
-	return syncFixed(x.c, x.d, append(x.rootNodes(), x.tableNodes()...), fs)
+	if err != nil {
+		x.ready = false // the next call (or use) builds it again from the kernel
+	}
+	return err
 }
 
 // retargetEcho (with x.mu held) loads the echo steering program for x.dst
