@@ -248,6 +248,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	d.info, d.links, d.copy, d.eth0, d.lo, d.sink, d.v6 = info, hl, cp, eth0, lod, sink, v6
 	d.drops = drops
+	d.hostNow = d.factsNow()
 	d.prepared = true
 	// (without the dumps, recovery makes them itself)
 	if dm := <-dumps; dm.err == nil {
@@ -259,6 +260,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		d.log.Warn("links retired by an earlier run not deleted", "err", err)
 	}
 	d.startReconciler()
+	d.startFollower()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
 		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals), "originals", info.Originals)
 	return info, nil

@@ -50,6 +50,7 @@ type options struct {
 	egressRate, egressBurst, egressCeil    string
 	ingressRate, ingressBurst, ingressCeil string
 	ipv6                                   ipv6Flag
+	followHost                             bool
 	hostLoopbackPorts                      string // host loopback ports open to every container (loopback)
 }
 
@@ -92,6 +93,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ingressRate, "ingress-rate-limit", "0", "default limit on what each container receives, like --egress-rate-limit")
 	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
+	fs.BoolVar(&o.followHost, "follow-host", true, "follow the host interface at run time: containers get the host's new addresses, gateways, MTU and MAC within seconds, and a recreated interface its filters again")
 	fs.StringVar(&o.hostLoopbackPorts, keyHostLoopbackPorts, "", "ports of host services on 127.0.0.0/8 and ::1 every container may reach, e.g. 53,8125 (default none: a container reaches no host-only service; containers still reach each other through 127.0.0.1)")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	return fs
@@ -282,13 +284,14 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	defer hp.Close()
 	cfg.HostPorts = hp
-	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Logger: log, Observer: m.FilterOp,
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Follow: o.followHost, Logger: log, Observer: m.FilterOp,
 		ContainerPorts: cfg.ManagedPorts.Union(cfg.EphemeralPool), HostLoopbackPorts: rl.cur.loopback})
 	if err != nil {
 		return err
 	}
 	defer dp.Close()
 	m.WatchNeighbours(dp.NeighStats)
+	m.WatchFollower(dp.FollowStats)
 	iso, err := isolator.New(cfg, dp)
 	if err != nil {
 		return err

@@ -58,6 +58,11 @@ type Meta struct {
 	// V6 tags the host IPv6 addresses the filters match (empty: none):
 	// Adopt re-installs them when it differs too.
 	V6 string `json:"v6,omitempty"`
+	// V4 tags the host facts the veth's filters and the container's
+	// inside copy (IPv4 address, gateway, MAC, MTU, eth0): Adopt brings
+	// both in line when it differs (empty, as made by older versions:
+	// trusted).
+	V4 string `json:"v4,omitempty"`
 	// Loop tags the destination ports the veth lets a container reach on
 	// the host's loopback: Adopt re-installs the filters when it differs.
 	Loop string `json:"loop,omitempty"`
