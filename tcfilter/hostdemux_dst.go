@@ -61,7 +61,7 @@ func (x *HostDemux) retargetEcho() error {
 	if err != nil {
 		return fmt.Errorf("%s: echo steering for %s: %w", x.d.label, x.dst, err)
 	}
-	names, err := echoFilterNames(x.dst)
+	names, err := echoFilterNames(x.dst, x.countsCode())
 	if err != nil {
 		unix.Close(fd)
 		return err
