@@ -48,3 +48,23 @@ func TestVersionFlag(t *testing.T) {
 		t.Errorf("isolatord --version printed %q, want %q", got, "isolatord "+version)
 	}
 }
+
+// TestPackagedConfigFile: packaging/isolatord.conf (the package's
+// /etc/isolatord/isolatord.conf) is a valid --config file that sets only
+// settings that change at run time.
+func TestPackagedConfigFile(t *testing.T) {
+	o, err := parseFlags([]string{"--config", filepath.Join("..", "..", "packaging", "isolatord.conf")}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, fixed, err := applyConfigFile(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fixed) > 0 {
+		t.Errorf("packaging/isolatord.conf sets flags that do not change at run time: %v", fixed)
+	}
+	if c.logLevel != "info" {
+		t.Errorf("log-level %q, want info", c.logLevel)
+	}
+}
