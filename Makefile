@@ -17,20 +17,23 @@ all: build
 
 # The CNI plugin and the CLI are built without cgo: static binaries start
 # without the dynamic loader and libc (runtimes exec the plugin for every
-# attachment), and run on any host. The daemon is built as before.
+# attachment), and run on any host; and with grpc-go's grpcnotrace tag, which
+# leaves out golang.org/x/net/trace (html/template and its init) that a
+# client never uses. The daemon is built as before.
 STATIC_CMDS := ./cmd/isolator-cni ./cmd/isolatorctl
+STATIC_TAGS := grpcnotrace
 CMDS        := $(patsubst %/main.go,%,$(wildcard ./cmd/*/main.go))
 
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(filter-out $(STATIC_CMDS),$(CMDS))
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(STATIC_CMDS)
+	CGO_ENABLED=0 $(GO) build -tags $(STATIC_TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ $(STATIC_CMDS)
 
 # deb builds bin/isolatord_<version>_<arch>.deb (scripts/build-deb.sh,
 # docs/packaging.md): the binaries with this build's version stamp, the
 # units, the configuration as conffiles, man pages and examples.
 deb:
-	VERSION=$(VERSION) GO=$(GO) scripts/build-deb.sh $(BIN)
+	VERSION=$(VERSION) GO=$(GO) STATIC_TAGS=$(STATIC_TAGS) scripts/build-deb.sh $(BIN)
 
 # deps installs the system tools tests use (iproute2, util-linux) when missing.
 deps:
@@ -42,8 +45,9 @@ deps:
 test: deps build
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-# test-nomad builds a Nomad 1.10 agent (minutes, cached; scripts/build-nomad.sh) and runs the
-# Nomad end-to-end test (test/e2e/nomad_test.go). Not part of test.
+# test-nomad builds a Nomad 1.6.0 agent (MPL-2.0; minutes, cached; scripts/build-nomad.sh refuses
+# the BSL-licensed 1.7.0 and later) and runs the Nomad end-to-end test (test/e2e/nomad_test.go).
+# Not part of test.
 test-nomad: deps build
 	NOMAD_BIN=$$(scripts/build-nomad.sh) && \
 	  NOMAD_BIN=$$NOMAD_BIN $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -run '^TestNomad' -v ./test/e2e/

@@ -1,12 +1,10 @@
 // Package api is isolatord's client-facing protocol. The messages live in
 // the generated package isolatordv1 (api/isolatord/v1, from isolator.proto)
 // and the service's grpc-go stubs in isolatordv1grpc; this package adds what
-// every client (isolatorctl, runtimes written in Go) needs to reach the
-// daemon: the default socket path; Client, the Isolator service over a
-// small HTTP/2 client (unarygrpc, through liteclient) that links neither
-// grpc-go's transport nor net/http, so that short-lived clients start fast;
-// and StateName, a container state as clients show it. The CNI plugin uses
-// liteclient alone, which links no protobuf at all.
+// every client (isolatorctl, the CNI plugin, runtimes written in Go) needs to
+// reach the daemon: the default socket path, Dial (grpc-go on the unix
+// socket, failing fast with an error that names the socket), and
+// StateName, a container state as clients show it.
 //
 // The daemon listens on a unix socket only, so there is no TLS: access is
 // controlled by the socket file's permissions.
@@ -15,130 +13,157 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
 
-	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/api/liteclient"
-	"github.com/isolatord/isolatord/api/unarygrpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // DefaultSocket is where isolatord listens unless configured otherwise.
-const DefaultSocket = liteclient.DefaultSocket
+const DefaultSocket = "/run/isolatord/isolatord.sock"
 
-// DefaultDialTimeout bounds Dial, and the wait for the daemon's greeting,
-// when Dial's context has no deadline.
-const DefaultDialTimeout = liteclient.DefaultDialTimeout
+// DefaultDialTimeout bounds Dial when its context has no deadline.
+const DefaultDialTimeout = 5 * time.Second
 
 // AbsSocket checks a socket path and makes it absolute.
-func AbsSocket(socketPath string) (string, error) { return liteclient.AbsSocket(socketPath) }
+func AbsSocket(socketPath string) (string, error) {
+	if socketPath == "" {
+		return "", errors.New("isolatord socket path is empty")
+	}
+	abs, err := filepath.Abs(socketPath)
+	if err != nil {
+		return "", fmt.Errorf("isolatord socket %q: %w", socketPath, err)
+	}
+	return abs, nil
+}
 
 // ConnectError is the error for a failed connection to the socket at abs:
 // it names the socket and wraps cause without net.OpError's "dial unix
 // PATH:" prefix, so errors.Is(err, syscall.ENOENT) works.
-func ConnectError(abs string, cause error) error { return liteclient.ConnectError(abs, cause) }
-
-// Client calls isolatord's Isolator service on one connection. Errors are
-// gRPC statuses carrying the daemon's code and message
-// (google.golang.org/grpc/status.FromError reads them), or the connection
-// error Dial describes. Calls take no options: a deadline comes from the
-// context.
-type Client struct {
-	lc *liteclient.Client
+func ConnectError(abs string, cause error) error {
+	var op *net.OpError
+	if errors.As(cause, &op) && op.Err != nil {
+		cause = op.Err
+	}
+	return fmt.Errorf("cannot connect to isolatord at %s: %w", abs, cause)
 }
 
-// Dial connects to isolatord's unix socket at socketPath (a relative path
-// is made absolute) and returns a client, as liteclient.Dial does: it
-// fails fast when nothing listens on the socket, with an error that names
-// the socket and wraps the system error, and does not wait for the
-// daemon's HTTP/2 greeting (the first call reads it with its reply; if it
-// has not come by ctx's deadline, or DefaultDialTimeout, that call fails
-// with the error Dial would have given, wrapping
-// context.DeadlineExceeded). The connection does not reconnect: a client
-// for a long-lived program dials again, or uses isolatordv1grpc.Dial. The
-// caller closes the client.
-func Dial(ctx context.Context, socketPath string) (*Client, error) {
-	lc, err := liteclient.Dial(ctx, socketPath)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{lc: lc}, nil
+// Client calls isolatord's Isolator service: the generated grpc-go client
+// on one connection. A call's error is a gRPC status carrying the daemon's
+// code and message (status.FromError reads it).
+type Client struct {
+	isolatordv1grpc.IsolatorClient
+	conn *grpc.ClientConn
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.lc.Close() }
+func (c *Client) Close() error { return c.conn.Close() }
 
-// invoke calls method with req and returns its reply.
-func invoke[R any, PR interface {
-	*R
-	proto.Message
-}](ctx context.Context, c *Client, method string, req proto.Message) (*R, error) {
-	msg, err := proto.Marshal(req)
+// Conn is the client's grpc-go connection, for other services or
+// streaming on the same socket.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Dial connects to isolatord's unix socket at socketPath (a relative path
+// is made absolute) and returns a client that is ready for calls.
+//
+// Dial fails fast: it connects to the socket itself first, so that when
+// nothing listens there (no such file, connection refused, permission
+// denied) it returns at once with a ConnectError, which names the socket
+// and wraps the system error (errors.Is(err, syscall.ENOENT) works).
+// grpc-go then speaks HTTP/2 on that connection; Dial waits for the
+// daemon's greeting until ctx ends (DefaultDialTimeout when ctx has no
+// deadline) and then fails with a ConnectError wrapping ctx's error. Calls
+// do not wait for a connection that is down (gRPC's WaitForReady is off):
+// after a daemon restart, one fails with UNAVAILABLE, and grpc-go
+// reconnects by itself for the next. The caller closes the client.
+func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	abs, err := AbsSocket(socketPath)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "encoding the request: %v", err)
-	}
-	b, err := c.lc.Invoke(ctx, method, msg)
-	if err != nil {
-		var e *unarygrpc.Error
-		if errors.As(err, &e) {
-			return nil, status.Error(codes.Code(e.Code), e.Message)
-		}
 		return nil, err
 	}
-	reply := PR(new(R))
-	if err := proto.Unmarshal(b, reply); err != nil {
-		return nil, status.Errorf(codes.Internal, "decoding the reply: %v", err)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultDialTimeout)
+		defer cancel()
 	}
-	return reply, nil
-}
+	var d net.Dialer
+	first, err := d.DialContext(ctx, "unix", abs)
+	if err != nil {
+		return nil, ConnectError(abs, err)
+	}
 
-// Prepare reserves a new container's ports.
-func (c *Client) Prepare(ctx context.Context, r *pb.PrepareRequest) (*pb.PrepareResponse, error) {
-	return invoke[pb.PrepareResponse](ctx, c, "Prepare", r)
-}
-
-// Isolate plumbs a prepared container's namespace.
-func (c *Client) Isolate(ctx context.Context, r *pb.IsolateRequest) (*pb.IsolateResponse, error) {
-	return invoke[pb.IsolateResponse](ctx, c, "Isolate", r)
-}
-
-// Attach is Prepare then Isolate in one call.
-func (c *Client) Attach(ctx context.Context, r *pb.AttachRequest) (*pb.AttachResponse, error) {
-	return invoke[pb.AttachResponse](ctx, c, "Attach", r)
-}
-
-// Update changes a container's static ports or limits.
-func (c *Client) Update(ctx context.Context, r *pb.UpdateRequest) (*pb.UpdateResponse, error) {
-	return invoke[pb.UpdateResponse](ctx, c, "Update", r)
-}
-
-// Usage reports a container's traffic.
-func (c *Client) Usage(ctx context.Context, r *pb.UsageRequest) (*pb.UsageResponse, error) {
-	return invoke[pb.UsageResponse](ctx, c, "Usage", r)
-}
-
-// Cleanup removes a container.
-func (c *Client) Cleanup(ctx context.Context, r *pb.CleanupRequest) (*pb.CleanupResponse, error) {
-	return invoke[pb.CleanupResponse](ctx, c, "Cleanup", r)
-}
-
-// Get returns one container.
-func (c *Client) Get(ctx context.Context, r *pb.GetRequest) (*pb.GetResponse, error) {
-	return invoke[pb.GetResponse](ctx, c, "Get", r)
-}
-
-// List returns every container.
-func (c *Client) List(ctx context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
-	return invoke[pb.ListResponse](ctx, c, "List", r)
-}
-
-// Status describes the daemon.
-func (c *Client) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return invoke[pb.StatusResponse](ctx, c, "Status", r)
-}
-
-// RemoveUnattributed removes kernel objects that belong to no container.
-func (c *Client) RemoveUnattributed(ctx context.Context, r *pb.RemoveUnattributedRequest) (*pb.RemoveUnattributedResponse, error) {
-	return invoke[pb.RemoveUnattributedResponse](ctx, c, "RemoveUnattributed", r)
+	// grpc-go's first connection is the one made above; a reconnection
+	// dials again. The last system error is kept: gRPC's connectivity
+	// states do not carry it.
+	var (
+		mu      sync.Mutex
+		lastErr error
+	)
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c := first; c != nil {
+			first = nil
+			return c, nil
+		}
+		c, err := d.DialContext(ctx, "unix", abs)
+		if err != nil {
+			lastErr = err
+		}
+		return c, err
+	}
+	conn, err := grpc.NewClient("unix://"+abs,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialer),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   2 * time.Second,
+			},
+			MinConnectTimeout: DefaultDialTimeout,
+		}),
+	)
+	if err != nil {
+		first.Close()
+		return nil, ConnectError(abs, err)
+	}
+	fail := func(cause error) (*Client, error) {
+		conn.Close()
+		mu.Lock()
+		if first != nil {
+			first.Close()
+			first = nil
+		}
+		mu.Unlock()
+		return nil, ConnectError(abs, cause)
+	}
+	conn.Connect()
+	for {
+		st := conn.GetState()
+		switch st {
+		case connectivity.Ready:
+			return &Client{IsolatorClient: isolatordv1grpc.NewIsolatorClient(conn), conn: conn}, nil
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			mu.Lock()
+			cause := lastErr
+			mu.Unlock()
+			if cause == nil {
+				cause = errors.New("the connection failed before isolatord answered")
+			}
+			return fail(cause)
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return fail(ctx.Err())
+		}
+	}
 }

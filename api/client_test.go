@@ -14,6 +14,7 @@ import (
 	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
+	"github.com/isolatord/isolatord/test/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,11 +130,10 @@ func TestDialRefused(t *testing.T) {
 	}
 }
 
-// TestGreetingBoundedByDialContext: Dial does not wait for the daemon's
-// HTTP/2 greeting; a server that accepts but never speaks fails the first
-// call at Dial's deadline with the error Dial would have given, naming
-// the socket and wrapping context.DeadlineExceeded.
-func TestGreetingBoundedByDialContext(t *testing.T) {
+// TestDialHonoursContext: a server that accepts but never speaks HTTP/2
+// fails Dial at its context's deadline with an error that names the
+// socket and wraps context.DeadlineExceeded.
+func TestDialHonoursContext(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "mute.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -153,20 +153,53 @@ func TestGreetingBoundedByDialContext(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	conn, err := api.Dial(ctx, sock)
-	if err != nil {
-		t.Fatalf("Dial: %v", err)
-	}
-	defer conn.Close()
-	_, err = conn.Status(context.Background(), &isolatordv1.StatusRequest{})
 	if err == nil {
-		t.Fatal("Status succeeded against a server that never answers")
+		conn.Close()
+		t.Fatal("Dial succeeded against a server that never answers")
 	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), sock) {
 		t.Errorf("error %v does not wrap context.DeadlineExceeded and name %s", err, sock)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("the call ended %v after Dial, past Dial's 300ms deadline", d)
+		t.Errorf("Dial ended %v after it started, past its 300ms deadline", d)
 	}
+}
+
+// TestCallAfterDaemonRestart: a call on a connection whose daemon went
+// away fails at once with UNAVAILABLE rather than waiting for a new
+// daemon, and the client reaches the next daemon on the same socket.
+func TestCallAfterDaemonRestart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "restart.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	isolatordv1grpc.RegisterIsolatorServer(srv, statusServer{})
+	go srv.Serve(lis)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := api.Dial(ctx, sock)
+	if err != nil {
+		srv.Stop()
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv.Stop()
+	start := time.Now()
+	if _, err := c.Status(ctx, &isolatordv1.StatusRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Status with the daemon gone: %v, want UNAVAILABLE", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the call waited %v for a daemon that is gone", d)
+	}
+	serve(t, sock)
+	// grpc-go reconnects with backoff: the next daemon answers within a few
+	// attempts.
+	wait.For(t, 20*time.Second, "Status to succeed after the restart", func() bool {
+		_, err := c.Status(ctx, &isolatordv1.StatusRequest{})
+		return err == nil
+	})
 }
 
 func TestDialEmptyPath(t *testing.T) {

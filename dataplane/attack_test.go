@@ -511,6 +511,16 @@ func TestAttackSuite(t *testing.T) {
 			lo := net.IPv4(127, 0, 0, 1)
 			return x.udpFrame(hm, lo, bedBPort, lo, bedHostPort, m, ipOpts{})
 		})},
+		// host-only loopback services (with the data plane's default
+		// port space, every port from 1024: here privileged ones)
+		{"loopback/host-only-services", tcfilter.DropLoopback, func(m []byte) [][]byte {
+			lo := net.IPv4(127, 0, 0, 1)
+			return [][]byte{
+				x.udpFrame(hm, lo, bedOwnPort, net.IPv4(127, 0, 0, 53), 53, m, ipOpts{}),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(lo, lo, unix.IPPROTO_TCP, tcpSyn(bedOwnPort, 22, m), ipOpts{})),
+				x.udpFrame(hm, x.hostIP, bedOwnPort, lo, 25, m, ipOpts{}),
+			}
+		}},
 		// other IP protocols
 		{"protocol/gre", tcfilter.DropProtocol, one(func(m []byte) []byte {
 			return eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, 47, append([]byte{0, 0, 8, 0}, m...), ipOpts{}))
@@ -566,8 +576,21 @@ func TestAttackSuite(t *testing.T) {
 		{"icmp/error-quoting-another-containers-flow", tcfilter.DropICMP, func(m []byte) [][]byte {
 			return [][]byte{
 				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, quote(unix.IPPROTO_UDP, 5555, bedBPort, m)), ipOpts{})),
-				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 4, quote(unix.IPPROTO_TCP, 5555, bedBPort, m)), ipOpts{})),
-				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(11, 0, quote(unix.IPPROTO_UDP, 5555, 61000, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 13, quote(unix.IPPROTO_TCP, 5555, bedBPort, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, quote(unix.IPPROTO_UDP, 5555, 61000, m)), ipOpts{})),
+			}
+		}},
+		// errors an end host does not send about its own flows change how
+		// peers treat the shared address (path MTU, routes): never, even
+		// quoting an own flow (issue 30)
+		{"icmp_state/frag-needed-time-exceeded-redirect-even-about-own-flows", tcfilter.DropICMPState, func(m []byte) [][]byte {
+			redirect := append(x.ip77.To4(), ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, 53, m), ipOpts{})...)
+			return [][]byte{
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 4, quote(unix.IPPROTO_TCP, 5555, bedOwnPort, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 4, quote(unix.IPPROTO_UDP, 5555, bedBPort, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(11, 0, quote(unix.IPPROTO_UDP, 5555, bedOwnPort, m)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(5, 1, redirect), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(12, 0, quote(unix.IPPROTO_UDP, 5555, bedOwnPort, m)), ipOpts{})),
 			}
 		}},
 		{"icmp/error-quoting-with-options-or-icmp", tcfilter.DropICMP, func(m []byte) [][]byte {
@@ -579,10 +602,9 @@ func TestAttackSuite(t *testing.T) {
 			}
 		}},
 		{"icmp/other-types", tcfilter.DropICMP, func(m []byte) [][]byte {
-			redirect := append(x.ip77.To4(), ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, 53, m), ipOpts{})...)
 			return [][]byte{
-				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(5, 1, redirect), ipOpts{})),
 				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(13, 0, append(make([]byte, 16), m...)), ipOpts{})),
+				eth(hm, hm, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(17, 0, append(make([]byte, 4), m...)), ipOpts{})),
 			}
 		}},
 		// ARP (the marker rides in the Ethernet padding)

@@ -88,9 +88,23 @@ type Config struct {
 	// are planned again (pins of ended flows removed, held-back buckets
 	// moved); 0 = DefaultSharedReconcile, negative = never.
 	SharedReconcile time.Duration
+	// SharedIdle is how long a flow of a shared port may go without
+	// traffic the host's filters see and keep its holder through a change,
+	// and how long a holder may keep back a bucket (shared.go); 0 =
+	// DefaultSharedIdle.
+	SharedIdle time.Duration
 	// IPv6 says whether containers share the host's IPv6 addresses
 	// (ipv6.go); the zero value is IPv6Auto.
 	IPv6 IPv6Mode
+	// ContainerPorts are the ports containers may own (the static ports
+	// and the ephemeral pool); empty = DefaultContainerPorts. With the
+	// host's ip_local_port_range and HostLoopbackPorts they are the
+	// destination ports a container may reach on 127.0.0.0/8 and ::1
+	// (loopback.go); every other is dropped as "loopback".
+	ContainerPorts ephemeral.Set
+	// HostLoopbackPorts are host loopback ports opened to every container
+	// (--host-loopback-ports); SetHostLoopbackPorts changes them.
+	HostLoopbackPorts ephemeral.Set
 }
 
 // ContainerEth0 is the name of the veth peer inside every container.
@@ -135,12 +149,16 @@ type DataPlane struct {
 	sink     tcfilter.Sink // the one drop sink of older layouts and of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).
-	drops    *tcfilter.DropSinks
-	ip6      []net.IP          // host IPv6 addresses the filters match (ipv6filters.go); nil: IPv6 off
-	departed map[string]uint64 // drops counted on the veths of containers torn down since New
-	neigh    *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
-	ctrs     map[string]*record
-	slots    map[uint16]string
+	drops *tcfilter.DropSinks
+	ip6   []net.IP // host IPv6 addresses the filters match (ipv6filters.go); nil: IPv6 off
+	// loopPorts are the destination ports containers may reach on the
+	// host's loopback (loopback.go), loopOpen the operator's part of them.
+	loopPorts []ephemeral.Range
+	loopOpen  ephemeral.Set
+	departed  map[string]uint64 // drops counted on the veths of containers torn down since New
+	neigh     *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
+	ctrs      map[string]*record
+	slots     map[uint16]string
 	// settingUp: ID -> slot of the setups in progress (claim).
 	settingUp map[string]uint16
 	shared    map[uint16][]spread.Holder
@@ -181,6 +199,9 @@ type DataPlane struct {
 	reconcileStop chan struct{}
 	reconcileDone chan struct{}
 	reconcileNext uint16 // first port of the next pass when one pass was not enough
+	// held: shared port -> bucket -> since when it is held back from its
+	// assigned holder (its hold ends after SharedIdle).
+	held map[uint16]map[int]time.Time
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.
@@ -308,6 +329,9 @@ func (d *DataPlane) closeLocked() error {
 		d.neigh.Close()
 	}
 	d.drops.Close()
+	if d.eth0 != nil {
+		d.eth0.ReleaseEcho() // the sweepers stop; the programs stay
+	}
 	d.h.Close()
 	d.hr.Close()
 	d.hc.Close()
@@ -461,6 +485,7 @@ func (d *DataPlane) vethFilters(slot uint16, veth, via int) tcfilter.VethFilters
 	return tcfilter.VethFilters{
 		H: d.h, C: d.hc, Veth: veth, Eth0: d.links.Eth0Index, Lo: d.links.LoIndex, Via: via,
 		Sinks: d.drops, VLAN: d.sink.BPF, HostIP: d.hostIP(), HostIP6: d.hostIP6(), MAC: d.info.MAC, Slot: slot, Obs: d.cfg.Observer,
+		LoopPorts: d.loopPorts,
 	}
 }
 

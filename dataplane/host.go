@@ -117,6 +117,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	if err != nil {
 		return info, fmt.Errorf("host sysctls: %w", err)
 	}
+	if err := d.setLoopPorts(d.cfg.HostLoopbackPorts); err != nil {
+		return info, err
+	}
 
 	// The netns directory is a shared mount point (as iproute2 makes it), so
 	// the namespace pins created under it propagate to mount namespaces
@@ -178,6 +181,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}()
 	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
 	eth0.SetConn(d.hc)
+	if err := eth0.SetDropSinks(drops); err != nil { // echo drops counted
+		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
+	}
 	if err := eth0.SetIPv6(d.demux6(sink.Index)); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
 	}

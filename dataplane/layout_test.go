@@ -67,7 +67,7 @@ func sinkNames() []string {
 
 // ipv4DropReasons is how many drop reasons the veth filters of a container
 // without IPv6 use (all but DropIPv6Ext, DropNDP and DropMLD).
-const ipv4DropReasons = 9
+const ipv4DropReasons = 11
 
 // mirredActions counts the mirred actions of the sandbox host namespace.
 func mirredActions(t *testing.T, e *env) int {

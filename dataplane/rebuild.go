@@ -57,7 +57,7 @@ func parseAlias(s string) (Meta, bool) {
 func (d *DataPlane) setAlias(veth int, c Container) error {
 	m := c.Meta
 	m.ID = c.ID
-	m.Layout, m.Sink, m.V6 = tcfilter.VethLayout, d.sink.Index, d.ip6Tag()
+	m.Layout, m.Sink, m.V6, m.Loop = tcfilter.VethLayout, d.sink.Index, d.ip6Tag(), d.loopTag()
 	if err := d.h.LinkSetAlias(linkRefIdx(veth), metaAlias(m)); err != nil {
 		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
 	}
@@ -395,7 +395,7 @@ func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 			continue // no container's (it keeps its name until deleted)
 		}
 		d.recoveryLinks[a.Name] = a.Index
-		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() {
+		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() && m.Loop == d.loopTag() {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}

@@ -7,19 +7,30 @@ package dataplane
 // source port, goes to which holder: spread.Spread), rebuilt from the
 // kernel when a daemon restarts. Every change of a port's holders (Setup,
 // SetPorts, Teardown, RemoveStrays) goes through setShared, which asks
-// spread.Plan for the next spread:
+// spread.PlanFacts for the next spread:
 //
 //   - the target is the consistent assignment (spread.Assign): a joining
 //     holder is due about 1/(n+1) of the buckets, a leaving holder's
 //     buckets go to the others at once (its connections break anyway: its
 //     sockets are gone from the spread, and a TCP peer that is not the
 //     socket's owner answers with a reset);
-//   - a bucket that would move away from a holder that stays moves only
-//     with that holder's live flows in it pinned to it: the data plane
-//     reads them inside the holder's namespace (nsstats.Conns: TCP sockets
-//     in every state but LISTEN/TIME_WAIT/CLOSE, and connected UDP sockets,
-//     whose local port is the shared port). A bucket with more live flows
-//     than spread.MaxPinsPerBucket stays until enough of them end;
+//   - a bucket that would move away from a holder that stays moves with
+//     that holder's live flows in it pinned to it. A flow is live when the
+//     holder's namespace lists it (nsstats.Conns: TCP sockets in every
+//     state but LISTEN/TIME_WAIT/CLOSE, and connected UDP sockets, whose
+//     local port is the shared port) AND the host saw traffic for it within
+//     Config.SharedIdle (30 s by default): the node that steers its source
+//     port (its pin, else its bucket), on eth0 or lo, steered a packet that
+//     recently (tcfilter.SpreadUse: each spread node has a mirred action of
+//     its own, whose last use the kernel stamps per packet anyway). The
+//     socket table is the tenant's to write (thousands of connected,
+//     silent UDP sockets cost it nothing); the host's filters are not;
+//   - a bucket with more live flows than fit in its pins
+//     (spread.MaxPinsPerBucket) may stay with its holder, at most
+//     spread.MaxHeld(n) buckets per holder (16 of the 128 a joiner is due
+//     with two holders) and for at most SharedIdle (d.held records since
+//     when); past that it moves with the lowest source ports that fit
+//     pinned, and its other flows switch holder;
 //   - the same plan goes to the eth0 and lo demuxes, so traffic from the
 //     outside, the host and other containers is spread alike.
 //
@@ -31,21 +42,41 @@ package dataplane
 // A reconciler (every Config.SharedReconcile, 5 s by default) walks the
 // shared ports that are not settled (pins left, or buckets away from the
 // consistent assignment), at most maxReconcilePorts per pass, reads the
-// holders' flows once per namespace and pass, and plans again: pins whose
-// flows ended go, held-back buckets move. A port settles once the flows
-// that were live at the change have ended.
+// holders' flows once per namespace and pass and the spread filters' last
+// use once per pass, and plans again: pins whose flows ended or carried
+// nothing for SharedIdle go, held-back buckets move once their flows fit
+// or their hold has lasted SharedIdle. A port settles at most SharedIdle
+// after the flows that were live at the change have ended or gone quiet.
 //
-// Limits. Unconnected UDP sockets (the usual UDP server) show no flows, so
-// a UDP flow in a bucket that moves to a joining holder switches holder
+// Limits. A connection that carried nothing for SharedIdle when its
+// bucket moves (an idle keep-alive connection) switches holder and breaks
+// at its next packet. A holder whose clients really send traffic from
+// many source ports (a client it controls) keeps at most MaxHeld buckets
+// for SharedIdle and MaxPinsPerBucket of each moved bucket's 256 source
+// ports while the traffic lasts. Spread nodes of older layouts share
+// their veth's action until replaced: their last use is the veth's, which
+// errs on the side of keeping flows. Unconnected UDP sockets (the usual
+// UDP server) show no flows, so a UDP flow in a bucket that moves to a
+// joining holder switches holder
 // (datagram protocols re-establish; a QUIC server that connects its
 // per-client sockets is seen and kept). A TCP connection whose SYN reaches
 // the old holder in the few milliseconds between the first reading of its
 // sockets and the move of its bucket, and whose next packet arrives before
 // the second reading has pinned it, is reset (the client sees a refused
 // handshake and may retry). A holder whose sockets cannot be read keeps its
-// buckets and pins until they can.
+// buckets for at most SharedIdle, and its pins while the host sees their
+// traffic.
 //
-// Cost. A change moves ~256/(n+1) bucket nodes on each of eth0 and lo
+// Cost. Per packet nothing changes (a spread node's action is its own
+// instead of the veth's; mirred stamps its last use either way). Each
+// shared port has 2 x (256 + pins) mirred actions of its own on the
+// machine-wide list the kernel walks when a device is unregistered: on
+// the development VM (2 busy CPUs) making a port's 256 bucket nodes took
+// 8-16 ms instead of 6-7 ms, and deleting a veth took 17-29 ms with 40
+// shared ports (10,240 such actions) as without them (noise). A change
+// that asks about flows, and each reconciler pass, dumps eth0's and lo's
+// ingress filters once (~7 ms with 16 containers: use-ms of
+// BenchmarkSharedJoinLeave; it grows with the containers). A change moves ~256/(n+1) bucket nodes on each of eth0 and lo
 // (~25 us each on the development VM) and reads each holder that loses
 // buckets twice (before and after the move; up to maxParallelReads at a
 // time). A read is four sock_diag dumps; the TCP ones walk the kernel's
@@ -66,6 +97,7 @@ import (
 
 	"github.com/isolatord/isolatord/nsstats"
 	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/tcfilter"
 )
 
 // DefaultSharedReconcile is how often the reconciler looks at the shared
@@ -75,6 +107,100 @@ const DefaultSharedReconcile = 5 * time.Second
 // maxReconcilePorts bounds the ports one reconciler pass plans (each costs
 // a few filter changes; the namespaces are read once per pass).
 const maxReconcilePorts = 64
+
+// DefaultSharedIdle is Config.SharedIdle's default: how long a flow may go
+// without traffic the host sees and keep its holder through a change, and
+// how long a holder may keep back a bucket.
+const DefaultSharedIdle = 30 * time.Second
+
+func (d *DataPlane) sharedIdle() time.Duration {
+	if d.cfg.SharedIdle > 0 {
+		return d.cfg.SharedIdle
+	}
+	return DefaultSharedIdle
+}
+
+// spreadUses is the last use of shared ports' spread nodes on each host
+// demux (eth0, lo); a nil map: that demux could not be read.
+type spreadUses [2]map[uint16]*tcfilter.SpreadUse
+
+// spreadUse reads the last use of the spread nodes of ports on eth0 and lo
+// (one dump each). Call with d.mu held.
+func (d *DataPlane) spreadUse(ports ...uint16) spreadUses {
+	var u spreadUses
+	for i, x := range []*tcfilter.HostDemux{d.eth0, d.lo} {
+		m, err := x.SpreadUse(ports...)
+		if err != nil {
+			d.log.Warn("shared port: cannot read the last use of its filters; every flow its holders list counts", "err", err)
+			continue
+		}
+		u[i] = m
+	}
+	return u
+}
+
+// facts are the host's facts about port for spread.PlanFacts: a flow is
+// seen when the node that steers its source port (its pin, else its
+// bucket) on eth0 or lo steered a packet within SharedIdle; a bucket may
+// be held back until SharedIdle after its hold began. Call with d.mu held.
+func (d *DataPlane) facts(port uint16, uses spreadUses, flows spread.FlowSource) spread.Facts {
+	idle := d.sharedIdle()
+	f := spread.Facts{Flows: flows}
+	if uses[0] != nil && uses[1] != nil {
+		eth0, lo := uses[0][port], uses[1][port]
+		f.Seen = func(src uint16) bool {
+			for _, u := range []*tcfilter.SpreadUse{eth0, lo} {
+				if u == nil {
+					return true // not shared there: nothing to tell
+				}
+				age, ok := u.Pins[src]
+				if !ok {
+					age = u.Buckets[spread.Bucket(src)]
+				}
+				if age < idle {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	now := time.Now()
+	held := d.held[port]
+	f.MayHold = func(b int) bool {
+		since, ok := held[b]
+		return !ok || now.Sub(since) < idle
+	}
+	return f
+}
+
+// noteHeld records which buckets of port plan holds back from their
+// assigned holders, and since when. Call with d.mu held.
+func (d *DataPlane) noteHeld(port uint16, hs []spread.Holder, plan *spread.Spread) {
+	want, err := spread.Assign(port, hs)
+	if err != nil {
+		return
+	}
+	old, now := d.held[port], time.Now()
+	cur := map[int]time.Time{}
+	for b := range plan.Buckets {
+		if plan.Buckets[b].Slot == want[b].Slot {
+			continue
+		}
+		if since, ok := old[b]; ok {
+			cur[b] = since
+		} else {
+			cur[b] = now
+		}
+	}
+	if len(cur) == 0 {
+		delete(d.held, port)
+		return
+	}
+	if d.held == nil {
+		d.held = map[uint16]map[int]time.Time{}
+	}
+	d.held[port] = cur
+}
 
 // flowCache reads the live flows of holders on a set of local ports, one
 // sock_diag read per holder namespace, and remembers the answers.
@@ -182,6 +308,14 @@ func (fc *flowCache) source(port uint16) spread.FlowSource {
 	}
 }
 
+// listed reports whether the holder in slot listed a flow from client
+// source port src on port when fc read it. Call with d.mu held.
+func (fc *flowCache) listed(port uint16) func(slot, src uint16) bool {
+	return func(slot, src uint16) bool {
+		return slices.Contains(fc.got[slot][port], src)
+	}
+}
+
 // nsPathOfSlot is the pinned namespace of the container in slot ("" if
 // unknown). Call with d.mu held.
 func (d *DataPlane) nsPathOfSlot(slot uint16) string {
@@ -217,14 +351,24 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 			return errors.Join(fmt.Errorf("shared port %d on %s: %w", port, d.links.Lo, err), rerr)
 		}
 		delete(d.shared, port)
+		delete(d.held, port)
 		return nil
 	}
-	var cur *spread.Spread
+	var (
+		cur  *spread.Spread
+		uses spreadUses
+	)
 	if wasShared {
 		cur = &old
 	}
-	fc.prefetch(asked(func(f spread.FlowSource) { spread.Plan(port, hs, cur, f) }))
-	plan, err := spread.Plan(port, hs, cur, fc.source(port))
+	// The holders asked about do not depend on the facts: when none is (a
+	// leave with no pins left), the filters' last use need not be read.
+	need := asked(func(f spread.FlowSource) { spread.PlanFacts(port, hs, cur, spread.Facts{Flows: f}) })
+	if len(need) > 0 {
+		uses = d.spreadUse(port)
+	}
+	fc.prefetch(need)
+	plan, err := spread.PlanFacts(port, hs, cur, d.facts(port, uses, fc.source(port)))
 	if err != nil {
 		return fmt.Errorf("shared port %d: %w", port, err)
 	}
@@ -235,20 +379,22 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 		return err
 	}
 	d.shared[port] = slices.Clone(hs)
-	d.pinLate(port, hs, cur, plan)
+	d.noteHeld(port, hs, &plan)
+	d.pinLate(port, hs, cur, plan, fc)
 	return nil
 }
 
 // pinLate re-reads, after plan was installed over prev, the sockets of the
 // holders that lost buckets and pins the flows that began in between
-// (spread.PinLate). A failure here is logged: the change itself is done.
-func (d *DataPlane) pinLate(port uint16, hs []spread.Holder, prev *spread.Spread, plan spread.Spread) {
+// (spread.PinLate; flows that planning read in before were decided on
+// then). A failure here is logged: the change itself is done.
+func (d *DataPlane) pinLate(port uint16, hs []spread.Holder, prev *spread.Spread, plan spread.Spread, before *flowCache) {
 	if prev == nil {
 		return
 	}
 	fc := d.newFlowCache(port)
-	fc.prefetch(asked(func(f spread.FlowSource) { spread.PinLate(prev, &plan, hs, f) }))
-	next, changed := spread.PinLate(prev, &plan, hs, fc.source(port))
+	fc.prefetch(asked(func(f spread.FlowSource) { spread.PinLate(prev, &plan, hs, f, nil) }))
+	next, changed := spread.PinLate(prev, &plan, hs, fc.source(port), before.listed(port))
 	if !changed {
 		return
 	}
@@ -336,10 +482,14 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		d.reconcileNext = 0
 	}
 	fc := d.newFlowCache(todo...)
+	var uses spreadUses
+	if len(todo) > 0 {
+		uses = d.spreadUse(todo...)
+	}
 	var need []uint16
 	for _, p := range todo {
 		if cur, ok := d.eth0.Spread(p); ok {
-			need = append(need, asked(func(f spread.FlowSource) { spread.Plan(p, d.shared[p], &cur, f) })...)
+			need = append(need, asked(func(f spread.FlowSource) { spread.PlanFacts(p, d.shared[p], &cur, d.facts(p, uses, f)) })...)
 		}
 	}
 	slices.Sort(need)
@@ -352,12 +502,13 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		if ok {
 			curp = &cur
 		}
-		plan, perr := spread.Plan(p, d.shared[p], curp, fc.source(p))
+		plan, perr := spread.PlanFacts(p, d.shared[p], curp, d.facts(p, uses, fc.source(p)))
 		if perr != nil {
 			errs = append(errs, fmt.Errorf("shared port %d: %w", p, perr))
 			continue
 		}
 		if ok && loOK && plan.Equal(&cur) && loCur.Equal(&cur) {
+			d.noteHeld(p, d.shared[p], &plan)
 			unsettled++
 			continue
 		}
@@ -365,7 +516,8 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 			errs = append(errs, ierr)
 			continue
 		}
-		d.pinLate(p, d.shared[p], curp, plan)
+		d.noteHeld(p, d.shared[p], &plan)
+		d.pinLate(p, d.shared[p], curp, plan, fc)
 		changed++
 		want, _ := spread.Assign(p, d.shared[p])
 		if !plan.Settled(&want) {

@@ -332,7 +332,10 @@ func TestSharedJoinPinsLateFlows(t *testing.T) {
 // (SetPorts adding it) and leaving it again, with 1 and 15 holders present
 // and no connections open (join-ms, leave-ms), and how long reading one
 // holder's live flows takes (read-ms: the sock_diag dumps of nsstats.Conns
-// inside its namespace; a join reads each staying holder twice).
+// inside its namespace; a join reads each staying holder twice) and how
+// long reading the last use of the port's filters takes (use-ms: a dump of
+// eth0's and of lo's ingress filters, once per change and reconciler
+// pass).
 func BenchmarkSharedJoinLeave(b *testing.B) {
 	for _, present := range []int{1, 15} {
 		b.Run(fmt.Sprintf("holders=%d", present), func(b *testing.B) {
@@ -344,7 +347,7 @@ func BenchmarkSharedJoinLeave(b *testing.B) {
 				e.start(fmt.Sprintf("H%d", i), uint16(i+1), fmt.Sprintf("%d-%d", 40960+i*256, 40960+i*256+255), "", "9300", port)
 			}
 			j := e.start("J", 100, "49152-49407", "31000", "", port)
-			var join, leave, read time.Duration
+			var join, leave, read, use time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
@@ -362,13 +365,19 @@ func BenchmarkSharedJoinLeave(b *testing.B) {
 				fc := e.d.newFlowCache(port)
 				fc.source(port)(1)
 				e.d.mu.Unlock()
+				t3 := time.Now()
+				e.d.mu.Lock()
+				e.d.spreadUse(port)
+				e.d.mu.Unlock()
 				join += t1.Sub(t0)
 				leave += t2.Sub(t1)
-				read += time.Since(t2)
+				read += t3.Sub(t2)
+				use += time.Since(t3)
 			}
 			b.ReportMetric(float64(join.Microseconds())/1000/float64(b.N), "join-ms")
 			b.ReportMetric(float64(leave.Microseconds())/1000/float64(b.N), "leave-ms")
 			b.ReportMetric(float64(read.Microseconds())/1000/float64(b.N), "read-ms")
+			b.ReportMetric(float64(use.Microseconds())/1000/float64(b.N), "use-ms")
 		})
 	}
 }

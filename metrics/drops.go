@@ -34,7 +34,7 @@ func newDropCollector() *dropCollector {
 	return &dropCollector{
 		last: map[string]uint64{},
 		desc: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "dropped_packets_total"),
-			"Frames containers sent that their host-side veth dropped, by reason (mac, ip_header, source_ip, port, icmp, protocol, arp, ethertype, vlan, ipv6_ext, ndp, mld): a frame leaves only if a host process owning exactly the container's ports could have sent it; mld counts the multicast listener reports every container's kernel sends on its own (expected, not an attack). Read from the kernel at scrape time; counts of containers cleaned up since the daemon started are kept.",
+			"Frames containers sent that their host-side veth dropped, by reason (mac, ip_header, source_ip, port, icmp, protocol, arp, ethertype, vlan, ipv6_ext, ndp, mld, icmp_state, loopback, echo): a frame leaves only if a host process owning exactly the container's ports could have sent it; mld counts the multicast listener reports every container's kernel sends on its own (expected, not an attack); icmp_state ICMP errors an end host does not send about its own flows (frag-needed/packet too big, time exceeded, redirects: they would change how peers treat the shared address); loopback TCP/UDP to a host-only service on 127.0.0.0/8 or ::1 not opened with --host-loopback-ports; echo echo requests with an {identifier, peer} another container or the host is using, or over the container's quota. Read from the kernel at scrape time; counts of containers cleaned up since the daemon started are kept.",
 			[]string{"reason"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace,

@@ -9,7 +9,11 @@
 # Arguments go to isobench, e.g. `scripts/bench.sh --quick` (N=100, short runs)
 # or `SKIP_MICRO=1 scripts/bench.sh --only control` (the control phase alone).
 # Environment: MICRO_BENCHTIME (default 300ms), MICRO_TIMEOUT (default 180s, the
-# bound on step 1), SKIP_MICRO=1 skips step 1.
+# bound on step 1), SKIP_MICRO=1 skips step 1. CNI_BEFORE=<rev> builds that
+# commit's isolator-cni and isolatorctl (git archive into a temporary
+# directory, removed afterwards) and isobench measures them beside the
+# current ones against the same daemon, e.g.
+# `CNI_BEFORE=HEAD~1 SKIP_MICRO=1 scripts/bench.sh --only cni`.
 # Exit status: 0 when every figure was measured (missing a target is a
 # result, not an error), 1 otherwise.
 set -euo pipefail
@@ -32,6 +36,19 @@ started=$(date +%s)
 tmp=$(mktemp -d /tmp/isobench-bin.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/" ./test/cmd/isobench ./test/cmd/isotraffic
+
+before_args=()
+if [ -n "${CNI_BEFORE:-}" ]; then
+  rev=$(git rev-parse --short "${CNI_BEFORE}^{commit}")
+  echo "== building isolator-cni and isolatorctl of $rev (CNI_BEFORE) for the before/after comparison" >&2
+  mkdir -p "$tmp/before-src" "$tmp/before"
+  git archive "$rev" | tar -x -C "$tmp/before-src"
+  # As make build builds them: static, with the version stamped.
+  (cd "$tmp/before-src" && CGO_ENABLED=0 go build -tags grpcnotrace -ldflags "-X main.version=$rev -X main.buildVersion=$rev" \
+    -o "$tmp/before/" ./cmd/isolator-cni ./cmd/isolatorctl)
+  rm -rf "$tmp/before-src"
+  before_args=(--cni-before "$tmp/before" --cni-before-rev "$rev")
+fi
 
 micro_rc=0
 : > "$tmp/micro.txt"
@@ -65,7 +82,7 @@ echo "== system benchmark: isobench $*" >&2
 set +e
 # In the background so that a signal sent to this script alone reaches
 # isobench (by pid), which then cleans up its sandboxes before exiting.
-"$tmp/isobench" --bin bin --isotraffic "$tmp/isotraffic" --micro "$tmp/micro.txt" "$@" &
+"$tmp/isobench" --bin bin --isotraffic "$tmp/isotraffic" --micro "$tmp/micro.txt" "${before_args[@]}" "$@" &
 pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null' INT TERM HUP
 wait "$pid"

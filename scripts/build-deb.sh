@@ -41,6 +41,7 @@ debversion() {
 
 command -v dpkg-deb >/dev/null || { echo "build-deb: dpkg-deb missing (package dpkg)" >&2; exit 1; }
 GO=${GO:-go}
+STATIC_TAGS=${STATIC_TAGS:-grpcnotrace} # the Makefile's tags of the static binaries
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 debver=$(debversion "$VERSION")
 arch=$(dpkg --print-architecture)
@@ -62,8 +63,8 @@ chmod 0755 "$root"
 ldflags="-s -w -X main.version=$VERSION -X main.buildVersion=$VERSION"
 install -d "$root/usr/sbin" "$root/usr/bin" "$root/usr/lib/cni"
 "$GO" build -buildmode=pie -ldflags "$ldflags -linkmode=external -extldflags=-Wl,-z,relro,-z,now" -o "$root/usr/sbin/" ./cmd/isolatord
-CGO_ENABLED=0 "$GO" build -ldflags "$ldflags" -o "$root/usr/bin/" ./cmd/isolatorctl
-CGO_ENABLED=0 "$GO" build -ldflags "$ldflags" -o "$root/usr/lib/cni/" ./cmd/isolator-cni
+CGO_ENABLED=0 "$GO" build -tags "$STATIC_TAGS" -ldflags "$ldflags" -o "$root/usr/bin/" ./cmd/isolatorctl
+CGO_ENABLED=0 "$GO" build -tags "$STATIC_TAGS" -ldflags "$ldflags" -o "$root/usr/lib/cni/" ./cmd/isolator-cni
 chmod 0755 "$root/usr/sbin/isolatord" "$root/usr/bin/isolatorctl" "$root/usr/lib/cni/isolator-cni"
 # Units: Debian 12's systemd directory for packages (lintian 2.116 wants
 # /lib/systemd/system), ExecStart pointed at /usr/sbin.

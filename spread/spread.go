@@ -139,28 +139,69 @@ func Assign(port uint16, holders []Holder) ([Buckets]Holder, error) {
 
 // FlowSource reports the live flows of a shared port in one holder's
 // namespace: the client (remote) source ports of its connected sockets on
-// the port. ok is false when they could not be read.
+// the port. ok is false when they could not be read. The answer is the
+// tenant's socket table: Facts.Seen is what the host itself saw.
 type FlowSource func(slot uint16) (srcPorts []uint16, ok bool)
 
-// Plan returns the spread for port with holders, moving from cur (nil
-// when the port is not shared yet) towards Assign(port, holders) without
-// breaking a live flow of a holder that stays:
+// Facts are what Plan knows besides the holders and the spread in force.
+type Facts struct {
+	// Flows lists the holders' live flows (their namespaces' sockets).
+	Flows FlowSource
+	// Seen reports whether the host saw traffic lately on the node of the
+	// spread in force that steers srcPort (its pin, else its bucket): the
+	// host's own evidence, which no tenant writes. A flow counts only when
+	// it is seen and that node steers to the holder listing it. nil: every
+	// listed flow counts.
+	Seen func(srcPort uint16) bool
+	// MayHold reports whether bucket b may (still) be held back from its
+	// assigned holder: false once a hold has lasted its time limit. nil:
+	// any bucket may.
+	MayHold func(b int) bool
+}
+
+// MaxHeld is the number of buckets one holder may keep back from their
+// assigned holders when n holders share a port: an eighth of what a
+// holder gives up on average when the n-th one joins (Buckets/(n(n-1))),
+// so a joiner gets at least seven eighths of its buckets at once (with two
+// holders each may keep back 16 buckets, with three 5, four 2, five or six
+// 1, more none).
+func MaxHeld(n int) int {
+	if n < 2 {
+		return 0
+	}
+	return Buckets / (8 * n * (n - 1))
+}
+
+// Plan is PlanFacts with only the holders' flows known: every flow they
+// list counts and any bucket may be held.
+func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread, error) {
+	return PlanFacts(port, holders, cur, Facts{Flows: flows})
+}
+
+// PlanFacts returns the spread for port with holders, moving from cur (nil
+// when the port is not shared yet) towards Assign(port, holders) while
+// keeping the live flows of holders that stay, as far as the bounds allow.
+// A flow of a holder is live when its namespace lists it and (f.Seen) the
+// host saw traffic for it lately, on a node that steers it to that holder.
 //
 //   - a bucket whose holder left goes to its assigned holder at once (the
 //     leaver's flows break anyway), and pins of holders that left go;
-//   - a bucket whose holder stays but is assigned to another holder moves
-//     if its holder has no live flow in it; if it has at most
-//     MaxPinsPerBucket distinct source ports there, the bucket moves and
-//     those ports are pinned to its holder; with more, the bucket stays
-//     (a later call moves it as its flows end);
+//   - a bucket whose holder stays but is assigned to another holder moves,
+//     its holder's live flows in it pinned to it, when they fit in the
+//     bucket's room (MaxPinsPerBucket less the pins kept there). With more
+//     (or when the holder's flows cannot be read) the bucket may be held
+//     back: at most MaxHeld(len(holders)) buckets per holder (the most
+//     crowded first; unreadable ones are not counted) and only while
+//     f.MayHold allows; otherwise it moves with the lowest source ports
+//     that fit pinned, and the other flows switch holder;
 //   - a pin stays while its holder is still a holder, is not the holder of
-//     its bucket, and has a live flow from that source port.
+//     its bucket, and has a live flow from that source port (when the
+//     holder's flows cannot be read, while the host sees its traffic).
 //
-// flows is asked only about holders that have a bucket to move or pins;
-// when it cannot tell (ok false), that holder keeps its buckets and pins.
-// The result depends only on holders, cur and the flows, so calling it
+// f.Flows is asked only about holders that have a bucket to move or pins.
+// The result depends only on holders, cur and the facts, so calling it
 // again with the same inputs changes nothing.
-func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread, error) {
+func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, error) {
 	want, err := Assign(port, holders)
 	if err != nil {
 		return Spread{}, err
@@ -173,8 +214,9 @@ func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread,
 	for _, h := range holders {
 		byslot[h.Slot] = h
 	}
+	seen := func(p uint16) bool { return f.Seen == nil || f.Seen(p) }
 	type known struct {
-		ports map[int][]uint16 // bucket -> distinct source ports
+		ports map[int][]uint16 // bucket -> distinct live source ports, ascending
 		has   map[uint16]bool
 		ok    bool
 	}
@@ -184,21 +226,48 @@ func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread,
 			return k
 		}
 		k := &known{ports: map[int][]uint16{}, has: map[uint16]bool{}}
-		if flows != nil {
+		if f.Flows != nil {
 			var ps []uint16
-			ps, k.ok = flows(slot)
+			ps, k.ok = f.Flows(slot)
 			for _, p := range ps {
-				if !k.has[p] {
+				if !k.has[p] && cur.Holder(p).Slot == slot && seen(p) {
 					k.has[p] = true
 					b := Bucket(p)
 					k.ports[b] = append(k.ports[b], p)
 				}
 			}
+			for _, ps := range k.ports {
+				slices.Sort(ps)
+			}
 		}
 		cache[slot] = k
 		return k
 	}
+	// Pins that may stay (if their bucket does not end at their holder).
+	keep := map[uint16]Holder{}
+	room := map[int]int{}
+	for p, ph := range cur.Pins {
+		h, stays := byslot[ph.Slot]
+		if !stays {
+			continue
+		}
+		if k := live(h.Slot); k.has[p] || !k.ok && seen(p) {
+			keep[p] = h
+			room[Bucket(p)]--
+		}
+	}
 	pins := map[uint16]Holder{}
+	pinFirst := func(h Holder, ps []uint16, n int) {
+		for _, p := range ps[:min(len(ps), max(n, 0))] {
+			pins[p] = h
+		}
+	}
+	type crowded struct {
+		b, flows int
+		h        Holder
+		ok       bool
+	}
+	var crowd []crowded
 	for b := range out.Buckets {
 		old := cur.Buckets[b]
 		h, stays := byslot[old.Slot]
@@ -206,40 +275,36 @@ func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread,
 			continue
 		}
 		k := live(old.Slot)
-		switch ps := k.ports[b]; {
-		case !k.ok || len(ps) > MaxPinsPerBucket:
-			out.Buckets[b] = h
-		default:
-			for _, p := range ps {
-				pins[p] = h
-			}
-		}
-	}
-	for p, ph := range cur.Pins {
-		h, stays := byslot[ph.Slot]
-		if !stays || out.Buckets[Bucket(p)].Slot == h.Slot {
+		ps, fit := k.ports[b], MaxPinsPerBucket+room[b]
+		if k.ok && len(ps) <= fit {
+			pinFirst(h, ps, fit)
 			continue
 		}
-		if k := live(h.Slot); !k.ok || k.has[p] {
-			pins[p] = h
-		}
+		crowd = append(crowd, crowded{b: b, flows: len(ps), h: h, ok: k.ok})
 	}
-	// A bucket never carries more than MaxPinsPerBucket pins: if the pins
-	// kept from before and those of a bucket moving now exceed it, the
-	// bucket stays with its holder this time (whose new pins then go; the
-	// kept ones were within the bound already).
-	perBucket := map[int]int{}
-	for p, h := range pins {
-		if b := Bucket(p); out.Buckets[b].Slot != h.Slot {
-			perBucket[b]++
+	slices.SortFunc(crowd, func(x, y crowded) int {
+		if x.flows != y.flows {
+			return y.flows - x.flows
 		}
-	}
-	for b, n := range perBucket {
-		if old := cur.Buckets[b]; n > MaxPinsPerBucket {
-			if h, stays := byslot[old.Slot]; stays {
-				out.Buckets[b] = h
+		return x.b - y.b
+	})
+	held, budget := map[uint16]int{}, MaxHeld(len(holders))
+	for _, c := range crowd {
+		if f.MayHold == nil || f.MayHold(c.b) {
+			if !c.ok {
+				out.Buckets[c.b] = c.h
+				continue
+			}
+			if held[c.h.Slot] < budget {
+				held[c.h.Slot]++
+				out.Buckets[c.b] = c.h
+				continue
 			}
 		}
+		pinFirst(c.h, live(c.h.Slot).ports[c.b], MaxPinsPerBucket+room[c.b])
+	}
+	for p, h := range keep {
+		pins[p] = h
 	}
 	for p, h := range pins {
 		if out.Buckets[Bucket(p)].Slot != h.Slot {
@@ -255,13 +320,14 @@ func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread,
 // PinLate returns s with pins added for flows that began while s was being
 // installed: for every bucket that s moved away from a holder that is still
 // in holders (prev is what was there before), the holder's flows in that
-// bucket (asked of flows now) that s does not pin yet, as long as the
-// bucket stays within MaxPinsPerBucket. The flows Plan saw were read
-// before the move; a connection whose first packet reached the old holder
-// in between is caught here if its next packet has not arrived yet. changed
-// reports whether any pin was added. Only holders that lost a bucket are
-// asked.
-func PinLate(prev, s *Spread, holders []Holder, flows FlowSource) (next Spread, changed bool) {
+// bucket (asked of flows now) that s does not pin yet and that planning s
+// did not know of (before; nil: none), as long as the bucket stays within
+// MaxPinsPerBucket. The flows Plan saw were read before the move; a
+// connection whose first packet reached the old holder in between is
+// caught here if its next packet has not arrived yet. changed reports
+// whether any pin was added. Only holders that lost a bucket are asked.
+func PinLate(prev, s *Spread, holders []Holder, flows FlowSource, before func(slot, srcPort uint16) bool) (next Spread, changed bool) {
+
 	next = s.Clone()
 	byslot := make(map[uint16]Holder, len(holders))
 	for _, h := range holders {
@@ -289,7 +355,7 @@ func PinLate(prev, s *Spread, holders []Holder, flows FlowSource) (next Spread, 
 		}
 		for _, p := range ps {
 			b := Bucket(p)
-			if _, pinned := next.Pins[p]; pinned || !moved[b] || perBucket[b] >= MaxPinsPerBucket {
+			if _, pinned := next.Pins[p]; pinned || !moved[b] || perBucket[b] >= MaxPinsPerBucket || before != nil && before(slot, p) {
 				continue
 			}
 			if next.Pins == nil {

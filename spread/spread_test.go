@@ -243,7 +243,7 @@ func TestPinLate(t *testing.T) {
 		}
 	}
 	asked := map[uint16]int{}
-	next, changed := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, asked))
+	next, changed := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, asked), nil)
 	if !changed || next.Pins[late].Slot != 1 || len(next.Pins) != 1 {
 		t.Fatalf("late flow %d not pinned alone: %v", late, next.Pins)
 	}
@@ -253,13 +253,13 @@ func TestPinLate(t *testing.T) {
 	if len(plan.Pins) != 0 {
 		t.Error("PinLate changed its input")
 	}
-	if _, changed := PinLate(&prev, &next, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, nil)); changed {
+	if _, changed := PinLate(&prev, &next, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, nil), nil); changed {
 		t.Error("a second PinLate with the same flows changed something")
 	}
 	// A holder that left is not asked; its buckets do not count as lost.
 	gone, _ := Plan(port, holders(2, 3), &next, flowsOf(map[uint16][]uint16{2: nil, 3: nil}, nil))
 	asked = map[uint16]int{}
-	if _, changed := PinLate(&next, &gone, holders(2, 3), flowsOf(map[uint16][]uint16{2: nil, 3: nil}, asked)); changed || asked[1] != 0 {
+	if _, changed := PinLate(&next, &gone, holders(2, 3), flowsOf(map[uint16][]uint16{2: nil, 3: nil}, asked), nil); changed || asked[1] != 0 {
 		t.Errorf("leaver asked or pinned: %v", asked)
 	}
 	// The bound per bucket holds.
@@ -268,7 +268,7 @@ func TestPinLate(t *testing.T) {
 	for i := 0; i < 2*MaxPinsPerBucket; i++ {
 		many = append(many, uint16(b<<1|(i+1)<<9))
 	}
-	full, _ := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: many, 2: nil}, nil))
+	full, _ := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: many, 2: nil}, nil), nil)
 	if len(full.Pins) != MaxPinsPerBucket {
 		t.Errorf("%d pins in one bucket, want the bound %d", len(full.Pins), MaxPinsPerBucket)
 	}

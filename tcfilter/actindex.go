@@ -26,7 +26,9 @@ import (
 //     on its own (not a filter's: it stays with no node bound to it) and
 //     points at the reason's sink, so every veth shares the same twelve.
 //
-// Mirrors (the ARP fan-out) keep actions of their own. The index of an
+// Mirrors (the ARP fan-out) and the nodes of shared ports' spread tables
+// (whose last use is evidence of a flow: SpreadUse) keep actions of their
+// own. The index of an
 // action says what it does, so a stale action cannot be bound by mistake:
 // an ifindex is not handed out again while its device lives (and ifindexes
 // are allocated cyclically); a drop action whose sink was re-created is
@@ -75,7 +77,7 @@ func mirredIndex(f *netlink.U32) uint32 {
 // action of its reason, set by the veth filters), the shared action of the target for any other redirect,
 // none (0: the kernel picks one) for mirrors.
 func (n node) actionIndex() uint32 {
-	if n.index != 0 || n.reason != "" || n.act != actRedirect {
+	if n.index != 0 || n.reason != "" || n.act != actRedirect || n.own {
 		return n.index
 	}
 	return redirectIndex(n.target)

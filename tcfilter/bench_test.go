@@ -106,11 +106,18 @@ func BenchmarkInit(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	var ds []*HostDemux
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := NewHostDemux(e.h, e.eth0, "eth0", e.s.HostIP, nil).Init(); err != nil {
+		x := NewHostDemux(e.h, e.eth0, "eth0", e.s.HostIP, nil)
+		if err := x.Init(); err != nil {
 			b.Fatal(err)
 		}
+		ds = append(ds, x)
+	}
+	b.StopTimer()
+	for _, x := range ds {
+		x.ReleaseEcho() // each took over the echo programs: its sweepers stop
 	}
 }
 
@@ -123,6 +130,9 @@ func BenchmarkInit(b *testing.B) {
 func BenchmarkInstall(b *testing.B) {
 	host6 := []net.IP{net.ParseIP("2001:db8:5::1"), net.ParseIP("fe80::1")}
 	rs := []ephemeral.Range{rg(32768, 33791), rg(8080, 8080)}
+	// the loopback ports of README's example configuration: --ports,
+	// --ephemeral-ports and the host's ip_local_port_range (18 ranges)
+	loop := ephemeral.Split(ephemeral.MustParseSet("31000-31999,32768-49151,50000-60999"))
 	for _, what := range []string{"veth", "container"} {
 		for _, batched := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/batch=%v", what, batched), func(b *testing.B) {
@@ -145,7 +155,7 @@ func BenchmarkInstall(b *testing.B) {
 					var err error
 					if what == "veth" {
 						err = VethFilters{H: e.h, C: c, Veth: a, Eth0: e.eth0, Lo: e.lo, Sinks: e.sinks, VLAN: true, HostIP: e.s.HostIP,
-							HostIP6: host6, MAC: e.s.HostMAC, Slot: 42, New: true}.Install(rs)
+							HostIP6: host6, MAC: e.s.HostMAC, Slot: 42, New: true, LoopPorts: loop}.Install(rs)
 					} else {
 						err = ContainerFilters{H: e.h, C: c, Lo: a, Eth0: p, HostIP: e.s.HostIP, HostIP6: host6}.Install(rs)
 					}

@@ -68,6 +68,7 @@
 //	                                           018 -> 019 (quoted dport)
 //	                                           01a IPv6 host source, 01b ::1,
 //	                                           01c ICMPv6 (veth6.go)
+//	                                           01d loopback dports (loopback.go)
 //	003  ICMP  divisor 1   (eth0, hostdemux_icmp.go)
 //	004  ICMP fan-out, divisor 1 (eth0; only without cls_bpf, and non-first fragments)
 //	005  (was the ARP fan-out; deleted by Init)
@@ -155,11 +156,16 @@
 //     that has that flow's socket. Buckets are assigned by rendezvous
 //     hashing on (port, bucket, slot) (spread.Assign): adding a holder moves
 //     ~1/(n+1) of the buckets, removing one moves only its buckets.
-//     spread.Plan makes a change keep live flows: a bucket whose holder stays
-//     moves only with its live flows pinned (at most spread.MaxPinsPerBucket, else
-//     it stays until they end), and pins go once their flow has ended; the
+//     spread.PlanFacts makes a change keep live flows: a bucket whose holder
+//     stays moves with its live flows pinned (at most spread.MaxPinsPerBucket;
+//     with more it may stay, at most spread.MaxHeld buckets per holder for a
+//     bounded time), and pins go once their flow has ended or gone quiet; the
 //     caller (the data plane) reads the flows from the holders' namespaces,
 //     and once more after the move: spread.PinLate pins flows that began between.
+//     Every node of a spread table has a mirred action of its own (not the
+//     veth's shared one), so its last use (SpreadUse) says when the host last
+//     steered a packet through it: a flow counts as live only with that
+//     evidence, which a tenant cannot fabricate from inside its namespace.
 //     Changes add pins, then replace bucket nodes (FilterReplace), then
 //     delete pins, so a pinned flow never meets its moved bucket unpinned.
 //     Per packet: one hash, then at most spread.MaxPinsPerBucket key checks in a
@@ -307,8 +313,10 @@
 // DropIPHeader (options, or not version 4); node 5 [MAC == 00:..:00] ->
 // DropVLAN; node 6 [] -> DropMAC.
 //
-// Table 014 (source = host IP): TCP/UDP first fragments to the host IP or
-// 127/8 -> (eat IHL) 010 -> 011, own source port -> redirect host lo;
+// Table 014 (source = host IP): TCP/UDP first fragments to the host IP
+// -> (eat IHL) 010 -> 011, own source port -> redirect host lo; to 127/8
+// -> (eat IHL) 01d, an allowed destination port (loopback.go; default
+// DropLoopback) -> 010 -> 011 as before;
 // other TCP/UDP first fragments -> 012 -> 013, own source port -> redirect
 // host eth0; each of those link nodes is TERMINAL with DropPort as its
 // default. ICMP first fragments -> (eat) table 016 (default DropICMP).
@@ -316,20 +324,25 @@
 // 017: to the host IP or 127/8 -> host lo, else eth0 (they carry no ports;
 // their first part passed the port check or nothing can reassemble them;
 // a later part cannot rewrite the ports, which lie in the first 8 bytes).
-// Table 015 (127/8 to 127/8): TCP/UDP first fragments -> 010 -> 011 (default
-// DropPort); non-first fragments -> 017.
+// Table 015 (127/8 to 127/8): TCP/UDP first fragments -> 01d (default
+// DropLoopback) -> 010 -> 011 (default DropPort); non-first fragments ->
+// 017. IPv6's ::1 table (01b) links to 01d the same way.
 //
 // Table 016 (ICMP, at the ICMP header): type 8 (echo request) and 0 (echo
-// reply) -> eth0 (the echo identifier is not constrained); type 3
-// (unreachable, fragmentation needed included) and 11 (time exceeded)
-// only when the quoted packet has IHL 5 (key at 8), is TCP or UDP (key at
+// reply) -> eth0 (the echo identifier is not constrained); type 3 with
+// the codes an end host sends about its own sockets (3 port unreachable,
+// 13 and 10 administratively prohibited: icmpstate.go) only when the
+// quoted packet has IHL 5 (key at 8), is TCP or UDP (key at
 // 16) and was sent to the host IP (key at 24): such a node eats a fixed 28
 // bytes (ICMP header + quoted IPv4 header) and links to 018 -> 019, keyed on
 // the quoted destination port: an error about a packet one of the
 // container's ports received (what a host stack sends) -> eth0. Errors that
 // quote a packet with options, an ICMP packet or another container's flow
 // are dropped (DropICMP); the container's stack sends errors only about
-// packets it received, so nothing legitimate is lost.
+// packets it received, so nothing legitimate is lost. Every other
+// unreachable code (fragmentation needed included), source quench,
+// redirect, time exceeded and parameter problem -> DropICMPState: a peer
+// applies them to the shared address, not to one socket.
 //
 // ARP (prio 3): node 1 = [Ethernet source == host MAC, Ethernet/IPv4,
 // 6/4, op 1 (request), sender MAC == host MAC, sender IP == host IP] ->

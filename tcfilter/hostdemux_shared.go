@@ -91,14 +91,14 @@ func (sp *sharedPort) soleHolder(slot uint16) bool {
 func spreadNode(table uint32, b int, h spread.Holder) node {
 	return node{
 		prio: PrioIP, handle: MakeU32Handle(table, uint32(b), nodeSpread), classid: ClassID(h.Slot),
-		sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: h.Target,
+		sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: h.Target, own: true,
 	}
 }
 
 func pinNode(table uint32, srcPort uint16, h spread.Holder) node {
 	return node{
 		prio: PrioIP, handle: MakeU32Handle(table, uint32(spread.Bucket(srcPort)), pinID(srcPort)), classid: ClassID(h.Slot),
-		sel: sel(nl.TC_U32_TERMINAL, sportKey(ephemeral.Range{Begin: srcPort, End: srcPort})), act: actRedirect, target: h.Target,
+		sel: sel(nl.TC_U32_TERMINAL, sportKey(ephemeral.Range{Begin: srcPort, End: srcPort})), act: actRedirect, target: h.Target, own: true,
 	}
 }
 
@@ -131,11 +131,8 @@ func indexSpread(sp *sharedPort, nodes []*netlink.U32) {
 			sp.present[bkt] = true
 			continue
 		}
-		if f.Sel == nil || len(f.Sel.Keys) != 1 || f.Sel.Keys[0].Off != 0 || f.Sel.Keys[0].Mask != 0xffff0000 {
-			continue
-		}
-		p := uint16(f.Sel.Keys[0].Val >> 16)
-		if uint32(spread.Bucket(p)) != bkt || pinID(p) != nid {
+		p, ok := pinOf(f, bkt, nid)
+		if !ok {
 			continue
 		}
 		if sp.pins == nil {

@@ -19,8 +19,9 @@ const PrioIP6 uint16 = 4
 // VethLayout: it goes into the tag of the host IPv6 addresses a veth's
 // filters were installed with (its alias), so a restart re-installs the
 // IPv6 classifier of a veth tagged by another revision (or by none: the
-// first tags hashed the addresses alone). 2: MLD drops.
-const Veth6Revision = 2
+// first tags hashed the addresses alone). 2: MLD drops. 3: ICMPv6 errors
+// by code (DropICMPState), ::1 through the loopback ports (DropLoopback).
+const Veth6Revision = 3
 
 // Table ids of the IPv6 classifier (below 0x800, clear of the IPv4 ones).
 const (

@@ -114,6 +114,7 @@ type node struct {
 	kind    string // metrics kind; "" means kindOf(prio, handle)
 	reason  string // drop reason of a node redirecting to the drop sink
 	index   uint32 // a drop's shared mirred action (dropIndex); 0 for other nodes (actionIndex)
+	own     bool   // a mirred action of its own (not shared), whose last use tells the node's (SpreadUse)
 }
 
 func (n node) metricKind() string {

@@ -32,6 +32,9 @@ type wire struct {
 	cmac  net.HardwareAddr // the client's eth0 MAC (containers' neighbour entry)
 	eth0D *HostDemux
 	loD   *HostDemux
+	// loopPorts are the veths' loopback ports (as the data plane's
+	// default: every port from 1024)
+	loopPorts []ephemeral.Range
 }
 
 type ctr struct {
@@ -45,7 +48,7 @@ type ctr struct {
 
 func newWire(t testing.TB) *wire {
 	e := newKernelEnv(t, 0)
-	w := &wire{kernelEnv: e, mac: e.s.HostMAC}
+	w := &wire{kernelEnv: e, mac: e.s.HostMAC, loopPorts: ephemeral.Split(ephemeral.MustParseSet("1024-65535"))}
 	lo, err := e.h.LinkByIndex(e.lo)
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +72,7 @@ func newWire(t testing.TB) *wire {
 	}
 	w.cmac = cl.Attrs().HardwareAddr
 	w.eth0D = NewHostDemux(e.h, e.eth0, "eth0", e.s.HostIP, nil)
+	t.Cleanup(w.eth0D.ReleaseEcho) // the echo maps and their sweepers
 	w.loD = NewHostDemux(e.h, e.lo, "lo", nil, nil)
 	hc := e.openConn(t)
 	w.eth0D.SetConn(hc)
@@ -158,7 +162,7 @@ func (w *wire) plumb(t testing.TB, name string, slot uint16, ranges ...ephemeral
 	// as the data plane does: batches, the veth's from a new device
 	must(ContainerFilters{H: ch, C: connIn(t, c.Do), Lo: clo.Attrs().Index, Eth0: ceth.Attrs().Index, HostIP: w.s.HostIP}.Install(ranges))
 	vf := VethFilters{H: w.h, C: connIn(t, w.s.Host.Do), Veth: veth, Eth0: w.eth0, Lo: w.lo, Sinks: w.sinks, VLAN: true,
-		HostIP: w.s.HostIP, MAC: w.mac, Slot: slot, New: true}
+		HostIP: w.s.HostIP, MAC: w.mac, Slot: slot, New: true, LoopPorts: w.loopPorts}
 	must(vf.Install(ranges))
 	vf.New = false
 	must(w.eth0D.AddRanges(slot, veth, ranges))

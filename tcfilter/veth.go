@@ -141,8 +141,12 @@ type VethFilters struct {
 	// dropped (DropEthertype).
 	HostIP6 []net.IP
 	MAC     net.HardwareAddr // the host MAC (every frame's source)
-	Slot    uint16
-	Obs     Observer
+	// LoopPorts are the aligned ranges of destination ports the container
+	// may reach on 127.0.0.0/8 and ::1 (LoopPortRanges; loopback.go):
+	// TCP/UDP there to any other port is dropped as DropLoopback.
+	LoopPorts []ephemeral.Range
+	Slot      uint16
+	Obs       Observer
 	// New: the veth was just created and has no filters; Install then
 	// reads none back (each dump waits for rtnl) and sends all of them in
 	// one batch.
@@ -180,6 +184,7 @@ var vethTables = []tableSpec{
 	{KindIP, PrioIP, TableVethLoop, 1},
 	{KindICMP, PrioIP, TableVethICMP, 1},
 	{KindIP, PrioIP, TableVethFrag, 1},
+	{KindIP, PrioIP, TableVethLoopPort, 1},
 }
 
 func (v VethFilters) dev() dev { return dev{h: v.H, ifindex: v.Veth, label: "veth", obs: v.Obs} }
@@ -203,7 +208,7 @@ func (v VethFilters) check() error {
 	if v.Sinks == nil {
 		return errors.New("veth filters: no drop sinks")
 	}
-	return nil
+	return v.checkLoopPorts()
 }
 
 // withKinds labels the metrics kind of nodes that have none: ip (arp in
@@ -278,8 +283,8 @@ func (v VethFilters) fixedNodes() []node {
 	// host IP: the quoted header starts 8 bytes into the ICMP message, its
 	// protocol byte is at 8+9, its destination at 8+16; eating 28 bytes
 	// puts the quoted ports at offset 0 for the port lookup.
-	icmpErr := func(id uint32, typ, proto uint8) node {
-		s := fixedOffsetEat(sel(0, icmpTypeKey(typ), key(8, 0xff000000, 0x45000000),
+	icmpErr := func(id uint32, code, proto uint8) node {
+		s := fixedOffsetEat(sel(0, icmpUnreachKey(code), key(8, 0xff000000, 0x45000000),
 			key(16, 0x00ff0000, uint32(proto)<<16), key(24, 0xffffffff, ip4(hostIP))), 28)
 		return v.drop(node{prio: PrioIP, handle: h(TableVethICMP, id), sel: s, link: vethErr.hashTable, kind: KindICMP}, DropICMP)
 	}
@@ -290,7 +295,7 @@ func (v VethFilters) fixedNodes() []node {
 		key(12, 0xffffffff, uint32(v.MAC[4])<<24|uint32(v.MAC[5])<<16|uint32(hostIP[0])<<8|uint32(hostIP[1])),
 		key(16, 0xffff0000, uint32(hostIP[2])<<24|uint32(hostIP[3])<<16),
 	})...)
-	return withKinds(append([]node{
+	return withKinds(slices.Concat([]node{
 		// root of the IP priority
 		v.drop(link(1, sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key(), srcKey(v.HostIP)})...), TableVethHost), DropProtocol),
 		v.drop(link(2, sel(0, keys(mac, []nl.TcU32Key{plainIPv4Key(), srcLoopbackKey(), dstLoopbackKey()})...), TableVethLoop), DropProtocol),
@@ -302,8 +307,8 @@ func (v VethFilters) fixedNodes() []node {
 		// source = host IP, by protocol
 		v.drop(link(h(TableVethHost, 1), l4(ipprotoTCP, hip), vethLocal.hashTable), DropPort),
 		v.drop(link(h(TableVethHost, 2), l4(ipprotoUDP, hip), vethLocal.hashTable), DropPort),
-		v.drop(link(h(TableVethHost, 3), l4(ipprotoTCP, dstLoopbackKey()), vethLocal.hashTable), DropPort),
-		v.drop(link(h(TableVethHost, 4), l4(ipprotoUDP, dstLoopbackKey()), vethLocal.hashTable), DropPort),
+		v.toLoopPorts(PrioIP, h(TableVethHost, 3), l4(ipprotoTCP, dstLoopbackKey())),
+		v.toLoopPorts(PrioIP, h(TableVethHost, 4), l4(ipprotoUDP, dstLoopbackKey())),
 		v.drop(link(h(TableVethHost, 5), l4(ipprotoTCP), vethOut.hashTable), DropPort),
 		v.drop(link(h(TableVethHost, 6), l4(ipprotoUDP), vethOut.hashTable), DropPort),
 		v.drop(node{prio: PrioIP, handle: h(TableVethHost, 7), sel: l4(ipprotoICMP), link: TableVethICMP, kind: KindICMP}, DropICMP),
@@ -312,20 +317,25 @@ func (v VethFilters) fixedNodes() []node {
 		link(h(TableVethHost, 9), sel(0, protoKey(ipprotoUDP)), TableVethFrag),
 		link(h(TableVethHost, 10), sel(0, protoKey(ipprotoICMP)), TableVethFrag),
 
-		// source and destination in 127.0.0.0/8: TCP and UDP to host lo
-		v.drop(link(h(TableVethLoop, 1), l4(ipprotoTCP), vethLocal.hashTable), DropPort),
-		v.drop(link(h(TableVethLoop, 2), l4(ipprotoUDP), vethLocal.hashTable), DropPort),
+		// source and destination in 127.0.0.0/8: TCP and UDP to an
+		// allowed destination port (loopback.go), then host lo
+		v.toLoopPorts(PrioIP, h(TableVethLoop, 1), l4(ipprotoTCP)),
+		v.toLoopPorts(PrioIP, h(TableVethLoop, 2), l4(ipprotoUDP)),
 		link(h(TableVethLoop, 3), sel(0, protoKey(ipprotoTCP)), TableVethFrag),
 		link(h(TableVethLoop, 4), sel(0, protoKey(ipprotoUDP)), TableVethFrag),
 
 		// ICMP (offset: the ICMP header)
 		{prio: PrioIP, handle: h(TableVethICMP, 1), classid: c, sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(8)), act: actRedirect, target: v.out(), kind: KindICMP},
 		{prio: PrioIP, handle: h(TableVethICMP, 2), classid: c, sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(0)), act: actRedirect, target: v.out(), kind: KindICMP},
-		icmpErr(3, 3, ipprotoTCP), // destination unreachable (incl. fragmentation needed)
-		icmpErr(4, 3, ipprotoUDP),
-		icmpErr(5, 11, ipprotoTCP), // time exceeded
-		icmpErr(6, 11, ipprotoUDP),
-
+		// destination unreachable with a code an end host's stack or
+		// firewall sends about its own sockets (icmpEndHostCodes)
+		icmpErr(3, icmpPortUnreach, ipprotoTCP),
+		icmpErr(4, icmpPortUnreach, ipprotoUDP),
+		icmpErr(5, icmpAdminProhibited, ipprotoTCP),
+		icmpErr(6, icmpAdminProhibited, ipprotoUDP),
+		icmpErr(7, icmpHostProhibited, ipprotoTCP),
+		icmpErr(8, icmpHostProhibited, ipprotoUDP),
+	}, v.icmpStateDrops(), v.loopPortNodes(), []node{
 		// non-first fragments: they carry no ports
 		to(PrioIP, h(TableVethFrag, 1), sel(0, hip), v.local()),
 		to(PrioIP, h(TableVethFrag, 2), sel(0, dstLoopbackKey()), v.local()),
@@ -341,7 +351,7 @@ func (v VethFilters) fixedNodes() []node {
 		// neither IPv4, ARP nor IPv6 (or too short to read)
 		v.drop(node{prio: PrioVethOther, handle: 1, sel: sel(0, macKeys(VLANMarkMAC)...)}, DropVLAN),
 		v.drop(node{prio: PrioVethOther, handle: 2, sel: sel(0)}, DropEthertype),
-	}, v.ip6Nodes()...))
+	}, v.ip6Nodes()))
 }
 
 func (v VethFilters) rangeSet() rangeSet {
@@ -362,7 +372,11 @@ func (v VethFilters) rangeSet() rangeSet {
 // reason's sink, counted in the sinks' map (dropsinks.go). Upgrading a
 // veth of an older layout moves the counts of its old drop actions into
 // the map.
-const VethLayout = 5
+//
+// Layout 6: ICMP errors only with the codes an end host sends
+// (icmpstate.go, DropICMPState); TCP/UDP to 127/8 and ::1 only to the
+// loopback ports (loopback.go, DropLoopback).
+const VethLayout = 6
 
 // Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
 // ranges rs. Existing nodes are kept or updated, so it can be re-run (also
@@ -431,6 +445,11 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 		return err
 	}
 	if err := syncFixed(v.C, d, v.fixedNodes(), fs); err != nil {
+		return err
+	}
+	b = batch{c: v.C}
+	v.staleLoopPorts(&b, d, fs)
+	if _, err := b.run(); err != nil {
 		return err
 	}
 	if err := v.Sinks.Add(v.Veth, legacy); err != nil {

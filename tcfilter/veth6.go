@@ -102,13 +102,18 @@ func (v VethFilters) ip6Nodes() []node {
 				v.drop(link(h(t, 0x100+2*uint32(i)), fixedOffsetEat(frag(true, ipprotoTCP, dst...), ip6HeaderLen+8), vethLocal.hashTable), DropPort),
 				v.drop(link(h(t, 0x101+2*uint32(i)), fixedOffsetEat(frag(true, ipprotoUDP, dst...), ip6HeaderLen+8), vethLocal.hashTable), DropPort))
 		}
-		rest, restTarget := vethOut.hashTable, v.out()
+		restTarget := v.out()
 		if lo {
-			rest, restTarget = vethLocal.hashTable, v.local()
+			// first fragments to ::1: the loopback ports (loopback.go)
+			restTarget = v.local()
+			ns = append(ns,
+				v.toLoopPorts(PrioIP6, h(t, 0x140), fixedOffsetEat(frag(true, ipprotoTCP), ip6HeaderLen+8)),
+				v.toLoopPorts(PrioIP6, h(t, 0x141), fixedOffsetEat(frag(true, ipprotoUDP), ip6HeaderLen+8)))
+		} else {
+			ns = append(ns,
+				v.drop(link(h(t, 0x140), fixedOffsetEat(frag(true, ipprotoTCP), ip6HeaderLen+8), vethOut.hashTable), DropPort),
+				v.drop(link(h(t, 0x141), fixedOffsetEat(frag(true, ipprotoUDP), ip6HeaderLen+8), vethOut.hashTable), DropPort))
 		}
-		ns = append(ns,
-			v.drop(link(h(t, 0x140), fixedOffsetEat(frag(true, ipprotoTCP), ip6HeaderLen+8), rest), DropPort),
-			v.drop(link(h(t, 0x141), fixedOffsetEat(frag(true, ipprotoUDP), ip6HeaderLen+8), rest), DropPort))
 		if !lo {
 			ns = append(ns, v.drop(node{prio: PrioIP6, handle: h(t, 0x142), link: TableVeth6ICMP, kind: KindICMP,
 				sel: fixedOffsetEat(frag(true, ipprotoICMPv6), ip6HeaderLen+8)}, DropICMP))
@@ -136,10 +141,11 @@ func (v VethFilters) ip6Nodes() []node {
 	)
 	extDrops(TableVeth6Host)
 	fragNodes(TableVeth6Host, v.HostIP6, false)
-	// ::1 to ::1: TCP and UDP to host lo
+	// ::1 to ::1: TCP and UDP to an allowed destination port
+	// (loopback.go), then host lo
 	ns = append(ns,
-		v.drop(link(h(TableVeth6Loop, 1), l4(ipprotoTCP), vethLocal.hashTable), DropPort),
-		v.drop(link(h(TableVeth6Loop, 2), l4(ipprotoUDP), vethLocal.hashTable), DropPort),
+		v.toLoopPorts(PrioIP6, h(TableVeth6Loop, 1), l4(ipprotoTCP)),
+		v.toLoopPorts(PrioIP6, h(TableVeth6Loop, 2), l4(ipprotoUDP)),
 	)
 	extDrops(TableVeth6Loop)
 	fragNodes(TableVeth6Loop, nil, true)
@@ -166,11 +172,20 @@ func (v VethFilters) ip6Nodes() []node {
 		// an error about a packet sent to host address a: the quoted
 		// IPv6 header at +8 (version, next header at +12, destination at
 		// +32), its ports at +48; on to the quoted destination port lookup
-		for k, p := range []uint8{ipprotoTCP, ipprotoUDP} {
-			s := fixedOffsetEat(sel(0, keys([]nl.TcU32Key{icmp6ErrorKey(), key(8, 0xf0000000, 0x60000000),
-				key(8+4, 0x0000ff00, uint32(p)<<8)}, addr6Keys(8+ip6Dst, a))...), 8+ip6HeaderLen)
-			ns = append(ns, v.drop(node{prio: PrioIP6, handle: h(TableVeth6ICMP, 0x10+2*uint32(i)+uint32(k)), sel: s,
-				link: vethErr.hashTable, kind: KindICMP}, DropICMP))
+		// with a code an end host sends about its own sockets
+		// (icmpstate.go): port unreachable (0x10..), administratively
+		// prohibited (0x80..)
+		for _, e := range []struct {
+			base uint32
+			code uint8
+		}{{0x10, icmp6PortUnreach}, {0x80, icmp6AdminProhibited}} {
+			base, code := e.base, e.code
+			for k, p := range []uint8{ipprotoTCP, ipprotoUDP} {
+				s := fixedOffsetEat(sel(0, keys([]nl.TcU32Key{icmp6UnreachKey(code), key(8, 0xf0000000, 0x60000000),
+					key(8+4, 0x0000ff00, uint32(p)<<8)}, addr6Keys(8+ip6Dst, a))...), 8+ip6HeaderLen)
+				ns = append(ns, v.drop(node{prio: PrioIP6, handle: h(TableVeth6ICMP, base+2*uint32(i)+uint32(k)), sel: s,
+					link: vethErr.hashTable, kind: KindICMP}, DropICMP))
+			}
 		}
 		// neighbour advertisements for a host address only (target at
 		// +8), with no option or the host MAC as target link-layer address
@@ -185,7 +200,7 @@ func (v VethFilters) ip6Nodes() []node {
 		ns = append(ns, v.drop(node{prio: PrioIP6, handle: h(TableVeth6ICMP, 0x70+uint32(j)),
 			sel: sel(0, key(0, 0xff000000, uint32(t)<<24)), kind: KindICMP}, DropNDP))
 	}
-	return ns
+	return append(ns, v.icmp6StateDrops()...)
 }
 
 // addTables6 adds to b the creation of the IPv6 classifier's tables

@@ -4,33 +4,34 @@ import (
 	"fmt"
 	"net"
 
-	lc "github.com/isolatord/isolatord/api/liteclient"
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 )
 
 // attachedIface is the container's eth0 as isolatord's Attach reported it
 // (AttachResponse.eth0): what readNSIface would read in the namespace,
-// without entering it. ok is false when the daemon sent none (one older
-// than the field), and the plugin then reads the namespace.
-func attachedIface(e *lc.Interface) (ifc nsIface, ok bool, err error) {
+// without entering it. ok is false when the daemon sent none (the
+// container was isolated before this call), and the plugin then reads the
+// namespace.
+func attachedIface(e *pb.AttachResponse_Interface) (ifc nsIface, ok bool, err error) {
 	if e == nil {
 		return nsIface{}, false, nil
 	}
-	ifc.MTU = int(e.MTU)
-	if e.MAC != "" {
-		if ifc.MAC, err = net.ParseMAC(e.MAC); err != nil {
+	ifc.MTU = int(e.GetMtu())
+	if e.GetMac() != "" {
+		if ifc.MAC, err = net.ParseMAC(e.GetMac()); err != nil {
 			return nsIface{}, false, fmt.Errorf("eth0.mac: %w", err)
 		}
 	}
-	if ifc.Addrs, err = cidrList("eth0.ipv4_addresses", e.IPv4Addresses); err != nil {
+	if ifc.Addrs, err = cidrList("eth0.ipv4_addresses", e.GetIpv4Addresses()); err != nil {
 		return nsIface{}, false, err
 	}
-	if ifc.Addrs6, err = cidrList("eth0.ipv6_addresses", e.IPv6Addresses); err != nil {
+	if ifc.Addrs6, err = cidrList("eth0.ipv6_addresses", e.GetIpv6Addresses()); err != nil {
 		return nsIface{}, false, err
 	}
-	if ifc.Gateway, err = optionalIP("eth0.ipv4_gateway", e.IPv4Gateway); err != nil {
+	if ifc.Gateway, err = optionalIP("eth0.ipv4_gateway", e.GetIpv4Gateway()); err != nil {
 		return nsIface{}, false, err
 	}
-	if ifc.Gateway6, err = optionalIP("eth0.ipv6_gateway", e.IPv6Gateway); err != nil {
+	if ifc.Gateway6, err = optionalIP("eth0.ipv6_gateway", e.GetIpv6Gateway()); err != nil {
 		return nsIface{}, false, err
 	}
 	if ifc.Gateway != nil {

@@ -11,7 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/isolatord/isolatord/api/liteclient"
+	"github.com/isolatord/isolatord/api"
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -35,7 +36,8 @@ const (
 // ArgSharedPorts is the CNI_ARGS key through which a runtime asks for
 // ports to be held shared (SO_REUSEPORT across containers), e.g.
 // CNI_ARGS="IgnoreUnknown=1;ISOLATOR_SHARED_PORTS=31443,31500-31501".
-// Nomad passes it from `network { cni { args = { ... } } }`.
+// Nomad 1.9 and later pass it from `network { cni { args = { ... } } }`;
+// with Nomad 1.6 a network's "sharedPorts" does the same for every alloc.
 const ArgSharedPorts = "ISOLATOR_SHARED_PORTS"
 
 // labelArgs are the CNI_ARGS keys copied into labels, so that `isolatorctl
@@ -50,7 +52,7 @@ var labelArgs = []string{
 type NetConf struct {
 	types.PluginConf
 
-	// Socket is isolatord's unix socket; default liteclient.DefaultSocket.
+	// Socket is isolatord's unix socket; default api.DefaultSocket.
 	Socket string `json:"socket,omitempty"`
 	// Ports are static ports every container of this network holds
 	// exclusively, on top of its port mappings.
@@ -163,7 +165,7 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 		return nil, parseError(err)
 	}
 	if conf.Socket == "" {
-		conf.Socket = liteclient.DefaultSocket
+		conf.Socket = api.DefaultSocket
 	}
 	if both := conf.Ports.Intersect(conf.SharedPorts.Set); !both.Empty() {
 		return nil, configError("ports %s are listed both in \"ports\" and in \"sharedPorts\"", both)
@@ -224,7 +226,7 @@ func parseDelConfig(stdin []byte) (*NetConf, error) {
 	}
 	conf.Name = d.Name
 	if conf.Socket == "" {
-		conf.Socket = liteclient.DefaultSocket
+		conf.Socket = api.DefaultSocket
 	}
 	return conf, nil
 }
@@ -301,25 +303,25 @@ func (r PortRequest) Equal(o PortRequest) bool {
 }
 
 // Proto converts the request to the API's list, sorted by begin.
-func (r PortRequest) Proto() []liteclient.PortRange {
-	var out []liteclient.PortRange
+func (r PortRequest) Proto() []*pb.PortRange {
+	var out []*pb.PortRange
 	for _, rg := range r.Exclusive.Ranges() {
-		out = append(out, liteclient.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End)})
+		out = append(out, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End)})
 	}
 	for _, rg := range r.Shared.Ranges() {
-		out = append(out, liteclient.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End), Shared: true})
+		out = append(out, &pb.PortRange{Begin: uint32(rg.Begin), End: uint32(rg.End), Shared: true})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Begin < out[j].Begin })
+	sort.Slice(out, func(i, j int) bool { return out[i].GetBegin() < out[j].GetBegin() })
 	return out
 }
 
 // portRequestFromProto is the inverse of Proto, for a container the daemon
 // returned. Ranges outside 1-65535 cannot come from the daemon; they are
 // clipped rather than trusted.
-func portRequestFromProto(ps []liteclient.PortRange) PortRequest {
+func portRequestFromProto(ps []*pb.PortRange) PortRequest {
 	var excl, shared []ephemeral.Range
 	for _, p := range ps {
-		b, e := p.Begin, p.End
+		b, e := p.GetBegin(), p.GetEnd()
 		if b == 0 || b > 65535 || e < b {
 			continue
 		}
@@ -327,7 +329,7 @@ func portRequestFromProto(ps []liteclient.PortRange) PortRequest {
 			e = 65535
 		}
 		r := ephemeral.Range{Begin: uint16(b), End: uint16(e)}
-		if p.Shared {
+		if p.GetShared() {
 			shared = append(shared, r)
 		} else {
 			excl = append(excl, r)

@@ -8,7 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/isolatord/isolatord/api"
-	"github.com/isolatord/isolatord/api/liteclient"
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
 )
 
@@ -213,7 +213,7 @@ func TestRequestedPortsMergesStaticSharedAndArgs(t *testing.T) {
 func mustErr(_ PortRequest, err error) error { return err }
 
 func TestPortRequestFromProtoIgnoresNonsense(t *testing.T) {
-	got := portRequestFromProto([]liteclient.PortRange{
+	got := portRequestFromProto([]*pb.PortRange{
 		{Begin: 31000, End: 31001},
 		{Begin: 0, End: 5},
 		{Begin: 9, End: 3},

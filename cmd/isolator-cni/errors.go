@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
-
-	"github.com/isolatord/isolatord/api/unarygrpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Plugin-defined CNI error codes (the spec reserves 100 and above for
@@ -35,26 +35,26 @@ const (
 // cniCode maps a gRPC status code from isolatord to a CNI error code.
 // field is the API field the call was about, to tell a missing network
 // namespace (NOT_FOUND on netns_path) from an unknown container.
-func cniCode(c unarygrpc.Code, netnsCall bool) uint {
+func cniCode(c codes.Code, netnsCall bool) uint {
 	switch c {
-	case unarygrpc.InvalidArgument, unarygrpc.OutOfRange:
+	case codes.InvalidArgument, codes.OutOfRange:
 		return types.ErrInvalidNetworkConfig
-	case unarygrpc.FailedPrecondition:
+	case codes.FailedPrecondition:
 		return ErrPortUnavailable
-	case unarygrpc.AlreadyExists:
+	case codes.AlreadyExists:
 		return ErrContainerExists
-	case unarygrpc.ResourceExhausted:
+	case codes.ResourceExhausted:
 		return ErrNoCapacity
-	case unarygrpc.NotFound:
+	case codes.NotFound:
 		if netnsCall {
 			return types.ErrInvalidNetNS
 		}
 		return types.ErrUnknownContainer
-	case unarygrpc.Unavailable, unarygrpc.DeadlineExceeded, unarygrpc.Canceled, unarygrpc.Aborted:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Aborted:
 		return types.ErrTryAgainLater
-	case unarygrpc.PermissionDenied, unarygrpc.Unauthenticated:
+	case codes.PermissionDenied, codes.Unauthenticated:
 		return ErrNotAuthorized
-	case unarygrpc.Unimplemented:
+	case codes.Unimplemented:
 		return types.ErrIncompatibleCNIVersion
 	}
 	return types.ErrInternal
@@ -62,8 +62,7 @@ func cniCode(c unarygrpc.Code, netnsCall bool) uint {
 
 // daemonError turns an error from an isolatord RPC into a CNI error whose
 // message is the daemon's message and whose details name the call and the
-// gRPC code. An error that already is a CNI error is returned as is; a
-// connection the daemon never greeted is connectError's.
+// gRPC code. An error that already is a CNI error is returned as is.
 func daemonError(rpc string, err error) error {
 	if err == nil {
 		return nil
@@ -72,23 +71,19 @@ func daemonError(rpc string, err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	var he *unarygrpc.HandshakeError
-	if errors.As(err, &he) {
-		return connectError(err)
-	}
-	var st *unarygrpc.Error
-	if !errors.As(err, &st) {
+	st, ok := status.FromError(err)
+	if !ok {
 		return types.NewError(types.ErrInternal, "isolatord "+rpc+": "+err.Error(), "")
 	}
-	msg := st.Message
-	if st.Code == unarygrpc.Unavailable || st.Code == unarygrpc.DeadlineExceeded {
+	msg := st.Message()
+	if st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded {
 		msg = "isolatord did not answer " + rpc + ": " + msg
 	}
-	details := fmt.Sprintf("isolatord %s: %s", rpc, st.Code)
-	if st.Code == unarygrpc.Unimplemented {
+	details := fmt.Sprintf("isolatord %s: %s", rpc, st.Code())
+	if st.Code() == codes.Unimplemented {
 		details += " (isolatord is older than isolator-cni: restart it after an upgrade)"
 	}
-	return types.NewError(cniCode(st.Code, rpc == "Isolate" || rpc == "Attach"), msg, details)
+	return types.NewError(cniCode(st.Code(), rpc == "Isolate" || rpc == "Attach"), msg, details)
 }
 
 // connectError is the CNI error for a daemon that cannot be reached: try
@@ -98,6 +93,6 @@ func connectError(err error) error {
 }
 
 // isCode reports whether err is a gRPC status with code c.
-func isCode(err error, c unarygrpc.Code) bool {
-	return err != nil && unarygrpc.CodeOf(err) == c
+func isCode(err error, c codes.Code) bool {
+	return err != nil && status.Code(err) == c
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // anyHostIP reports whether a port mapping's hostIP means every host
@@ -29,13 +32,13 @@ func namesHostIP(conf *NetConf) bool {
 // but only when a port mapping names a host address to check against it:
 // otherwise ADD and CHECK need no round trip beyond their own calls, and
 // it returns "".
-func hostIP(ctx context.Context, c daemon, conf *NetConf) (string, error) {
+func hostIP(ctx context.Context, c isolatordv1grpc.IsolatorClient, conf *NetConf) (string, error) {
 	if !namesHostIP(conf) {
 		return "", nil
 	}
-	st, err := c.Status(ctx)
+	st, err := c.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		return "", daemonError("Status", err)
 	}
-	return st.HostIP, nil
+	return st.GetHostIp(), nil
 }

@@ -2,8 +2,7 @@
 // container runtimes speaking CNI (containerd/CRI, CRI-O, Nomad's cni/NAME
 // networks) execute, and that turns each CNI verb into calls to isolatord's
 // gRPC API on its unix socket, the way the CNI dhcp plugin talks to its
-// daemon (through liteclient, which links no grpc-go, net/http or
-// protobuf reflection, so that the plugin starts fast). It keeps no state of its own: isolatord holds everything, and
+// daemon (through grpc-go and the generated client, api.Dial). It keeps no state of its own: isolatord holds everything, and
 // every container the plugin prepares carries the labels cni.network (the
 // network name) and cni.ifname, so DEL, CHECK and GC only ever touch this
 // network's containers.
@@ -21,8 +20,7 @@
 //     The result reports the host end of the veth and eth0 inside the
 //     namespace with the host's address, prefix, MAC and gateway, as
 //     Attach's reply describes them (read from the namespace when the
-//     reply has no eth0: the container was isolated before, or an older
-//     isolatord). A retried ADD (same ports, same namespace)
+//     reply has no eth0: the container was isolated before). A retried ADD (same ports, same namespace)
 //     succeeds.
 //   - DEL: Cleanup, which isolatord carries out only if the container has
 //     this network's labels (require_labels). Succeeds when the daemon does not know the container,

@@ -12,25 +12,19 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
-	lc "github.com/isolatord/isolatord/api/liteclient"
-	"github.com/isolatord/isolatord/api/unarygrpc"
-)
+	"google.golang.org/grpc/codes"
 
-// daemon is what the plugin asks isolatord (liteclient.Client).
-type daemon interface {
-	Attach(context.Context, *lc.AttachRequest) (*lc.AttachResponse, error)
-	Cleanup(context.Context, *lc.CleanupRequest) (*lc.CleanupResponse, error)
-	Get(context.Context, *lc.GetRequest) (*lc.GetResponse, error)
-	List(context.Context) (*lc.ListResponse, error)
-	Status(context.Context) (*lc.StatusResponse, error)
-}
+	"github.com/isolatord/isolatord/api"
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
+)
 
 // Plugin carries out the CNI verbs against isolatord. Its fields are the
 // seams the tests replace; newPlugin gives the real ones.
 type Plugin struct {
 	// Dial connects to isolatord's socket; the returned func closes the
 	// connection.
-	Dial func(ctx context.Context, socket string) (daemon, func() error, error)
+	Dial func(ctx context.Context, socket string) (isolatordv1grpc.IsolatorClient, func() error, error)
 	// ReadNS reads an interface inside a network namespace (readNSIface).
 	ReadNS func(nsPath, ifname string) (nsIface, error)
 	// Stdout receives the ADD result.
@@ -45,8 +39,8 @@ type Plugin struct {
 
 func newPlugin(stdout io.Writer) *Plugin {
 	return &Plugin{
-		Dial: func(ctx context.Context, socket string) (daemon, func() error, error) {
-			c, err := lc.Dial(ctx, socket)
+		Dial: func(ctx context.Context, socket string) (isolatordv1grpc.IsolatorClient, func() error, error) {
+			c, err := api.Dial(ctx, socket)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -56,7 +50,7 @@ func newPlugin(stdout io.Writer) *Plugin {
 		Stdout:        stdout,
 		Timeout:       60 * time.Second,
 		StatusTimeout: 5 * time.Second,
-		DialTimeout:   lc.DefaultDialTimeout,
+		DialTimeout:   api.DefaultDialTimeout,
 		DaemonWait:    DefaultDaemonWait,
 	}
 }
@@ -64,25 +58,24 @@ func newPlugin(stdout io.Writer) *Plugin {
 // owner checks that a container isolatord returned belongs to this network
 // and interface: the plugin never touches containers of other networks or
 // containers created outside CNI.
-func owner(c *lc.Container, network, ifname string) error {
-	c = orEmpty(c)
-	l := c.Labels
+func owner(c *pb.Container, network, ifname string) error {
+	l := c.GetLabels()
 	got, ok := l[LabelNetwork]
 	switch {
 	case !ok:
-		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord outside CNI (no %s label), not by network %q", c.ContainerID, LabelNetwork, network), "")
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord outside CNI (no %s label), not by network %q", c.GetContainerId(), LabelNetwork, network), "")
 	case got != network:
-		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord for CNI network %q, not %q", c.ContainerID, got, network), "")
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord for CNI network %q, not %q", c.GetContainerId(), got, network), "")
 	case l[LabelIfName] != ifname:
-		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is attached to network %q as %q, not %q", c.ContainerID, network, l[LabelIfName], ifname), "")
+		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is attached to network %q as %q, not %q", c.GetContainerId(), network, l[LabelIfName], ifname), "")
 	}
 	return nil
 }
 
 // orEmpty is c, or an empty container when a reply carried none.
-func orEmpty(c *lc.Container) *lc.Container {
+func orEmpty(c *pb.Container) *pb.Container {
 	if c == nil {
-		return &lc.Container{}
+		return &pb.Container{}
 	}
 	return c
 }
@@ -153,25 +146,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	att, err := c.Attach(ctx, &lc.AttachRequest{
-		Prepare: &lc.PrepareRequest{
-			ContainerID: args.ContainerID,
+	att, err := c.Attach(ctx, &pb.AttachRequest{
+		Prepare: &pb.PrepareRequest{
+			ContainerId: args.ContainerID,
 			Ports:       req.Proto(),
 			Labels:      cargs.labels(conf.Name, args.IfName),
 		},
-		NetnsPath:     args.Netns,
+		Target:        &pb.AttachRequest_NetnsPath{NetnsPath: args.Netns},
 		RequireLabels: ownerLabels(conf.Name, args.IfName),
 	})
 	if err != nil {
 		return daemonError("Attach", err)
 	}
-	if att.LabelsDiffer {
-		if err := owner(att.Container, conf.Name, args.IfName); err != nil {
+	if att.GetLabelsDiffer() {
+		if err := owner(att.GetContainer(), conf.Name, args.IfName); err != nil {
 			return err
 		}
 		return types.NewError(ErrContainerExists, fmt.Sprintf("container_id: %s is held by isolatord with other labels", args.ContainerID), "")
 	}
-	wasIsolated := att.WasIsolated
+	wasIsolated := att.GetWasIsolated()
 
 	// rollback undoes this ADD after a later step failed (isolatord undid
 	// a failed Attach itself). A container that was already isolated (a
@@ -183,7 +176,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer rcancel()
-		if _, err := c.Cleanup(rctx, &lc.CleanupRequest{ContainerID: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)}); err != nil {
+		if _, err := c.Cleanup(rctx, &pb.CleanupRequest{ContainerId: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)}); err != nil {
 			var ce *types.Error
 			if errors.As(cause, &ce) {
 				ce.Details = joinDetails(ce.Details, "rollback (Cleanup) also failed: "+err.Error())
@@ -194,9 +187,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cause
 	}
 
-	// isolatord says what it configured; an older one does not, and the
-	// namespace is read instead.
-	ifc, ok, err := attachedIface(att.Eth0)
+	// isolatord says what it configured when this call isolated the
+	// container; for one isolated before (a retried ADD) the namespace is
+	// read instead.
+	ifc, ok, err := attachedIface(att.GetEth0())
 	if err != nil {
 		return rollback(types.NewError(types.ErrInternal, "isolator-cni: isolatord's Attach reply: "+err.Error(), ""))
 	}
@@ -213,7 +207,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		return rollback(types.NewError(types.ErrInternal, fmt.Sprintf("isolator-cni: %s in %s has no %s after Isolate (has %v)", ContainerIfName, args.Netns, want, ifc.Addrs), ""))
 	}
-	result := buildResult(prev, orEmpty(att.Container), args.IfName, args.Netns, ifc, addr)
+	result := buildResult(prev, orEmpty(att.GetContainer()), args.IfName, args.Netns, ifc, addr)
 	out, err := result.GetAsVersion(conf.CNIVersion)
 	if err != nil {
 		return rollback(types.NewError(types.ErrIncompatibleCNIVersion, "isolator-cni: "+err.Error(), ""))
@@ -237,7 +231,7 @@ func joinDetails(a, b string) string {
 // result): the host end of the veth (no sandbox), then eth0 inside the
 // namespace with the host's address, gateway and default route, and its
 // IPv6 addresses and route when it has IPv6.
-func buildResult(prev *types100.Result, c *lc.Container, ifname, netnsPath string, ifc nsIface, addr net.IPNet) *types100.Result {
+func buildResult(prev *types100.Result, c *pb.Container, ifname, netnsPath string, ifc nsIface, addr net.IPNet) *types100.Result {
 	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion}
 	if prev != nil {
 		r.Interfaces = append(r.Interfaces, prev.Interfaces...)
@@ -245,7 +239,7 @@ func buildResult(prev *types100.Result, c *lc.Container, ifname, netnsPath strin
 		r.Routes = append(r.Routes, prev.Routes...)
 		r.DNS = prev.DNS
 	}
-	if v := c.Veth; v != "" {
+	if v := c.GetVeth(); v != "" {
 		r.Interfaces = append(r.Interfaces, &types100.Interface{Name: v})
 	}
 	idx := len(r.Interfaces)
@@ -288,8 +282,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 
 	// One call: isolatord cleans the container up only if it is this
 	// network's and interface's; otherwise it leaves it to its owner.
-	_, err = c.Cleanup(ctx, &lc.CleanupRequest{ContainerID: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)})
-	if err != nil && !isCode(err, unarygrpc.NotFound) {
+	_, err = c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: args.ContainerID, RequireLabels: ownerLabels(conf.Name, args.IfName)})
+	if err != nil && !isCode(err, codes.NotFound) {
 		return daemonError("Cleanup", err)
 	}
 	return nil
@@ -319,18 +313,18 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	defer closeConn()
 
-	got, err := c.Get(ctx, &lc.GetRequest{ContainerID: args.ContainerID})
+	got, err := c.Get(ctx, &pb.GetRequest{ContainerId: args.ContainerID})
 	if err != nil {
 		return daemonError("Get", err)
 	}
-	ctr := orEmpty(got.Container)
+	ctr := orEmpty(got.GetContainer())
 	if err := owner(ctr, conf.Name, args.IfName); err != nil {
 		return err
 	}
-	if ctr.State != lc.StateIsolated {
-		return checkFailed("container %s is %s in isolatord, not isolated", args.ContainerID, lc.StateName(ctr.State))
+	if ctr.GetState() != pb.ContainerState_CONTAINER_STATE_ISOLATED {
+		return checkFailed("container %s is %s in isolatord, not isolated", args.ContainerID, api.StateName(ctr.GetState()))
 	}
-	if src := ctr.NetnsSource; src != args.Netns {
+	if src := ctr.GetNetnsSource(); src != args.Netns {
 		return checkFailed("container %s is isolated in %s, but the runtime says its namespace is %s", args.ContainerID, src, args.Netns)
 	}
 	hip, err := hostIP(ctx, c, conf)
@@ -341,15 +335,15 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if have := portRequestFromProto(ctr.Ports); !have.Equal(want) {
+	if have := portRequestFromProto(ctr.GetPorts()); !have.Equal(want) {
 		return checkFailed("container %s holds ports %s in isolatord, but the configuration and port mappings ask for %s", args.ContainerID, have, want)
 	}
 	return p.checkInterface(prev, ctr, args.IfName, args.Netns)
 }
 
 // checkInterface compares prevResult with the namespace.
-func (p *Plugin) checkInterface(prev *types100.Result, ctr *lc.Container, ifname, netnsPath string) error {
-	idx, veth := -1, ctr.Veth == ""
+func (p *Plugin) checkInterface(prev *types100.Result, ctr *pb.Container, ifname, netnsPath string) error {
+	idx, veth := -1, ctr.GetVeth() == ""
 	for i, ifc := range prev.Interfaces {
 		if ifc == nil {
 			continue
@@ -357,7 +351,7 @@ func (p *Plugin) checkInterface(prev *types100.Result, ctr *lc.Container, ifname
 		if ifc.Name == ifname && ifc.Sandbox == netnsPath {
 			idx = i
 		}
-		if ifc.Sandbox == "" && ifc.Name == ctr.Veth {
+		if ifc.Sandbox == "" && ifc.Name == ctr.GetVeth() {
 			veth = true
 		}
 	}
@@ -365,7 +359,7 @@ func (p *Plugin) checkInterface(prev *types100.Result, ctr *lc.Container, ifname
 		return checkFailed("prevResult has no interface %s in %s", ifname, netnsPath)
 	}
 	if !veth {
-		return checkFailed("prevResult lacks host interface %s, isolatord's veth for %s", ctr.Veth, ctr.ContainerID)
+		return checkFailed("prevResult lacks host interface %s, isolatord's veth for %s", ctr.GetVeth(), ctr.GetContainerId())
 	}
 	ifc, err := p.ReadNS(netnsPath, ifname)
 	if err != nil {
@@ -432,21 +426,20 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return connectError(err)
 	}
 	defer closeConn()
-	list, err := c.List(ctx)
+	list, err := c.List(ctx, &pb.ListRequest{})
 	if err != nil {
 		return daemonError("List", err)
 	}
 	var failed []error
-	for _, ctr := range list.Containers {
-		ctr = orEmpty(ctr)
-		l := ctr.Labels
+	for _, ctr := range list.GetContainers() {
+		l := ctr.GetLabels()
 		if l[LabelNetwork] != conf.Name {
 			continue
 		}
-		if valid[types.GCAttachment{ContainerID: ctr.ContainerID, IfName: l[LabelIfName]}] {
+		if valid[types.GCAttachment{ContainerID: ctr.GetContainerId(), IfName: l[LabelIfName]}] {
 			continue
 		}
-		if _, err := c.Cleanup(ctx, &lc.CleanupRequest{ContainerID: ctr.ContainerID}); err != nil && !isCode(err, unarygrpc.NotFound) {
+		if _, err := c.Cleanup(ctx, &pb.CleanupRequest{ContainerId: ctr.GetContainerId()}); err != nil && !isCode(err, codes.NotFound) {
 			failed = append(failed, daemonError("Cleanup", err))
 		}
 	}
@@ -478,12 +471,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrPluginNotAvailable, "isolatord is not available: "+err.Error(), "")
 	}
 	defer closeConn()
-	if _, err := c.Status(ctx); err != nil {
-		var he *unarygrpc.HandshakeError
-		if errors.As(err, &he) {
-			// The connection's failure, found with the first call.
-			return types.NewError(types.ErrPluginNotAvailable, "isolatord is not available: "+err.Error(), "")
-		}
+	if _, err := c.Status(ctx, &pb.StatusRequest{}); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "isolatord at "+conf.Socket+" did not answer Status: "+err.Error(), "")
 	}
 	return nil

@@ -25,7 +25,6 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
-	"github.com/isolatord/isolatord/api/liteclient"
 )
 
 // fakeDaemon is an in-memory isolatord with the API's semantics that matter
@@ -656,10 +655,4 @@ func TestAddRollsBackWhenResultCannotBeGiven(t *testing.T) {
 }
 
 // portsOf is the port request a container of the fake daemon holds.
-func portsOf(ps []*pb.PortRange) PortRequest {
-	var out []liteclient.PortRange
-	for _, p := range ps {
-		out = append(out, liteclient.PortRange{Begin: p.GetBegin(), End: p.GetEnd(), Shared: p.GetShared()})
-	}
-	return portRequestFromProto(out)
-}
+func portsOf(ps []*pb.PortRange) PortRequest { return portRequestFromProto(ps) }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // DefaultDaemonWait is how long the plugin waits for isolatord to come
@@ -71,7 +73,7 @@ func daemonDown(err error) bool {
 // attempt that reaches a socket nobody accepts on yet (systemd holds it
 // while the daemon restarts and recovers) waits up to DialTimeout beyond
 // wait for the daemon to take the connection.
-func (p *Plugin) connect(ctx context.Context, socket string, wait time.Duration) (daemon, func() error, error) {
+func (p *Plugin) connect(ctx context.Context, socket string, wait time.Duration) (isolatordv1grpc.IsolatorClient, func() error, error) {
 	deadline := time.Now().Add(wait)
 	dialDeadline := deadline.Add(p.DialTimeout)
 	delay := 50 * time.Millisecond

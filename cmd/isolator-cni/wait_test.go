@@ -16,7 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"google.golang.org/grpc"
 
-	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
+	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // TestVerbsWaitForRestartingDaemon: with the daemon down (no socket, or a
@@ -45,7 +45,7 @@ func TestVerbsWaitForRestartingDaemon(t *testing.T) {
 	})
 	dial := e.plugin.Dial
 	failures := 0
-	e.plugin.Dial = func(ctx context.Context, socket string) (daemon, func() error, error) {
+	e.plugin.Dial = func(ctx context.Context, socket string) (isolatordv1grpc.IsolatorClient, func() error, error) {
 		c, closeConn, err := dial(ctx, socket)
 		mu.Lock()
 		defer mu.Unlock()
@@ -58,7 +58,7 @@ func TestVerbsWaitForRestartingDaemon(t *testing.T) {
 					return c, closeConn, err
 				}
 				srv = grpc.NewServer()
-				pbgrpc.RegisterIsolatorServer(srv, e.daemon)
+				isolatordv1grpc.RegisterIsolatorServer(srv, e.daemon)
 				go srv.Serve(lis)
 			}
 		}
@@ -166,8 +166,8 @@ func TestMuteDaemonIsTryAgainLater(t *testing.T) {
 		code uint
 		msg  string
 	}{
-		{"ADD", func() error { return p.Add(cmdArgs("c1", conf)) }, types.ErrTryAgainLater, "cannot connect to isolatord at " + sock + ": HTTP/2 handshake: context deadline exceeded"},
-		{"DEL", func() error { return p.Del(cmdArgs("c1", conf)) }, types.ErrTryAgainLater, "cannot connect to isolatord at " + sock + ": HTTP/2 handshake: context deadline exceeded"},
+		{"ADD", func() error { return p.Add(cmdArgs("c1", conf)) }, types.ErrTryAgainLater, "cannot connect to isolatord at " + sock + ": context deadline exceeded"},
+		{"DEL", func() error { return p.Del(cmdArgs("c1", conf)) }, types.ErrTryAgainLater, "cannot connect to isolatord at " + sock + ": context deadline exceeded"},
 		{"STATUS", func() error { return p.Status(&skel.CmdArgs{StdinData: conf}) }, types.ErrPluginNotAvailable, "isolatord is not available: cannot connect to isolatord at " + sock},
 	} {
 		start := time.Now()

@@ -339,6 +339,11 @@ func (r statusResult) writeTable(w io.Writer) error {
 		s.GetEphemeralBlocksTotal(), plural(uint64(s.GetBlockSize()), "port"),
 		s.GetEphemeralBlocksUsed(), s.GetEphemeralBlocksFree())
 	fmt.Fprintf(tw, "Managed static ports:\t%s\n", setWithSize(s.GetManagedPorts()))
+	loopback := "none (containers reach no host-only service on 127.0.0.0/8 or ::1)"
+	if s.GetHostLoopbackPorts() != "" {
+		loopback = s.GetHostLoopbackPorts()
+	}
+	fmt.Fprintf(tw, "Host loopback ports:\t%s\n", loopback)
 	fmt.Fprintf(tw, "Held exclusively:\t%s\n", setWithSize(s.GetStaticPortsExclusive()))
 	fmt.Fprintf(tw, "Held shared:\t%s\n", setWithSize(s.GetStaticPortsShared()))
 	fmt.Fprintf(tw, "Containers:\t%s\n", containers)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/dataplane"
@@ -105,9 +106,9 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.Iso
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, newUIDSet([]uint32{uint32(os.Getuid())}), log, metrics.New("test"))
+	gs, _ := newGRPCServer(iso, newUIDSet([]uint32{uint32(os.Getuid())}), log, metrics.New("test"), nil)
 	go gs.Serve(lis)
-	conn, err := pbgrpc.Dial(context.Background(), sock)
+	conn, err := api.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.Iso
 		gs.Stop()
 		iso.Close()
 	})
-	return pbgrpc.NewIsolatorClient(conn), dp
+	return conn, dp
 }
 
 func TestLimitsOverGRPC(t *testing.T) {

@@ -51,6 +51,7 @@ type options struct {
 	egressRate, egressBurst, egressCeil    string
 	ingressRate, ingressBurst, ingressCeil string
 	ipv6                                   ipv6Flag
+	hostLoopbackPorts                      string // host loopback ports open to every container (loopback)
 	showVersion                            bool
 }
 
@@ -70,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("isolatord", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.config, "config", "", "file of the settings that change at run time (key=value lines: log-level, allow-uid and the default limits, named like their flags, which stay their defaults); SIGHUP reads it again")
+	fs.StringVar(&o.config, "config", "", "file of the settings that change at run time (key=value lines: log-level, allow-uid, host-loopback-ports and the default limits, named like their flags, which stay their defaults); SIGHUP reads it again")
 	fs.StringVar(&o.socket, "socket", "/run/isolatord/isolatord.sock", "unix socket to serve gRPC on")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/isolatord", "directory of the state database")
 	fs.StringVar(&o.lockDir, "lock-dir", "/run/isolatord", "directory of the per-host-namespace lock file (one daemon per host network namespace)")
@@ -93,6 +94,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ingressRate, "ingress-rate-limit", "0", "default limit on what each container receives, like --egress-rate-limit")
 	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
+	fs.StringVar(&o.hostLoopbackPorts, keyHostLoopbackPorts, "", "ports of host services on 127.0.0.0/8 and ::1 every container may reach, e.g. 53,8125 (default none: a container reaches no host-only service; containers still reach each other through 127.0.0.1)")
 	fs.BoolVar(&o.showVersion, "version", false, "print isolatord's version and exit")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	return fs
@@ -287,7 +289,8 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	defer hp.Close()
 	cfg.HostPorts = hp
-	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Logger: log, Observer: m.FilterOp})
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Logger: log, Observer: m.FilterOp,
+		ContainerPorts: cfg.ManagedPorts.Union(cfg.EphemeralPool), HostLoopbackPorts: rl.cur.loopback})
 	if err != nil {
 		return err
 	}
@@ -336,9 +339,10 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	if ownSocket { // a socket systemd passed stays: it queues calls for the next start
 		defer os.Remove(o.socket)
 	}
-	gs, hs := newGRPCServer(iso, rl.uids, log, m)
+	gs, hs := newGRPCServer(iso, rl.uids, log, m, func() string { return dp.HostLoopbackPorts().String() })
 	spareProcs(log)
 	rl.iso = iso
+	rl.loopback = func(s ephemeral.Set) error { return dp.SetHostLoopbackPorts(ctx, s) }
 	rl.newUIDs = func(uids []uint32) { m.InitRPC(gs, uidLabels(uids)...) }
 	go rl.serve(ctx, reloads)
 
@@ -371,13 +375,13 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 
 // newGRPCServer builds the gRPC server: peer-credential transport, uid
 // authorization, call logging, the Isolator service and the health service.
-func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m *metrics.Metrics) (*grpc.Server, *health.Server) {
+func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m *metrics.Metrics, loopback func() string) (*grpc.Server, *health.Server) {
 	// Metrics first, so refused calls count as PermissionDenied with the caller's uid.
 	gs := grpc.NewServer(
 		grpc.Creds(peerCreds{}),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(uidLabel), logCalls(log), authorize(allowed), boundWrites(defaultWrites())),
 	)
-	pbgrpc.RegisterIsolatorServer(gs, &server{iso: iso, log: log})
+	pbgrpc.RegisterIsolatorServer(gs, &server{iso: iso, log: log, loopback: loopback})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

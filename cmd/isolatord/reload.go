@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 )
 
@@ -24,11 +25,13 @@ import (
 const (
 	keyLogLevel = "log-level"
 	keyAllowUID = "allow-uid"
+	// keyHostLoopbackPorts: host loopback ports open to every container
+	keyHostLoopbackPorts = "host-loopback-ports"
 )
 
 // reloadable are the keys the file may set, in the order changes are
 // logged; any other flag's name is reported as not changeable at run time.
-var reloadable = []string{keyLogLevel, keyAllowUID,
+var reloadable = []string{keyLogLevel, keyAllowUID, keyHostLoopbackPorts,
 	"egress-rate-limit", "egress-burst", "egress-ceil",
 	"ingress-rate-limit", "ingress-burst", "ingress-ceil"}
 
@@ -37,6 +40,7 @@ type liveSettings struct {
 	level           slog.Level
 	uids            []uint32
 	egress, ingress dataplane.Limit
+	loopback        ephemeral.Set // host loopback ports open to every container
 }
 
 // readConfigFile parses a --config file: key=value lines; blank lines and
@@ -103,6 +107,8 @@ func (o *options) reloadableField(k string) *string {
 		return &o.ingressBurst
 	case "ingress-ceil":
 		return &o.ingressCeil
+	case keyHostLoopbackPorts:
+		return &o.hostLoopbackPorts
 	}
 	panic("not a reloadable key: " + k)
 }
@@ -122,6 +128,9 @@ func (o *options) live() (liveSettings, error) {
 	}
 	if s.ingress, err = limitFlags("ingress", o.ingressRate, o.ingressBurst, o.ingressCeil); err != nil {
 		return s, err
+	}
+	if s.loopback, err = ephemeral.ParseSet(o.hostLoopbackPorts); err != nil {
+		return s, fmt.Errorf("--%s: %w", keyHostLoopbackPorts, err)
 	}
 	return s, nil
 }
@@ -184,6 +193,9 @@ type reloader struct {
 	iso   *isolator.Isolator
 	// newUIDs, when set, is told the uids a reload allows anew (metrics).
 	newUIDs func([]uint32)
+	// loopback opens the host loopback ports to every container (the data
+	// plane's SetHostLoopbackPorts).
+	loopback func(ephemeral.Set) error
 
 	mu  sync.Mutex
 	cur liveSettings
@@ -251,6 +263,14 @@ func (r *reloader) reload() {
 		}
 		note(d.name, isolator.LimitString(*d.cur), isolator.LimitString(d.next))
 		*d.cur = d.next
+	}
+	if next.loopback.String() != r.cur.loopback.String() {
+		if err := r.loopback(next.loopback); err != nil {
+			refuse(keyHostLoopbackPorts, next.loopback.String(), r.cur.loopback.String(), err.Error())
+		} else {
+			note(keyHostLoopbackPorts, r.cur.loopback.String(), next.loopback.String())
+			r.cur.loopback = next.loopback
+		}
 	}
 	r.log.Info("reloaded", "file", path, "changed", changed, "not_changed", kept)
 	// last, so that a level made stricter does not hide the lines above

@@ -24,6 +24,9 @@ type server struct {
 	pbgrpc.UnimplementedIsolatorServer
 	iso *isolator.Isolator
 	log *slog.Logger
+	// loopback, when set, says which host loopback ports are open to every
+	// container (--host-loopback-ports, as last reloaded).
+	loopback func() string
 }
 
 func portSpecs(ps []*pb.PortRange) []isolator.PortSpec {
@@ -254,6 +257,9 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	}
 	if st.Host.IP.IP != nil {
 		resp.HostIp = st.Host.IP.IP.String()
+	}
+	if s.loopback != nil {
+		resp.HostLoopbackPorts = s.loopback()
 	}
 	for _, a := range st.Host.IPv6 {
 		resp.HostIpv6 = append(resp.HostIpv6, a.String())

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/ephemeral"
@@ -52,9 +53,9 @@ func startServerWith(t testing.TB, uids []uint32, dp *isolatortest.DataPlane) (p
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, _ := newGRPCServer(iso, newUIDSet(uids), log, metrics.New("test"))
+	gs, _ := newGRPCServer(iso, newUIDSet(uids), log, metrics.New("test"), nil)
 	go gs.Serve(lis)
-	conn, err := pbgrpc.Dial(context.Background(), sock)
+	conn, err := api.Dial(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func startServerWith(t testing.TB, uids []uint32, dp *isolatortest.DataPlane) (p
 		gs.Stop()
 		iso.Close()
 	})
-	return pbgrpc.NewIsolatorClient(conn), dp, &grpcConn{sock: sock, health: healthpb.NewHealthClient(conn)}
+	return conn, dp, &grpcConn{sock: sock, health: healthpb.NewHealthClient(conn.Conn())}
 }
 
 type grpcConn struct {

@@ -58,6 +58,9 @@ type Meta struct {
 	// V6 tags the host IPv6 addresses the filters match (empty: none):
 	// Adopt re-installs them when it differs too.
 	V6 string `json:"v6,omitempty"`
+	// Loop tags the destination ports the veth lets a container reach on
+	// the host's loopback: Adopt re-installs the filters when it differs.
+	Loop string `json:"loop,omitempty"`
 }
 
 // FeatureHTB is reported in HostInfo.Features when the kernel has the HTB

@@ -14,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
+	"github.com/isolatord/isolatord/api"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/test/daemonproc"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -82,7 +81,7 @@ type Daemon struct {
 	// Wrap, when set, changes the command before each start (socket
 	// activation tests run the daemon under a launcher).
 	Wrap   func(d *Daemon, cmd *exec.Cmd)
-	conn   *grpc.ClientConn
+	conn   *api.Client
 	Client pbgrpc.IsolatorClient
 }
 
@@ -168,12 +167,12 @@ func (d *Daemon) Start() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := pbgrpc.Dial(ctx, d.Socket)
+	conn, err := api.Dial(ctx, d.Socket)
 	if err != nil {
 		d.t.Fatalf("dial: %v\n%s", err, d.Log())
 	}
 	d.conn = conn
-	d.Client = pbgrpc.NewIsolatorClient(conn)
+	d.Client = conn
 }
 
 // Log returns what the daemon printed so far.

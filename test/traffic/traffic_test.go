@@ -92,34 +92,42 @@ func TestEchoTimesOutWithoutServer(t *testing.T) {
 }
 
 func TestEchoWithSource(t *testing.T) {
-	// A bare listener that reports the peer address, to see the bind happen.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	// Two bare listeners that report the peer address, to see the bind
+	// happen. Each round dials its own listener: the first connection's
+	// 4-tuple may sit in TIME_WAIT on the client side (whichever side
+	// closes first keeps it), and connecting the same 4-tuple again would
+	// then fail with EADDRNOTAVAIL; reusing the source port for another
+	// destination is what SO_REUSEADDR allows.
 	peer := make(chan net.Addr, 2)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			peer <- c.RemoteAddr()
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Write([]byte("bare " + line))
-			c.Close()
+	var lns [2]net.Listener
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	// Pick a free port for the source, then use it twice in a row (the
-	// second time the first connection may sit in TIME_WAIT).
+		defer ln.Close()
+		lns[i] = ln
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				peer <- c.RemoteAddr()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				c.Write([]byte("bare " + line))
+				c.Close()
+			}
+		}()
+	}
+	// Pick a free port for the source, then use it twice in a row.
 	tmp, err := net.Listen("tcp", "127.0.0.7:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := tmp.Addr().String()
 	tmp.Close()
-	for i := 0; i < 2; i++ {
+	for i, ln := range lns {
 		got, err := Echo(t.Context(), "tcp", ln.Addr().String(), "hi", WithSource(src), WithTimeout(2*time.Second))
 		if err != nil {
 			t.Fatalf("round %d: %v", i, err)
@@ -131,7 +139,7 @@ func TestEchoWithSource(t *testing.T) {
 			t.Errorf("round %d: server saw source %s, want %s", i, p, src)
 		}
 	}
-	if _, err := Echo(t.Context(), "tcp", ln.Addr().String(), "hi", WithSource("198.18.99.99:0"), WithTimeout(time.Second)); err == nil {
+	if _, err := Echo(t.Context(), "tcp", lns[0].Addr().String(), "hi", WithSource("198.18.99.99:0"), WithTimeout(time.Second)); err == nil {
 		t.Error("binding a source address the namespace does not have succeeded")
 	}
 }

@@ -1377,9 +1377,10 @@ type UsageResponse struct {
 	//	source_ip  IPv4 source is not the host IP (127.0.0.0/8 is allowed
 	//	           only toward 127.0.0.0/8)
 	//	port       TCP/UDP source port the container does not own
-	//	icmp       ICMP other than echo request/reply, or an error
-	//	           (unreachable, time exceeded) not quoting a TCP/UDP packet
-	//	           sent to one of the container's ports
+	//	icmp       ICMP other than echo request/reply, or a destination
+	//	           unreachable (port unreachable, administratively or host
+	//	           prohibited) not quoting a TCP/UDP packet sent to one of
+	//	           the container's ports
 	//	protocol   IP protocol other than TCP, UDP and ICMP (GRE, SCTP, ...)
 	//	arp        ARP other than a request with the host's MAC and IP as
 	//	           sender (the host answers for its own IP)
@@ -1397,6 +1398,18 @@ type UsageResponse struct {
 	//	           kernel sends them on its own when its eth0 comes up:
 	//	           expected noise, not an attack (any other hop-by-hop
 	//	           header is ipv6_ext)
+	//	icmp_state an ICMP error an end host does not send about its own
+	//	           flows: fragmentation needed / packet too big, time
+	//	           exceeded, redirect, source quench, parameter problem,
+	//	           other unreachable codes (they would change how peers
+	//	           treat the shared host address)
+	//	loopback   TCP/UDP to 127.0.0.0/8 or ::1 for a port that is neither
+	//	           containers' nor opened with --host-loopback-ports (a
+	//	           host-only service)
+	//	echo       echo request (IPv4 or IPv6) with an {identifier, peer}
+	//	           another container or the host is using (sent one within
+	//	           30 s), or over the container's quota of new ones (64 per
+	//	           34 s); counted on eth0's egress
 	//
 	// (For IPv6, ip_header, source_ip, port, icmp and protocol read as for
 	// IPv4: not version 6; source not a host IPv6 address or ::1 -> ::1;
@@ -2048,9 +2061,14 @@ type StatusResponse struct {
 	// The host's global IPv6 addresses every container shares, with their
 	// prefix lengths ("2001:db8::1/64"); empty when containers have no IPv6
 	// (isolatord --ipv6).
-	HostIpv6      []string `protobuf:"bytes,90,rep,name=host_ipv6,json=hostIpv6,proto3" json:"host_ipv6,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostIpv6 []string `protobuf:"bytes,90,rep,name=host_ipv6,json=hostIpv6,proto3" json:"host_ipv6,omitempty"`
+	// Ports of host services on 127.0.0.0/8 and ::1 that every container may
+	// reach (isolatord --host-loopback-ports), e.g. "53,8125"; empty: none
+	// (containers still reach each other through 127.0.0.1 and ::1; TCP/UDP
+	// to any other loopback port is dropped and counted as "loopback").
+	HostLoopbackPorts string `protobuf:"bytes,91,opt,name=host_loopback_ports,json=hostLoopbackPorts,proto3" json:"host_loopback_ports,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2249,6 +2267,13 @@ func (x *StatusResponse) GetHostIpv6() []string {
 		return x.HostIpv6
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetHostLoopbackPorts() string {
+	if x != nil {
+		return x.HostLoopbackPorts
+	}
+	return ""
 }
 
 // HostPortReservations: what StatusResponse says of the host port
@@ -2718,7 +2743,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\x8f\n" +
+	"\rStatusRequest\"\xbf\n" +
 	"\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
@@ -2749,7 +2774,8 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x12+\n" +
 	"\x11orphans_reclaimed\x18( \x01(\x04R\x10orphansReclaimed\x12\x1b\n" +
-	"\thost_ipv6\x18Z \x03(\tR\bhostIpv6\x1a;\n" +
+	"\thost_ipv6\x18Z \x03(\tR\bhostIpv6\x12.\n" +
+	"\x13host_loopback_ports\x18[ \x01(\tR\x11hostLoopbackPorts\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aD\n" +

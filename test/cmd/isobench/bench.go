@@ -14,10 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -299,13 +299,13 @@ func (b *bench) startDaemon(ctx context.Context, sb *sandbox.Sandbox, label stri
 	if err != nil {
 		return nil, nil, err
 	}
-	return d, pbgrpc.NewIsolatorClient(conn), nil
+	return d, conn, nil
 }
 
-func (b *bench) dial(ctx context.Context, socket string) (*grpc.ClientConn, error) {
+func (b *bench) dial(ctx context.Context, socket string) (*api.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pbgrpc.Dial(dctx, socket)
+	conn, err := api.Dial(dctx, socket)
 	if err != nil {
 		return nil, err
 	}

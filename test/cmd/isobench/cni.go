@@ -5,7 +5,8 @@ package main
 // process), and where that time goes: the same daemon work called directly
 // on an open gRPC connection, and the plugin's exec alone (a VERSION call).
 // The control phase measures them after its curve; `--only cni` measures
-// them alone in a sandbox and daemon of their own.
+// them alone in a sandbox and daemon of their own. With --cni-before, an
+// earlier build's plugin and CLI are measured beside them (cnibefore.go).
 
 import (
 	"context"
@@ -69,9 +70,20 @@ func (b *bench) cniFigures(ctx context.Context, cl pbgrpc.IsolatorClient, hs *ho
 		return err
 	}
 	cni := libcni.NewCNIConfigWithCacheDir([]string{bin}, cacheDir, nil)
+	before, err := newBeforeBuild(b.o.cniBefore, b.o.cniBeforeRev, cacheDir)
+	if err != nil {
+		return err
+	}
 	warm := 2
 	var add, del, exe, ctl, addRPC, delRPC []time.Duration
 	for i := 0; i < warm+k; i++ {
+		// The earlier build's samples go first every other round, so that
+		// neither build always follows the other.
+		if before != nil && i%2 == 1 {
+			if err := before.sample(ctx, b, list, hs, socket, "old"+strconv.Itoa(i), i >= warm); err != nil {
+				return fmt.Errorf("attachment %d: %w", i, err)
+			}
+		}
 		a, d, err := b.cniSample(ctx, cni, list, hs, "cni"+strconv.Itoa(i))
 		if err != nil {
 			return fmt.Errorf("attachment %d: %w", i, err)
@@ -94,11 +106,20 @@ func (b *bench) cniFigures(ctx context.Context, cl pbgrpc.IsolatorClient, hs *ho
 			add, del, exe, ctl = append(add, a), append(del, d), append(exe, e), append(ctl, l)
 			addRPC, delRPC = append(addRPC, ra), append(delRPC, rd)
 		}
+		if before != nil && i%2 == 0 {
+			if err := before.sample(ctx, b, list, hs, socket, "old"+strconv.Itoa(i), i >= warm); err != nil {
+				return fmt.Errorf("attachment %d: %w", i, err)
+			}
+		}
 	}
 	cs := b.res.Control
 	cs.CNIAdd, cs.CNIDel = summarize(add), summarize(del)
 	cs.CNIExec, cs.CNIAddRPC, cs.CNIDelRPC = summarize(exe), summarize(addRPC), summarize(delRPC)
 	cs.CtlList = summarize(ctl)
+	if before != nil {
+		cs.CNIBefore = before.result(bin)
+		b.logf("control: CNI before (%s): ADD %s, DEL %s, exec %s", before.rev, fmtMs(cs.CNIBefore.Add), fmtMs(cs.CNIBefore.Del), fmtMs(cs.CNIBefore.Exec))
+	}
 	b.logf("control: CNI ADD %s, DEL %s", fmtMs(cs.CNIAdd), fmtMs(cs.CNIDel))
 	b.logf("control: CNI breakdown: %s", cs.cniBreakdown())
 	return nil

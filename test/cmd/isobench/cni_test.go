@@ -42,3 +42,31 @@ func TestOnlyCNI(t *testing.T) {
 		t.Error("--only cni counts the base phases as run")
 	}
 }
+
+func TestCNIBeforeTable(t *testing.T) {
+	c := &ControlScale{
+		CNIAdd: &Latency{P50Ms: 12}, CNIDel: &Latency{P50Ms: 6}, CNIExec: &Latency{P50Ms: 3},
+		CNIBefore: &CNIBefore{Rev: "abc1234", Add: &Latency{P50Ms: 11}, Del: &Latency{P50Ms: 5}, Exec: &Latency{P50Ms: 2},
+			PluginBytesBefore: 4_200_000, PluginBytesAfter: 9_800_000},
+	}
+	var b strings.Builder
+	c.writeCNIBefore(&b)
+	for _, want := range []string{
+		"| CNI, p50 / p99 | before (abc1234) | after |",
+		"| Plugin exec to VERSION result | 2.00 / 0.00 ms | 3.00 / 0.00 ms |",
+		"| CNI ADD (libcni exec) | 11.0 / 0.00 ms | 12.0 / 0.00 ms |",
+		"| isolator-cni size | 4.2 MB | 9.8 MB |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "isolatorctl") {
+		t.Errorf("table has isolatorctl rows without their figures:\n%s", b.String())
+	}
+	b.Reset()
+	(&ControlScale{}).writeCNIBefore(&b)
+	if b.Len() != 0 {
+		t.Errorf("table without an earlier build: %q", b.String())
+	}
+}

@@ -83,6 +83,8 @@ type ControlScale struct {
 	CNIDelRPC *Latency `json:"cni_del_rpc,omitempty"`
 	// `isolatorctl list` exec to answer (the CLI's start).
 	CtlList *Latency `json:"ctl_list,omitempty"`
+	// The same figures of an earlier build (--cni-before), in this run.
+	CNIBefore *CNIBefore `json:"cni_before,omitempty"`
 	// Where the SVG was written.
 	SVG string `json:"svg,omitempty"`
 }

@@ -84,6 +84,7 @@ func (c *ControlScale) writeMarkdown(w io.Writer, r *Results) {
 	if c.CNIExec != nil {
 		fmt.Fprintf(w, "\nCNI breakdown: %s.\n", c.cniBreakdown())
 	}
+	c.writeCNIBefore(w)
 	if len(c.Curve) > 0 {
 		fmt.Fprint(w, "\n| Present | Setup p50 / p99 | Teardown p50 / p99 |\n|---|---|---|\n")
 		for _, p := range c.curveSorted() {

@@ -91,6 +91,10 @@ type options struct {
 	timeout    time.Duration
 	from       string
 	only       string // run only this measurement phase (and what it needs)
+	// cniBefore is a directory holding an earlier build's isolator-cni
+	// (and isolatorctl) to measure beside the current one; cniBeforeRev
+	// names it in the report.
+	cniBefore, cniBeforeRev string
 }
 
 // phaseNeeds are the phases a phase selected with --only needs first.
@@ -133,6 +137,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
 	fs.StringVar(&o.from, "from", "", "print the tables of an earlier run's JSON `file` (e.g. bench/results/latest.json) and exit")
 	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, amplification, cycles, restart, rebuild (after restart), control or cni (the CNI figures alone)")
+	fs.StringVar(&o.cniBefore, "cni-before", "", "directory with an earlier build's isolator-cni and isolatorctl to measure beside the current ones (scripts/bench.sh builds it when CNI_BEFORE=<rev>)")
+	fs.StringVar(&o.cniBeforeRev, "cni-before-rev", "", "the commit --cni-before was built from, for the report")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

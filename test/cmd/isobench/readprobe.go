@@ -12,7 +12,7 @@ import (
 	"os/exec"
 	"time"
 
-	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
+	"github.com/isolatord/isolatord/api"
 )
 
 // A reader in a process of its own. The burst's read probe (readProbe)
@@ -47,14 +47,14 @@ func readProbeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *limit)
 	defer cancel()
-	cc, err := pbgrpc.Dial(ctx, *socket)
+	cc, err := api.Dial(ctx, *socket)
 	if err != nil {
 		fmt.Fprintln(stderr, "isobench read-probe:", err)
 		return 1
 	}
 	defer cc.Close()
 	r := &readProbe{}
-	stop := r.start(ctx, pbgrpc.NewIsolatorClient(cc), *id)
+	stop := r.start(ctx, cc, *id)
 	closed := make(chan struct{})
 	go func() {
 		io.Copy(io.Discard, stdin)

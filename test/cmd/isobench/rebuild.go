@@ -11,7 +11,6 @@ import (
 	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
 )
 
 // phaseRebuild kills SN's daemon with SIGKILL once more, moves its state
@@ -81,7 +80,7 @@ func (b *bench) redialN(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	b.cN = pbgrpc.NewIsolatorClient(conn)
+	b.cN = conn
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	list, err := b.cN.List(lctx, &pb.ListRequest{})
