@@ -11,7 +11,7 @@ PKGS        := ./...
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
-.PHONY: all build test test-nomad lint bench demo proto fuzz deps clean
+.PHONY: all build deb test test-nomad lint bench demo proto fuzz deps clean
 
 all: build
 
@@ -28,6 +28,12 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(filter-out $(STATIC_CMDS),$(CMDS))
 	CGO_ENABLED=0 $(GO) build -tags $(STATIC_TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ $(STATIC_CMDS)
+
+# deb builds bin/isolatord_<version>_<arch>.deb (scripts/build-deb.sh,
+# docs/packaging.md): the binaries with this build's version stamp, the
+# units, the configuration as conffiles, man pages and examples.
+deb:
+	VERSION=$(VERSION) GO=$(GO) STATIC_TAGS=$(STATIC_TAGS) scripts/build-deb.sh $(BIN)
 
 # deps installs the system tools tests use (iproute2, util-linux) when missing.
 deps:
