@@ -11,7 +11,7 @@ PKGS        := ./...
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
-.PHONY: all build test test-nomad lint bench demo proto fuzz deps clean
+.PHONY: all build deb test test-nomad lint bench demo proto fuzz deps clean
 
 all: build
 
@@ -29,6 +29,12 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(filter-out $(STATIC_CMDS),$(CMDS))
 	CGO_ENABLED=0 $(GO) build -tags $(STATIC_TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ $(STATIC_CMDS)
 
+# deb builds bin/isolatord_<version>_<arch>.deb (scripts/build-deb.sh,
+# docs/packaging.md): the binaries with this build's version stamp, the
+# units, the configuration as conffiles, man pages and examples.
+deb:
+	VERSION=$(VERSION) GO=$(GO) STATIC_TAGS=$(STATIC_TAGS) scripts/build-deb.sh $(BIN)
+
 # deps installs the system tools tests use (iproute2, util-linux) when missing.
 deps:
 	@scripts/install-deps.sh
@@ -39,8 +45,9 @@ deps:
 test: deps build
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-# test-nomad builds a Nomad 1.10 agent (minutes, cached; scripts/build-nomad.sh) and runs the
-# Nomad end-to-end test (test/e2e/nomad_test.go). Not part of test.
+# test-nomad builds a Nomad 1.6.0 agent (MPL-2.0; minutes, cached; scripts/build-nomad.sh refuses
+# the BSL-licensed 1.7.0 and later) and runs the Nomad end-to-end test (test/e2e/nomad_test.go).
+# Not part of test.
 test-nomad: deps build
 	NOMAD_BIN=$$(scripts/build-nomad.sh) && \
 	  NOMAD_BIN=$$NOMAD_BIN $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -run '^TestNomad' -v ./test/e2e/

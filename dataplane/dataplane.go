@@ -46,6 +46,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -96,6 +97,10 @@ type Config struct {
 	// IPv6 says whether containers share the host's IPv6 addresses
 	// (ipv6.go); the zero value is IPv6Auto.
 	IPv6 IPv6Mode
+	// Follow makes the data plane follow the host's interface at run
+	// time (follow.go): containers get the host's new addresses,
+	// gateways, MTU and MAC, and a recreated eth0 its demux again.
+	Follow bool
 	// ContainerPorts are the ports containers may own (the static ports
 	// and the ephemeral pool); empty = DefaultContainerPorts. With the
 	// host's ip_local_port_range and HostLoopbackPorts they are the
@@ -195,6 +200,21 @@ type DataPlane struct {
 	// PrepareHost.
 	retired *retirer
 
+	// fmu orders host changes the follower applies (write) against
+	// setups (read, for their whole length: a setup reads the host's
+	// facts without d.mu). Taken before d.mu.
+	fmu sync.RWMutex
+	// hostNow are the host facts of d.info, d.links and d.v6 (follow.go).
+	hostNow hostFacts
+	// lost4: the host has no IPv4 address now (d.info.IP keeps the last
+	// one, which the filters match; containers have none).
+	lost4        bool
+	follow       *follower
+	followStats  FollowStats
+	followEvents atomic.Uint64           // notifications about eth0 or lo
+	watching     atomic.Pointer[watched] // what the follower's notifications are about
+	onHost       func(HostInfo)
+
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
 	reconcileDone chan struct{}
@@ -228,6 +248,9 @@ type record struct {
 	via  int // egress shaper entry ifindex (0: no egress limit)
 	ino  uint64
 	pin  nspin.Pin // where the namespace is pinned, and whether by us
+	in   hostFacts // the host facts its objects carry (follow.go)
+	// followErr is the last error bringing it in line said (follow.go).
+	followErr string
 }
 
 // New opens the host namespace and a netlink handle in it. It changes
@@ -302,6 +325,7 @@ func (d *DataPlane) Close() error {
 		return nil
 	}
 	d.closed = true
+	follow := d.follow
 	stop, done := d.reconcileStop, d.reconcileDone
 	d.reconcileStop, d.reconcileDone = nil, nil
 	err := d.closeLocked()
@@ -313,6 +337,7 @@ func (d *DataPlane) Close() error {
 		close(stop)
 		<-done
 	}
+	follow.stopAndWait()
 	return err
 }
 
@@ -329,6 +354,9 @@ func (d *DataPlane) closeLocked() error {
 		d.neigh.Close()
 	}
 	d.drops.Close()
+	if d.eth0 != nil {
+		d.eth0.ReleaseEcho() // the sweepers stop; the programs stay
+	}
 	d.h.Close()
 	d.hr.Close()
 	d.hc.Close()
@@ -528,6 +556,9 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	if err := checkCtx(ctx); err != nil {
 		return p, err
 	}
+	// The host's facts stay as they are until the setup ends (follow.go).
+	d.fmu.RLock()
+	defer d.fmu.RUnlock()
 	if err := d.claim(c); err != nil {
 		return p, err
 	}
@@ -679,7 +710,10 @@ func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error
 
 	pin := nspin.Pin{Path: p.Mount, Owned: p.PinOwned}
 	c.Pin, c.PinOwned = pin.Path, pin.Owned
-	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin}
+	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin, in: d.setupFacts()}
+	if d.ctrs[c.ID].in != d.hostNow {
+		d.pokeFollower()
+	}
 	d.slots[c.Slot] = c.ID
 	d.noteVeth(c.ID, veth)
 	return nil

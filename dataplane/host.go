@@ -181,6 +181,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}()
 	eth0 := tcfilter.NewHostDemux(d.h, hl.Eth0Index, hl.Eth0, hl.Addr.IP, d.cfg.Observer)
 	eth0.SetConn(d.hc)
+	if err := eth0.SetDropSinks(drops); err != nil { // echo drops counted
+		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
+	}
 	if err := eth0.SetIPv6(d.demux6(sink.Index)); err != nil {
 		return info, fmt.Errorf("%s demux: %w", hl.Eth0, err)
 	}
@@ -245,6 +248,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 
 	d.info, d.links, d.copy, d.eth0, d.lo, d.sink, d.v6 = info, hl, cp, eth0, lod, sink, v6
 	d.drops = drops
+	d.hostNow = d.factsNow()
 	d.prepared = true
 	// (without the dumps, recovery makes them itself)
 	if dm := <-dumps; dm.err == nil {
@@ -256,6 +260,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 		d.log.Warn("links retired by an earlier run not deleted", "err", err)
 	}
 	d.startReconciler()
+	d.startFollower()
 	d.log.Info("host prepared", "eth0", hl.Eth0, "ip", hl.Addr.String(), "mac", hl.MAC.String(),
 		"mtu", hl.MTU, "gateway", hl.Gateway, "changed", len(info.Originals), "originals", info.Originals)
 	return info, nil

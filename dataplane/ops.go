@@ -441,7 +441,9 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	// addresses, routes and filters) brought in line; the alias is
 	// updated once both are.
 	if !d.recoveryCurrent[VethName(c.ID)] {
-		if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
+		if err := d.refreshHostVeth(c, veth, via); err != nil {
+			d.log.Error("host veth not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
+		} else if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
 			// The container is kept (its traffic flows through the filters it
 			// has); a later Adopt tries again.
 			d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
@@ -461,7 +463,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 			}
 		}
 	}
-	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin}
+	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin, in: d.hostNow}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID

@@ -58,7 +58,7 @@ func parseAlias(s string) (Meta, bool) {
 func (d *DataPlane) setAlias(veth int, c Container) error {
 	m := c.Meta
 	m.ID = c.ID
-	m.Layout, m.Sink, m.V6, m.Loop = tcfilter.VethLayout, d.sink.Index, d.ip6Tag(), d.loopTag()
+	m.Layout, m.Sink, m.V6, m.Loop, m.V4 = tcfilter.VethLayout, d.sink.Index, d.ip6Tag(), d.loopTag(), d.v4Tag()
 	m.Eph = c.Ephemeral.String()
 	if err := d.h.LinkSetAlias(linkRefIdx(veth), metaAlias(m)); err != nil {
 		return fmt.Errorf("container %s: veth alias: %w", c.ID, err)
@@ -497,7 +497,8 @@ func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 			continue // no container's (it keeps its name until deleted)
 		}
 		d.recoveryLinks[a.Name] = a.Index
-		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() && m.Loop == d.loopTag() && m.Eph != "" {
+		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() && m.Loop == d.loopTag() &&
+			(m.V4 == "" || m.V4 == d.v4Tag()) && m.Eph != "" {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}

@@ -34,6 +34,17 @@ type Links struct {
 // IPv4 default route in the main table; lo "" means the first link with
 // IFF_LOOPBACK. It fails clearly if eth0 has no IPv4 address.
 func Read(h *netlink.Handle, eth0, lo string) (Links, error) {
+	return read(h, eth0, lo, true)
+}
+
+// ReadNow is Read at run time, when the host follows its interface
+// (the daemon watches it): eth0 without an IPv4 address is no error (Addr
+// is left zero: the host lost its last one, and so do containers).
+func ReadNow(h *netlink.Handle, eth0, lo string) (Links, error) {
+	return read(h, eth0, lo, false)
+}
+
+func read(h *netlink.Handle, eth0, lo string, needAddr bool) (Links, error) {
 	var hl Links
 	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_TABLE)
@@ -82,7 +93,7 @@ func Read(h *netlink.Handle, eth0, lo string) (Links, error) {
 		found = true
 		break
 	}
-	if !found {
+	if !found && needAddr {
 		return hl, fmt.Errorf("public interface %s has no IPv4 address", hl.Eth0)
 	}
 

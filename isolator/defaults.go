@@ -25,7 +25,7 @@ func (s *Isolator) SetDefaultIngress(l rate.Limit) error {
 func (s *Isolator) setDefault(name string, dst *rate.Limit, l rate.Limit) error {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
-	if err := checkLimit(name, l, s.host); err != nil {
+	if err := checkLimit(name, l, s.Host()); err != nil {
 		return err
 	}
 	*dst = l

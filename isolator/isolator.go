@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -166,7 +167,7 @@ type Isolator struct {
 	dp    DataPlane
 	log   *slog.Logger
 	store *store
-	host  plane.HostInfo
+	host  atomic.Pointer[plane.HostInfo] // Host
 
 	locks keyedMutex
 
@@ -544,7 +545,7 @@ func (s *Isolator) isolateLocked(ctx context.Context, id string, t IsolateTarget
 		return Record{}, errorf(ErrNotFound, "%s: %s is not a network namespace: %v", targetField(t), next.NetNSPath, err)
 	}
 	next.NetNSIno = ino
-	if s.host.NetNSIno != 0 && ino == s.host.NetNSIno {
+	if s.Host().NetNSIno != 0 && ino == s.Host().NetNSIno {
 		return Record{}, errorf(ErrFailedPrecondition, "%s: %s is the host's own network namespace", targetField(t), next.NetNSPath)
 	}
 	// One namespace holds one container (its eth0 is ours): claim it
@@ -731,7 +732,7 @@ func (s *Isolator) UpdateWith(ctx context.Context, id string, o UpdateOptions) (
 		out   **rate.Limit
 	}{{"egress_limit", o.Egress, &eg}, {"ingress_limit", o.Ingress, &in}} {
 		if x.spec != nil {
-			l, err := ParseLimit(x.field, *x.spec, s.host)
+			l, err := ParseLimit(x.field, *x.spec, s.Host())
 			if err != nil {
 				return Record{}, err
 			}
@@ -1122,7 +1123,7 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		EphemeralPool:    s.cfg.EphemeralPool,
 		ManagedPorts:     s.cfg.ManagedPorts,
 		Containers:       map[State]int{},
-		Host:             s.host,
+		Host:             s.Host(),
 		StateMovedAside:  s.store.movedAside,
 		OrphansReclaimed: s.orphans.n.Load(),
 	}

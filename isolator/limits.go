@@ -106,7 +106,7 @@ func (s *Isolator) resolveLimit(field string, spec *LimitSpec, def rate.Limit) (
 	if spec == nil {
 		return def, nil
 	}
-	return ParseLimit(field, *spec, s.host)
+	return ParseLimit(field, *spec, s.Host())
 }
 
 // checkDefaults refuses default limits the host cannot enforce (called by
@@ -116,7 +116,7 @@ func (s *Isolator) checkDefaults() error {
 		name string
 		l    rate.Limit
 	}{{"default egress limit", s.cfg.Egress}, {"default ingress limit", s.cfg.Ingress}} {
-		if err := checkLimit(d.name, d.l, s.host); err != nil {
+		if err := checkLimit(d.name, d.l, s.Host()); err != nil {
 			return err
 		}
 	}

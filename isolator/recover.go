@@ -57,7 +57,8 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("prepare host: %w", err)
 	}
-	s.host = host
+	s.host.Store(&host)
+	s.followHost()
 	if err := s.checkDefaults(); err != nil {
 		return rep, fmt.Errorf("bandwidth limits: %v", err)
 	}

@@ -126,6 +126,7 @@ type Metrics struct {
 	hostPorts *hostPortsCollector // hostports.go
 	drops     *dropCollector      // drops.go
 	neigh     *neighbourCollector // neighbours.go
+	follow    *followCollector    // follow.go
 	ipv6      *ipv6Collector      // ipv6.go
 }
 
@@ -134,8 +135,8 @@ type Metrics struct {
 // and the Go and process collectors.
 func New(version string) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector()}
-	reg.MustRegister(m.neigh, m.ipv6)
+	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector(), follow: newFollowCollector()}
+	reg.MustRegister(m.neigh, m.ipv6, m.follow)
 
 	m.filterOps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace,

@@ -21,8 +21,15 @@ import (
 // one `ip netns exec` creates) and lets their unmounts propagate. Nothing is
 // done if dir already is a shared mount point.
 func EnsureSharedDir(dir string) error {
+	_, serr := os.Stat(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create netns dir %s: %w", dir, err)
+	}
+	if errors.Is(serr, fs.ErrNotExist) {
+		// iproute2's mode whatever the umask (the unit has UMask=0077).
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("create netns dir %s: %w", dir, err)
+		}
 	}
 	real, err := resolveDir(dir)
 	if err != nil {

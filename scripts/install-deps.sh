@@ -2,7 +2,8 @@
 # Installs the system tools isolatord's tests, demo and benchmarks use, only when missing:
 # ip/tc (iproute2), nsenter/unshare (util-linux), ss (iproute2), and the container runtimes
 # the real-runtime tests drive (test/runtimes): podman, containerd (ctr), runc, a static
-# busybox for the containers' rootfs and the standard CNI plugins (loopback). Debian packages.
+# busybox for the containers' rootfs and the standard CNI plugins (loopback), and lintian for
+# the package test. Debian packages (apt-get update first).
 # Quick when everything is there: only `command -v` and a file test.
 set -euo pipefail
 need=()
@@ -11,6 +12,9 @@ command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+# The package test (packaging/deb_test.go): dpkg-deb builds it, lintian checks it.
+command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
+command -v lintian >/dev/null 2>&1 || need+=(lintian)
 if [ "${ISOLATORD_NO_RUNTIMES:-}" = "" ]; then
   command -v podman >/dev/null 2>&1 || need+=(podman)
   command -v containerd >/dev/null 2>&1 || need+=(containerd)

@@ -29,15 +29,24 @@ const (
 	opJeq32    = 0x16 // JMP32 JEQ K
 	opJne32    = 0x56 // JMP32 JNE K
 	opJeqImm   = 0x15 // JMP JEQ K (64-bit)
+	opJeqReg   = 0x1d // JMP JEQ X (64-bit)
+	opJeq32Reg = 0x1e // JMP32 JEQ X
+	opJgeReg   = 0x3d // JMP JGE X (64-bit, unsigned)
+	opSubReg   = 0x1f // ALU64 SUB X
+	opRshImm   = 0x77 // ALU64 RSH K
+	opLdxDW    = 0x79
+	opStxDW    = 0x7b
+	opStDW     = 0x7a // ST MEM DW (imm, sign-extended)
 	opJa       = 0x05
 	opCall     = 0x85
 	opExit     = 0x95
 	opLdImm64  = 0x18
 
-	helperMapLookup = 1
-	helperMapUpdate = 2
-	helperRedirect  = 23
-	helperLoadBytes = 26
+	helperMapLookup  = 1
+	helperMapUpdate  = 2
+	helperKtimeGetNs = 5
+	helperRedirect   = 23
+	helperLoadBytes  = 26
 )
 
 // asm assembles a program with forward jumps to labels.
@@ -75,6 +84,21 @@ func (a *asm) jmp(op uint8, reg uint8, imm int32, label string) {
 }
 
 func (a *asm) label(name string) { a.labels[name] = len(a.insns) }
+
+// jmpReg emits a conditional jump comparing registers dst and src.
+func (a *asm) jmpReg(op uint8, dst, src uint8, label string) {
+	a.fixups[len(a.insns)] = label
+	a.emit(op, dst, src, 0, 0)
+}
+
+func (a *asm) ldxDW(dst, src uint8, off int16) { a.emit(opLdxDW, dst, src, off, 0) }
+func (a *asm) stxDW(dst, src uint8, off int16) { a.emit(opStxDW, dst, src, off, 0) }
+
+// ldImm64 loads a 64-bit constant into dst (a two-slot instruction).
+func (a *asm) ldImm64(dst uint8, v uint64) {
+	a.emit(opLdImm64, dst, 0, 0, int32(uint32(v)))
+	a.emit(0, 0, 0, 0, int32(uint32(v>>32)))
+}
 
 // ldMap loads a map's fd into dst (a two-slot instruction).
 func (a *asm) ldMap(dst uint8, fd int) {

@@ -18,10 +18,11 @@ const (
 	DropMLD       = "mld"        // multicast listener reports and dones the container's kernel sends on its own (expected noise, not an attack)
 	DropICMPState = "icmp_state" // ICMP/ICMPv6 error an end host does not send about its own flows (fragmentation needed, packet too big, time exceeded, redirect, parameter problem, ...): it would change how peers treat the shared address
 	DropLoopback  = "loopback"   // TCP/UDP to 127.0.0.0/8 or ::1 for a port that is neither containers' nor opened with --host-loopback-ports (a host-only service)
+	DropEcho      = "echo"       // echo request (IPv4 or IPv6) with an {identifier, peer} another container or the host owns, or over the container's quota of them (eth0's learn programs, echoown.go)
 )
 
 // DropReasons lists every reason, in a fixed order.
-var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP, DropMLD, DropICMPState, DropLoopback}
+var DropReasons = []string{DropMAC, DropIPHeader, DropSource, DropPort, DropICMP, DropProtocol, DropARP, DropEthertype, DropVLAN, DropIPv6Ext, DropNDP, DropMLD, DropICMPState, DropLoopback, DropEcho}
 
 // Drops reads how many frames the container's veth dropped, by reason
 // (every reason present), from the sinks' count map (no netlink);

@@ -26,11 +26,15 @@ import (
 //   - learn (clsact egress of eth0, cls_bpf direct-action, prio 1): an echo
 //     request (IHL 5, first fragment) whose skb_iif (the device mirred
 //     redirected it from: the container's veth, or its egress shaper's
-//     exit) is in the origin map records {identifier, destination} ->
-//     the container's veth in the echo map (LRU, echoEntries entries). The
-//     host's own requests (skb_iif 0) record {identifier, destination} ->
-//     0, "the host"; anything else (forwarded, not in the origin map) is
-//     not learned.
+//     exit) is in the origin map is learned as {identifier, destination}
+//     -> the container's veth in the echo map; the host's own requests
+//     (skb_iif 0) as {identifier, destination} -> 0, "the host"; anything
+//     else (forwarded, not in the origin map) is not learned. An entry is
+//     its origin's while live (a request within echoLive, 30 s): another
+//     container's request with that key is dropped (DropEcho, counted for
+//     its veth), the host's takes it; each container learns at most
+//     echoQuota keys a window, beyond which its requests are dropped; a
+//     sweeper deletes entries no longer live (echoown.go).
 //   - steer (clsact ingress of eth0, cls_bpf direct-action, prio 1, before
 //     the u32 demux at prio 2): an echo reply to the host IP, or an ICMP
 //     error (type 3 or 11) quoting an echo request, whose {identifier,
@@ -48,20 +52,21 @@ import (
 //     stay with the host.
 //
 // Per packet: one 42-byte load and a few compares for every IPv4 packet on
-// eth0, one hash lookup per echo reply (ingress) or echo request
-// (egress): flat in the number of containers; no copies.
+// eth0, one hash lookup per echo reply (ingress) or echo request (egress,
+// with a clock read, and a few times per window a quota lookup): flat in
+// the number of containers; no copies.
 //
 // What ping from a container relies on: its echo request leaves through
 // host eth0 (the veth's ICMP redirect) before the reply comes back, and no
-// other container pings the same peer with the same identifier at the same
-// time (then the last one to send gets the replies: the same as two raw
-// pingers in one namespace, which see each other's replies). A container
-// that sends an echo request with the identifier the host uses to ping
-// the same peer takes the host's replies to that peer until the host's
-// next request (the last one to send wins): the host should not rely on
-// ping replies for anything that matters. A restarted daemon
-// starts with an empty echo map: replies to requests sent before the
-// restart go to the host (ping loses at most the replies in flight).
+// other container or the host pings the same peer with the same
+// identifier within 30 s before it (then its requests are dropped: two
+// raw pingers in one namespace would instead see each other's replies).
+// A container cannot take the host's or another container's replies, nor
+// flood their entries away (echoown.go). A restarted daemon takes over
+// the programs and maps (not pinned: found through the filters on eth0,
+// when their code is the same) and starts a sweeper; an upgraded one
+// (other code) starts with empty maps: replies to requests sent before
+// the restart go to the host, and for 30 s nobody's entry is protected.
 //
 // Without cls_bpf (or without clsact on eth0), echo replies and errors
 // about echo requests that TablePort cannot attribute are mirrored to every
@@ -72,18 +77,19 @@ import (
 const PrioEcho uint16 = 1
 
 const (
-	echoHandle  = 1
-	echoEntries = 65536 // learned {identifier, peer}; LRU
-	originMax   = 16384 // veths and shaper exits
+	echoHandle = 1
+	originMax  = 16384 // veths and shaper exits
 )
 
 type echoSteer struct {
-	echo, origin, frag *bpfMap
-	steerFd, learnFd   int
+	echo, origin, frag, quota *bpfMap
+	steerFd, learnFd          int
+	sweep                     *echoSweeper
 }
 
 func (e *echoSteer) close() {
-	for _, m := range []*bpfMap{e.echo, e.origin, e.frag} {
+	e.sweep.halt()
+	for _, m := range []*bpfMap{e.echo, e.origin, e.frag, e.quota} {
 		if m != nil {
 			m.close()
 		}
@@ -271,7 +277,8 @@ func steerProgram(echoFd, fragFd int, hostIP net.IP) ([]byte, error) {
 	return a.assemble()
 }
 
-func learnProgram(echoFd, originFd int) ([]byte, error) {
+// learnProgram: see the comment at the top, and echoown.go.
+func learnProgram(m ownMaps, originFd int) ([]byte, error) {
 	a := newAsm()
 	originValue(a, originFd, stkOrigin, stkValue)
 	loadHeader(a, "")
@@ -279,14 +286,16 @@ func learnProgram(echoFd, originFd int) ([]byte, error) {
 	a.jmp(opJne32, r1, 8, "pass") // echo request
 	a.copyBytes(stkKey, pkt(38), 2)
 	a.copyBytes(stkKey+4, pkt(30), 4) // destination: the peer
-	mapUpdate(a, echoFd, stkKey, stkValue)
+	learnOwned(a, m, stkKey, stkValue)
 	passExit(a)
 	return a.assemble()
 }
 
-func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
+// newEchoSteer creates the maps and programs; counts is the drop count
+// map (-1: none).
+func newEchoSteer(hostIP net.IP, counts int) (_ *echoSteer, err error) {
 	e := &echoSteer{steerFd: -1, learnFd: -1}
-	if e.echo, err = newBPFMap(unix.BPF_MAP_TYPE_LRU_HASH, 8, 4, echoEntries, "iso_echo"); err != nil {
+	if e.echo, e.quota, err = newOwnMaps(8, "iso_echo", "iso_echo_quota"); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -307,12 +316,13 @@ func newEchoSteer(hostIP net.IP) (_ *echoSteer, err error) {
 	if e.steerFd, err = loadSchedCls("iso_echo_steer", code); err != nil {
 		return nil, err
 	}
-	if code, err = learnProgram(e.echo.fd, e.origin.fd); err != nil {
+	if code, err = learnProgram(ownMaps{e.echo.fd, e.quota.fd, counts}, e.origin.fd); err != nil {
 		return nil, err
 	}
 	if e.learnFd, err = loadSchedCls("iso_echo_learn", code); err != nil {
 		return nil, err
 	}
+	e.sweep = startSweep(e.echo, e.quota, 8)
 	return e, nil
 }
 
@@ -346,7 +356,7 @@ func (x *HostDemux) attachEcho(prio, proto uint16, steerFd, learnFd int, names [
 // runs ours. On failure the demux falls back to the ICMP fan-out; the
 // reason is kept for EchoSteering.
 func (x *HostDemux) initEcho() {
-	names, err := echoFilterNames(x.dst)
+	names, err := echoFilterNames(x.dst, x.countsCode())
 	if err != nil {
 		x.echoErr = err
 		return
@@ -357,7 +367,7 @@ func (x *HostDemux) initEcho() {
 		x.echo = x.adoptEcho(names)
 	}
 	if x.echo == nil {
-		e, err := newEchoSteer(x.dst)
+		e, err := newEchoSteer(x.dst, x.countsFd())
 		if err != nil {
 			x.echoErr = err
 			return
@@ -393,12 +403,12 @@ func (x *HostDemux) echoFilterID(prio uint16, parent uint32, name string) int {
 
 // echoFilterNames are the filter names of the steer and learn programs:
 // the program name and a digest of its code (map references zeroed).
-func echoFilterNames(hostIP net.IP) ([2]string, error) {
+func echoFilterNames(hostIP net.IP, counts int) ([2]string, error) {
 	s, err := steerProgram(0, 0, hostIP)
 	if err != nil {
 		return [2]string{}, err
 	}
-	l, err := learnProgram(0, 0)
+	l, err := learnProgram(ownMaps{0, 0, counts}, 0)
 	if err != nil {
 		return [2]string{}, err
 	}
@@ -433,7 +443,8 @@ func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
 		return nil
 	}
 	e := &echoSteer{steerFd: steer, learnFd: learn}
-	maps := map[string]**bpfMap{"iso_echo": &e.echo, "iso_echo_origin": &e.origin, "iso_echo_frag": &e.frag}
+	maps := map[string]**bpfMap{"iso_echo": &e.echo, "iso_echo_origin": &e.origin, "iso_echo_frag": &e.frag,
+		"iso_echo_quota": &e.quota}
 	for _, id := range append(progMapIDs(e.learnFd), progMapIDs(e.steerFd)...) {
 		fd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
 		if err != nil {
@@ -445,10 +456,12 @@ func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
 			unix.Close(fd)
 		}
 	}
-	if e.echo == nil || e.origin == nil || e.frag == nil {
+	if e.echo == nil || e.origin == nil || e.frag == nil || e.quota == nil ||
+		x.counts != nil && !usesMap(e.learnFd, x.counts.fd) {
 		e.close()
 		return nil
 	}
+	e.sweep = startSweep(e.echo, e.quota, 8)
 	return e
 }
 
@@ -574,21 +587,4 @@ func (x *HostDemux) DelEchoOrigin(iif int) error {
 		return fmt.Errorf("%s: echo origin %d: %w", x.d.label, iif, err)
 	}
 	return nil
-}
-
-// echoLearned returns the veth learned for {id, peer} (0: none); for tests.
-func (x *HostDemux) echoLearned(id uint16, peer net.IP) int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.echo == nil {
-		return 0
-	}
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint16(k, id)
-	copy(k[4:], peer.To4())
-	v := make([]byte, 4)
-	if x.echo.echo.lookup(k, v) != nil {
-		return 0
-	}
-	return int(binary.NativeEndian.Uint32(v))
 }

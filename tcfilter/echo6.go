@@ -16,7 +16,8 @@ import (
 //   - learn6 (eth0 egress): an ICMPv6 echo request right after the fixed
 //     header records {identifier, destination} -> the container's veth
 //     (the origin map shared with IPv4, by skb_iif) or 0 for the host's
-//     own in the echo6 map (LRU).
+//     own in the echo6 map, owned while live and within a quota like
+//     IPv4's (echoown.go; its own quota map and sweeper).
 //   - steer6 (eth0 ingress): an echo reply, or an ICMPv6 error (types
 //     1..7) quoting an echo request, whose {identifier, peer} is learned
 //     is redirected to that veth or accepted for the host; everything
@@ -29,14 +30,12 @@ import (
 // reply (they stay with the host; IPv6 fragments have no ICMPv6 header
 // after the first), and the destination address of a reply is not
 // checked (eth0 receives only the host's frames; a container drops a
-// reply that is not for its addresses). A restarted daemon loads new
-// programs with an empty map: replies in flight go to the host.
+// reply that is not for its addresses). A restarted daemon adopts the
+// programs and maps of the same code, as for IPv4.
 
 // PrioEcho6 is the priority of the ICMPv6 echo programs on eth0 (ingress
 // and egress).
 const PrioEcho6 uint16 = 3
-
-const echo6Entries = 65536
 
 // stack layout of the IPv6 programs (offsets from r10)
 const (
@@ -49,13 +48,17 @@ const (
 func p6(i int) int16 { return int16(stk6Pkt + i) }
 
 type echo6Steer struct {
-	m                *bpfMap
+	m, quota         *bpfMap
 	steerFd, learnFd int
+	sweep            *echoSweeper
 }
 
 func (e *echo6Steer) close() {
-	if e.m != nil {
-		e.m.close()
+	e.sweep.halt()
+	for _, m := range []*bpfMap{e.m, e.quota} {
+		if m != nil {
+			m.close()
+		}
 	}
 	unix.Close(e.steerFd)
 	unix.Close(e.learnFd)
@@ -72,7 +75,7 @@ func loadICMPv6(a *asm) {
 	}
 }
 
-func learn6Program(echo6Fd, originFd int) ([]byte, error) {
+func learn6Program(m ownMaps, originFd int) ([]byte, error) {
 	a := newAsm()
 	originValue(a, originFd, stk6Origin, stk6Value)
 	loadICMPv6(a)
@@ -80,7 +83,7 @@ func learn6Program(echo6Fd, originFd int) ([]byte, error) {
 	a.jmp(opJne32, r1, icmp6EchoRequest, "pass")
 	a.copyBytes(stk6Key, p6(58), 2)
 	a.copyBytes(stk6Key+4, p6(38), 16) // destination: the peer
-	mapUpdate(a, echo6Fd, stk6Key, stk6Value)
+	learnOwned(a, m, stk6Key, stk6Value)
 	passExit(a)
 	return a.assemble()
 }
@@ -119,9 +122,9 @@ func steer6Program(echo6Fd int) ([]byte, error) {
 	return a.assemble()
 }
 
-func newEcho6Steer(originFd int) (_ *echo6Steer, err error) {
+func newEcho6Steer(originFd, counts int) (_ *echo6Steer, err error) {
 	e := &echo6Steer{steerFd: -1, learnFd: -1}
-	if e.m, err = newBPFMap(unix.BPF_MAP_TYPE_LRU_HASH, 20, 4, echo6Entries, "iso_echo6"); err != nil {
+	if e.m, e.quota, err = newOwnMaps(20, "iso_echo6", "iso_echo6_quota"); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -136,24 +139,25 @@ func newEcho6Steer(originFd int) (_ *echo6Steer, err error) {
 	if e.steerFd, err = loadSchedCls("iso_echo6_steer", code); err != nil {
 		return nil, err
 	}
-	if code, err = learn6Program(e.m.fd, originFd); err != nil {
+	if code, err = learn6Program(ownMaps{e.m.fd, e.quota.fd, counts}, originFd); err != nil {
 		return nil, err
 	}
 	if e.learnFd, err = loadSchedCls("iso_echo6_learn", code); err != nil {
 		return nil, err
 	}
+	e.sweep = startSweep(e.m, e.quota, 20)
 	return e, nil
 }
 
 // echo6FilterNames are the filter names of the IPv6 steer and learn
 // programs: the program name and a digest of its code (map references
 // zeroed), so that a restarted daemon adopts programs of the same code.
-func echo6FilterNames() ([2]string, error) {
+func echo6FilterNames(counts int) ([2]string, error) {
 	s, err := steer6Program(0)
 	if err != nil {
 		return [2]string{}, err
 	}
-	l, err := learn6Program(0, 0)
+	l, err := learn6Program(ownMaps{0, 0, counts}, 0)
 	if err != nil {
 		return [2]string{}, err
 	}
@@ -176,7 +180,7 @@ func (x *HostDemux) syncEcho6() {
 		}
 		return
 	}
-	names, err := echo6FilterNames()
+	names, err := echo6FilterNames(x.countsCode())
 	if err != nil {
 		x.echo6Err = err
 		return
@@ -185,7 +189,7 @@ func (x *HostDemux) syncEcho6() {
 		x.echo6 = x.adoptEcho6(names)
 	}
 	if x.echo6 == nil {
-		e, err := newEcho6Steer(x.echo.origin.fd)
+		e, err := newEcho6Steer(x.echo.origin.fd, x.countsFd())
 		if err != nil {
 			x.echo6Err = fmt.Errorf("%s: ICMPv6 echo programs: %w", x.d.label, err)
 			return
@@ -218,15 +222,19 @@ func (x *HostDemux) adoptEcho6(names [2]string) *echo6Steer {
 		case mapName(fd) == "iso_echo6" && e.m == nil:
 			e.m = &bpfMap{fd: fd}
 			continue
+		case mapName(fd) == "iso_echo6_quota" && e.quota == nil:
+			e.quota = &bpfMap{fd: fd}
+			continue
 		case id == mapID(x.echo.origin.fd):
 			origin = true
 		}
 		unix.Close(fd)
 	}
-	if e.m == nil || !origin {
+	if e.m == nil || e.quota == nil || !origin || x.counts != nil && !usesMap(e.learnFd, x.counts.fd) {
 		e.close()
 		return nil
 	}
+	e.sweep = startSweep(e.m, e.quota, 20)
 	return e
 }
 

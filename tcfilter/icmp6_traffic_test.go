@@ -200,16 +200,17 @@ func TestICMPv6EchoLearned(t *testing.T) {
 		name string
 		do   func(func() error) error
 		id   uint16
-		want int // namespace that must see the replies: 0 ca, 1 cb, 2 host
+		want int // namespace that must see the replies: 0 ca, 1 cb, 2 host; -1 none
 	}{
 		{"ca", a.c.Do, 0x1234, 0},
 		{"cb", b.c.Do, 0x1235, 1},
 		{"host", w.s.Host.Do, 0x1236, 2},
-		{"cb again, ca's identifier", b.c.Do, 0x1234, 1},
+		// ca's entry is live: cb's requests are dropped (echoown.go)
+		{"cb again, ca's identifier", b.c.Do, 0x1234, -1},
 	} {
 		before := [3]int64{snmp6(t, a.c.Do, "Icmp6InEchoReplies"), snmp6(t, b.c.Do, "Icmp6InEchoReplies"), snmp6(t, w.s.Host.Do, "Icmp6InEchoReplies")}
-		if got := ping6(t, tc.do, client6, tc.id, 3); got != 3 {
-			t.Errorf("%s: %d replies to 3 echo requests, want exactly one each", tc.name, got)
+		if got, want := ping6(t, tc.do, client6, tc.id, 3), min(3, 3*(tc.want+1)); got != want {
+			t.Errorf("%s: %d replies to 3 echo requests, want %d", tc.name, got, want)
 		}
 		after := [3]int64{snmp6(t, a.c.Do, "Icmp6InEchoReplies"), snmp6(t, b.c.Do, "Icmp6InEchoReplies"), snmp6(t, w.s.Host.Do, "Icmp6InEchoReplies")}
 		for i := range after {
@@ -223,8 +224,8 @@ func TestICMPv6EchoLearned(t *testing.T) {
 		}
 	}
 	// A restarted daemon adopts the programs and what they learned.
-	if got := echo6Learned(w.eth0D, 0x1234, client6); got != b.veth {
-		t.Fatalf("{0x1234, client} learned as %d, want cb's veth %d", got, b.veth)
+	if got := echo6Learned(w.eth0D, 0x1234, client6); got != a.veth {
+		t.Fatalf("{0x1234, client} learned as %d, want ca's veth %d", got, a.veth)
 	}
 	before := w.tcShow(t, w.s.HostEth0)
 	d2 := NewHostDemux(w.h, w.eth0, "eth0", w.s.HostIP, nil)
@@ -237,8 +238,8 @@ func TestICMPv6EchoLearned(t *testing.T) {
 	if err := d2.Echo6Steering(); err != nil {
 		t.Fatal(err)
 	}
-	if got := echo6Learned(d2, 0x1234, client6); got != b.veth {
-		t.Errorf("after a restart {0x1234, client} learned as %d, want %d", got, b.veth)
+	if got := echo6Learned(d2, 0x1234, client6); got != a.veth {
+		t.Errorf("after a restart {0x1234, client} learned as %d, want %d", got, a.veth)
 	}
 	if after := w.tcShow(t, w.s.HostEth0); after != before {
 		t.Errorf("a restart changed eth0's filters:\n%s", lineDiffs(before, after))
@@ -256,7 +257,7 @@ func echo6Learned(x *HostDemux, id uint16, peer net.IP) int {
 	k := make([]byte, 20)
 	binary.BigEndian.PutUint16(k, id)
 	copy(k[4:], peer.To16())
-	v := make([]byte, 4)
+	v := make([]byte, echoValueSize)
 	if x.echo6.m.lookup(k, v) != nil {
 		return 0
 	}

@@ -72,6 +72,7 @@ func newWire(t testing.TB) *wire {
 	}
 	w.cmac = cl.Attrs().HardwareAddr
 	w.eth0D = NewHostDemux(e.h, e.eth0, "eth0", e.s.HostIP, nil)
+	t.Cleanup(w.eth0D.ReleaseEcho) // the echo maps and their sweepers
 	w.loD = NewHostDemux(e.h, e.lo, "lo", nil, nil)
 	hc := e.openConn(t)
 	w.eth0D.SetConn(hc)

@@ -36,7 +36,8 @@ const (
 // ArgSharedPorts is the CNI_ARGS key through which a runtime asks for
 // ports to be held shared (SO_REUSEPORT across containers), e.g.
 // CNI_ARGS="IgnoreUnknown=1;ISOLATOR_SHARED_PORTS=31443,31500-31501".
-// Nomad passes it from `network { cni { args = { ... } } }`.
+// Nomad 1.9 and later pass it from `network { cni { args = { ... } } }`;
+// with Nomad 1.6 a network's "sharedPorts" does the same for every alloc.
 const ArgSharedPorts = "ISOLATOR_SHARED_PORTS"
 
 // labelArgs are the CNI_ARGS keys copied into labels, so that `isolatorctl

@@ -395,6 +395,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := flag.NewFlagSet("isolatorctl", flag.ContinueOnError)
 	root.SetOutput(stderr)
 	g.register(root)
+	showVersion := root.Bool("version", false, "print isolatorctl's version and exit")
 	root.Usage = func() {} // printed below, long or short
 	if err := root.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -404,6 +405,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		shortUsage(stderr)
 		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "isolatorctl", version)
+		return exitOK
 	}
 	rest := root.Args()
 	if len(rest) == 0 {

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -50,7 +51,9 @@ type options struct {
 	egressRate, egressBurst, egressCeil    string
 	ingressRate, ingressBurst, ingressCeil string
 	ipv6                                   ipv6Flag
+	followHost                             bool
 	hostLoopbackPorts                      string // host loopback ports open to every container (loopback)
+	showVersion                            bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -92,7 +95,9 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ingressRate, "ingress-rate-limit", "0", "default limit on what each container receives, like --egress-rate-limit")
 	fs.StringVar(&o.ingressBurst, "ingress-burst", "0", "burst of the default ingress limit, like --egress-burst")
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
+	fs.BoolVar(&o.followHost, "follow-host", true, "follow the host interface at run time: containers get the host's new addresses, gateways, MTU and MAC within seconds, and a recreated interface its filters again")
 	fs.StringVar(&o.hostLoopbackPorts, keyHostLoopbackPorts, "", "ports of host services on 127.0.0.0/8 and ::1 every container may reach, e.g. 53,8125 (default none: a container reaches no host-only service; containers still reach each other through 127.0.0.1)")
+	fs.BoolVar(&o.showVersion, "version", false, "print isolatord's version and exit")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	return fs
 }
@@ -109,6 +114,10 @@ func run(args []string, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "isolatord:", err)
 		return 2
+	}
+	if o.showVersion {
+		fmt.Println("isolatord", version)
+		return 0
 	}
 	flags := o
 	o, fixed, err := applyConfigFile(flags)
@@ -282,13 +291,14 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	defer hp.Close()
 	cfg.HostPorts = hp
-	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Logger: log, Observer: m.FilterOp,
+	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Follow: o.followHost, Logger: log, Observer: m.FilterOp,
 		ContainerPorts: cfg.ManagedPorts.Union(cfg.EphemeralPool), HostLoopbackPorts: rl.cur.loopback})
 	if err != nil {
 		return err
 	}
 	defer dp.Close()
 	m.WatchNeighbours(dp.NeighStats)
+	m.WatchFollower(dp.FollowStats)
 	iso, err := isolator.New(cfg, dp)
 	if err != nil {
 		return err
@@ -395,8 +405,16 @@ func uidLabels(uids []uint32) []string {
 // listenUnix creates the socket's directory (0750) and the socket (0660),
 // replacing a stale socket file but refusing to steal a live one.
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	dir := filepath.Dir(path)
+	_, serr := os.Stat(dir)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("--socket: %w", err)
+	}
+	if errors.Is(serr, fs.ErrNotExist) {
+		// 0750 whatever the umask (the unit has UMask=0077).
+		if err := os.Chmod(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("--socket: %w", err)
+		}
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {

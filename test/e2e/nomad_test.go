@@ -1,10 +1,11 @@
 package e2e
 
-// A real Nomad 1.10 agent (server and client in one, inside the sandbox
-// host namespace) drives isolator-cni through `network { mode =
+// A real Nomad 1.6.0 agent (MPL-2.0; server and client in one, inside the
+// sandbox host namespace) drives isolator-cni through `network { mode =
 // "cni/isolator" }` with raw_exec tasks. Not part of `make test`: building
 // Nomad takes minutes. `make test-nomad` builds it (scripts/build-nomad.sh)
-// and runs this with NOMAD_BIN set.
+// and runs this with NOMAD_BIN set. Nomad 1.7.0 and later are under the
+// Business Source License: the test refuses to run them.
 //
 // isolatord runs with --netns-dir /var/run/netns, Nomad's own pin
 // directory, so the alloc namespace pins clash exactly as in production.
@@ -16,16 +17,61 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )
+
+// nomadVersionRe finds the version in `nomad version` ("Nomad v1.6.0").
+var nomadVersionRe = regexp.MustCompile(`Nomad v(\d+)\.(\d+)\.(\d+)`)
+
+// checkNomadVersion logs bin's `nomad version` line (run in the sandbox
+// host namespace hostNS, like the agent) and refuses a Nomad under the
+// Business Source License (1.7.0 and later).
+func checkNomadVersion(t *testing.T, bin, hostNS string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", "--net="+hostNS, "--", bin, "version")
+	cmd.Env = nomadEnv()
+	b, err := cmd.CombinedOutput()
+	out := strings.TrimSpace(string(b))
+	if err != nil {
+		t.Fatalf("%s version: %v\n%s", bin, err, out)
+	}
+	t.Logf("nomad version: %s", strings.ReplaceAll(out, "\n", "; "))
+	m := nomadVersionRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s version: no \"Nomad vX.Y.Z\" in %q", bin, out)
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major > 1 || major == 1 && minor >= 7 {
+		t.Fatalf("%s is Nomad %s.%s.%s: Nomad 1.7.0 and later are under the Business Source License, "+
+			"which this project does not run; use Nomad 1.6.0 (MPL-2.0, scripts/build-nomad.sh)", bin, m[1], m[2], m[3])
+	}
+}
+
+// holdsPort reports whether c holds port, shared or exclusively as asked.
+func holdsPort(c *pb.Container, port uint32, shared bool) bool {
+	for _, p := range c.GetPorts() {
+		if p.GetBegin() <= port && port <= p.GetEnd() && p.GetShared() == shared {
+			return true
+		}
+	}
+	return false
+}
 
 type nomadAgent struct {
 	t      *testing.T
@@ -36,10 +82,12 @@ type nomadAgent struct {
 	log    bytes.Buffer // every run's output
 	cmd    *exec.Cmd
 	done   chan struct{}
+	allocs map[string]bool // every alloc ID runningAllocs has seen
 }
 
 // nomadEnv is the agent's environment: without AWS_CA_BUNDLE (with it
-// Nomad 1.10 dies at start setting up its IMDS client).
+// some Nomad versions die at start setting up their IMDS client) and
+// without the caller's NOMAD_* settings.
 func nomadEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -120,7 +168,50 @@ func (n *nomadAgent) runningAllocs(job string) []string {
 	if err != nil {
 		return nil
 	}
-	return strings.Fields(out)
+	ids := strings.Fields(out)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.allocs == nil {
+		n.allocs = map[string]bool{}
+	}
+	for _, id := range ids {
+		n.allocs[id] = true
+	}
+	return ids
+}
+
+// leftPins lists the namespace pins Nomad made for this test's allocs
+// that still exist.
+func (n *nomadAgent) leftPins() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var left []string
+	for id := range n.allocs {
+		p := filepath.Join(nspin.DefaultDir, id)
+		if _, err := os.Lstat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
+}
+
+// cleanup stops the jobs, gives Nomad time to tear their allocs down
+// (DEL, then it unmounts its pins), stops the agent and, should the test
+// have stopped it before that, removes the pins of this test's allocs
+// that Nomad left.
+func (n *nomadAgent) cleanup(jobs ...string) {
+	for _, job := range jobs {
+		n.cli("job", "stop", "-detach", "-purge", job)
+	}
+	if n.cmd != nil {
+		wait.Until(60*time.Second, func() bool { return len(n.leftPins()) == 0 })
+	}
+	n.stop()
+	for _, p := range n.leftPins() {
+		n.t.Logf("removing the pin Nomad left: %s", p)
+		unix.Unmount(p, unix.MNT_DETACH)
+		os.Remove(p)
+	}
 }
 
 // TestNomad: static-port job reachable from outside through Nomad's own
@@ -131,10 +222,11 @@ func (n *nomadAgent) runningAllocs(job string) []string {
 func TestNomad(t *testing.T) {
 	bin := os.Getenv("NOMAD_BIN")
 	if bin == "" {
-		t.Skip("set NOMAD_BIN to a Nomad 1.10 agent (make test-nomad builds one)")
+		t.Skip("set NOMAD_BIN to a Nomad 1.6.0 agent (make test-nomad builds one)")
 	}
 	needTools(t)
 	sb := sandbox.New(t)
+	checkNomadVersion(t, bin, sb.Host.Path)
 	d := StartDaemon(t, sb, DaemonOptions{NetNSDir: nspin.DefaultDir})
 	base := readHostState(t, sb, filepath.Join(t.TempDir(), "none"))
 
@@ -144,12 +236,14 @@ func TestNomad(t *testing.T) {
 	os.MkdirAll(cniBin, 0o755)
 	// Only the plugin: Nomad runs every binary in cni_path to fingerprint it.
 	copyFile(t, filepath.Join(Binaries(t), "isolator-cni"), filepath.Join(cniBin, "isolator-cni"))
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "packaging", "cni", "nomad", "isolator.conflist"))
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"isolator.conflist", "isolator-shared.conflist"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot(), "packaging", "cni", "nomad", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := strings.Replace(string(b), `"/run/isolatord/isolatord.sock"`, `"`+d.Socket+`"`, 1)
+		os.WriteFile(filepath.Join(cniDir, name), []byte(conf), 0o644)
 	}
-	conf := strings.Replace(string(b), `"/run/isolatord/isolatord.sock"`, `"`+d.Socket+`"`, 1)
-	os.WriteFile(filepath.Join(cniDir, "isolator.conflist"), []byte(conf), 0o644)
 	agentConf := filepath.Join(dir, "agent.hcl")
 	os.WriteFile(agentConf, []byte(fmt.Sprintf(`
 data_dir  = %q
@@ -183,14 +277,14 @@ plugin "raw_exec" {
 `, filepath.Join(dir, "data"), cniBin, cniDir)), 0o644)
 	n := &nomadAgent{t: t, bin: bin, hostNS: sb.Host.Path, conf: agentConf}
 	t.Cleanup(func() {
-		n.cli("job", "stop", "-purge", "static")
-		n.cli("job", "stop", "-purge", "shared")
-		n.stop()
+		n.cleanup("static", "shared")
 		if t.Failed() {
 			t.Logf("nomad log (tail):\n%s", tail(n.Log(), 60))
 		}
 	})
 	n.start()
+	// The shipped example job is one this Nomad accepts.
+	n.mustCLI("job", "validate", filepath.Join(repoRoot(), "packaging", "cni", "nomad", "web.nomad.hcl"))
 
 	iso := staticIsotraffic(t)
 	job := filepath.Join(dir, "static.nomad.hcl")
@@ -223,9 +317,19 @@ job "static" {
 		s, err := echoFromClient(sb, "tcp", 31005)
 		return err == nil && s == "nomadweb"
 	})
+	// Nomad 1.6 passes no CNI_ARGS: the alloc is known by its CNI
+	// container ID, the alloc ID, and isolatord uses Nomad's pin at
+	// /var/run/netns/<allocID> without owning it. (Nomad 1.10 and later
+	// add NOMAD_ALLOC_ID and friends to CNI_ARGS; the plugin copies them
+	// into labels.)
 	out := d.Ctl(t, "get", alloc)
-	if !strings.Contains(out, "the runtime's pin") || !strings.Contains(out, "NOMAD_ALLOC_ID="+alloc) {
+	c := cniGet(t, d, alloc)
+	if c == nil || c.GetNetns() != filepath.Join(nspin.DefaultDir, alloc) || c.GetPinOwned() ||
+		!strings.Contains(out, "the runtime's pin") || !holdsPort(c, 31005, false) {
 		t.Errorf("isolatorctl get %s:\n%s", alloc, out)
+	}
+	if id, ok := c.GetLabels()["cni.arg.NOMAD_ALLOC_ID"]; ok && id != alloc {
+		t.Errorf("alloc %s labelled NOMAD_ALLOC_ID=%s", alloc, id)
 	}
 
 	// isolatord kill -9: traffic keeps flowing, and it comes back.
@@ -244,7 +348,7 @@ job "static" {
 	})
 	mustEcho(t, sb, "tcp", 31005, "nomadweb")
 
-	n.mustCLI("job", "stop", "-purge", "static")
+	n.mustCLI("job", "stop", "-detach", "-purge", "static")
 	wait.For(t, 60*time.Second, "isolatord forgets the stopped alloc", func() bool {
 		return cniGet(t, d, alloc) == nil
 	})
@@ -257,8 +361,11 @@ job "static" {
 	}
 
 	// A shared port: two allocations of one group on this node hold 31443
-	// shared (cni args, no Nomad port), their servers bind it with
-	// SO_REUSEPORT, and new connections reach both.
+	// shared, their servers bind it with SO_REUSEPORT, and new connections
+	// reach both. Nomad 1.6 has neither ignore_collision nor `cni { args }`
+	// (both 1.9): the port is not declared to Nomad's scheduler, and the
+	// network "isolator-shared" (packaging/cni/nomad/isolator-shared.conflist)
+	// asks for it as shared.
 	shared := filepath.Join(dir, "shared.nomad.hcl")
 	os.WriteFile(shared, []byte(fmt.Sprintf(`
 job "shared" {
@@ -266,12 +373,7 @@ job "shared" {
   group "quic" {
     count = 2
     network {
-      mode = "cni/isolator"
-      cni {
-        args = {
-          ISOLATOR_SHARED_PORTS = "31443"
-        }
-      }
+      mode = "cni/isolator-shared"
     }
     task "server" {
       driver = "raw_exec"
@@ -296,7 +398,12 @@ job "shared" {
 	})
 	t.Logf("shared port 31443 spread: %v", seen)
 	sharedAllocs := n.runningAllocs("shared")
-	n.mustCLI("job", "stop", "-purge", "shared")
+	for _, a := range sharedAllocs {
+		if c := cniGet(t, d, a); c == nil || !holdsPort(c, 31443, true) {
+			t.Errorf("alloc %s does not hold 31443 shared: %v", a, c)
+		}
+	}
+	n.mustCLI("job", "stop", "-detach", "-purge", "shared")
 	wait.For(t, 60*time.Second, "isolatord forgets the shared job's allocs", func() bool {
 		for _, a := range sharedAllocs {
 			if cniGet(t, d, a) != nil {

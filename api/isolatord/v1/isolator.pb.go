@@ -1406,6 +1406,10 @@ type UsageResponse struct {
 	//	loopback   TCP/UDP to 127.0.0.0/8 or ::1 for a port that is neither
 	//	           containers' nor opened with --host-loopback-ports (a
 	//	           host-only service)
+	//	echo       echo request (IPv4 or IPv6) with an {identifier, peer}
+	//	           another container or the host is using (sent one within
+	//	           30 s), or over the container's quota of new ones (64 per
+	//	           34 s); counted on eth0's egress
 	//
 	// (For IPv6, ip_header, source_ip, port, icmp and protocol read as for
 	// IPv4: not version 6; source not a host IPv6 address or ::1 -> ::1;

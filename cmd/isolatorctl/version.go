@@ -1,0 +1,9 @@
+package main
+
+import "github.com/isolatord/isolatord/buildinfo"
+
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build does); otherwise the version the Go build recorded is used.
+var version = "dev"
+
+func init() { version = buildinfo.Version(version) }
