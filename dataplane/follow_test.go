@@ -725,3 +725,66 @@ func TestFollowOneBadContainer(t *testing.T) {
 	fe.waitInLine(t, bad.proc, "bad", 8080, "198.18.5.1/24", "198.18.5.2", 1500)
 	wait.For(t, followWithin, "nothing pending", func() bool { return fe.d.FollowStats().Pending == 0 })
 }
+
+// TestFollowIPv6Appears: --ipv6=auto decided off (the host had no global
+// IPv6 address at start-up); the host gains one (and a default route via
+// a link-local router): the follower turns IPv6 on, a container set up
+// from then on is reachable over IPv6 and connects out from the host's
+// address, and one set up before keeps working over IPv4 without IPv6.
+func TestFollowIPv6Appears(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	if fe.d.IPv6() != nil || len(fe.info.IPv6) != 0 {
+		t.Fatalf("IPv6 on at start-up without a host IPv6 address: %v", fe.info.IPv6)
+	}
+	old := fe.start("old", 1, "40000-40063", "8080", "", 8080)
+	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "old")
+
+	const host6, client6 = "2001:db8:33:b::1", "2001:db8:33:b::2"
+	ip(t, sb.Client, "-6", "addr", "add", client6+"/64", "dev", "eth0", "nodad")
+	ip(t, sb.Client, "-6", "addr", "add", sandbox.RouterLinkLocal6+"/64", "dev", "eth0", "nodad")
+	out := listenIn(t, sb.Client, "[::]:9000")
+	start := time.Now()
+	ip(t, sb.Host, "-6", "addr", "add", host6+"/64", "dev", "eth0", "nodad")
+	ip(t, sb.Host, "-6", "route", "add", "default", "via", sandbox.RouterLinkLocal6, "dev", "eth0")
+	wait.For(t, followWithin, "the host facts reported carry the IPv6 address", func() bool {
+		h := fe.host()
+		return len(h.IPv6) == 1 && h.IPv6[0].String() == host6+"/64" && h.Gateway6.String() == sandbox.RouterLinkLocal6
+	})
+	t.Logf("IPv6 turned on %v after the address was added", time.Since(start))
+	if v6 := fe.d.IPv6(); v6 == nil || !v6.HasGlobal() {
+		t.Fatalf("data plane IPv6 facts: %v", v6)
+	}
+
+	set := time.Now()
+	nw := fe.start("new", 2, "40064-40127", "8081", "", 8081)
+	target := net.JoinHostPort(host6, "8081")
+	var err error
+	if !wait.Until(2*time.Second, func() bool {
+		var name string
+		name, err = echo(sb.Client, "tcp", target)
+		return err == nil && name == "new"
+	}) {
+		t.Fatalf("client cannot reach the new container on %s within 2 s: %v", target, err)
+	}
+	t.Logf("new container reachable over IPv6 %v after its setup began", time.Since(set))
+	mustEcho(t, sb.Client, "udp", target, "new")
+	if src, err := dialFrom(nw.proc, net.JoinHostPort(client6, "9000")); err != nil || src != host6 {
+		t.Errorf("new container's outgoing IPv6 connection: source %q, err %v; want %s", src, err, host6)
+	} else if peer := <-out.peers; peer != host6 {
+		t.Errorf("server saw the new container as %s", peer)
+	}
+	mustEcho(t, sb.Client, "tcp", hostAddr(8081), "new")
+
+	// The container set up before keeps IPv4 only, and working.
+	wait.For(t, followWithin, "every container in line", func() bool { return fe.d.FollowStats().Pending == 0 })
+	if got, err := globals6(old.proc); err != nil || len(got) != 0 {
+		t.Errorf("old container's global IPv6 addresses: %v (err %v); want none", got, err)
+	}
+	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "old")
+	mustEcho(t, sb.Client, "udp", hostAddr(8080), "old")
+	if _, err := echo(sb.Client, "tcp", net.JoinHostPort(host6, "8080")); err == nil {
+		t.Errorf("old container answered over IPv6 (it was set up without IPv6)")
+	}
+}
