@@ -139,7 +139,7 @@ type acceptor struct {
 
 // listenIn listens on addr in ns and answers every connection with one
 // line, reporting its peer's address.
-func listenIn(t testing.TB, ns sandbox.NS, addr string) *acceptor {
+func listenIn(t testing.TB, ns doer, addr string) *acceptor {
 	t.Helper()
 	a := &acceptor{peers: make(chan string, 64)}
 	err := ns.Do(func() (err error) {
@@ -777,14 +777,55 @@ func TestFollowIPv6Appears(t *testing.T) {
 	}
 	mustEcho(t, sb.Client, "tcp", hostAddr(8081), "new")
 
-	// The container set up before keeps IPv4 only, and working.
+	// The container set up before gains IPv6 as a host process would,
+	// with no address of its own, and keeps working over IPv4.
 	wait.For(t, followWithin, "every container in line", func() bool { return fe.d.FollowStats().Pending == 0 })
-	if got, err := globals6(old.proc); err != nil || len(got) != 0 {
-		t.Errorf("old container's global IPv6 addresses: %v (err %v); want none", got, err)
+	if got, err := globals6(old.proc); err != nil || fmt.Sprint(got) != fmt.Sprint([]string{host6 + "/64"}) {
+		t.Errorf("old container's global IPv6 addresses: %v (err %v); want %s/64", got, err, host6)
+	}
+	hostLL := fe.d.IPv6().LinkLocal.String()
+	if all, err := addrs6Of(old.proc); err != nil || fmt.Sprint(all) != fmt.Sprint([]string{host6 + "/64", hostLL}) {
+		t.Errorf("old container's eth0 IPv6 addresses: %v (err %v); want %s/64 and the host's %s only", all, err, host6, hostLL)
 	}
 	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "old")
 	mustEcho(t, sb.Client, "udp", hostAddr(8080), "old")
-	if _, err := echo(sb.Client, "tcp", net.JoinHostPort(host6, "8080")); err == nil {
-		t.Errorf("old container answered over IPv6 (it was set up without IPv6)")
+	old6 := net.JoinHostPort(host6, "8080")
+	if !wait.Until(2*time.Second, func() bool {
+		var name string
+		name, err = echo(sb.Client, "tcp", old6)
+		return err == nil && name == "old"
+	}) {
+		t.Fatalf("client cannot reach the old container on %s: %v", old6, err)
 	}
+	mustEcho(t, sb.Client, "udp", old6, "old")
+	if src, err := dialFrom(old.proc, net.JoinHostPort(client6, "9000")); err != nil || src != host6 {
+		t.Errorf("old container's outgoing IPv6 connection: source %q, err %v; want %s", src, err, host6)
+	} else if peer := <-out.peers; peer != host6 {
+		t.Errorf("server saw the old container as %s", peer)
+	}
+}
+
+// addrs6Of are the IPv6 addresses of p's eth0 (multicast aside), sorted.
+func addrs6Of(p *sandbox.Container) ([]string, error) {
+	h, err := p.Netlink()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(ContainerEth0)
+	if err != nil {
+		return nil, err
+	}
+	as, err := h.AddrList(eth, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range as {
+		if !a.IP.IsMulticast() {
+			out = append(out, a.IPNet.String())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -134,7 +134,7 @@ func (d *DataPlane) followHost() (changed bool, info HostInfo, notify func(HostI
 	before := d.hostNow
 	err = d.applyHost(hl, v6)
 	if turnOn && d.v6 != nil {
-		d.log.Info("IPv6: on (the host interface gained a global IPv6 address); containers set up from now on share the host's IPv6 addresses, those already running keep IPv4 only",
+		d.log.Info("IPv6: on (the host interface gained a global IPv6 address); containers share the host's IPv6 addresses (running ones as they are brought in line)",
 			"mode", d.cfg.IPv6.String(), "eth0", hl.Eth0, "addresses", ipNets(v6.Global), "link_local", v6.LinkLocal.String(),
 			"gateway", v6.Gateway(), "routes", len(v6.Routes))
 	}
@@ -495,7 +495,24 @@ func (d *DataPlane) syncInside(j inside) error {
 		}
 	}
 	d.traceFollow("ipv4")
-	if d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu) {
+	switch {
+	case d.v6 != nil && in.v6 == "" && want.v6 != "":
+		// IPv6 came on (--ipv6=auto): the container gets it as a
+		// host process would.
+		if err := containerns.TurnOnIPv6(ns, ch, ContainerEth0, d.v6); err != nil {
+			return err
+		}
+		// Its neighbour sync member again, now serving IPv6 too (its
+		// IPv6 neighbour settings made as at a setup with IPv6).
+		d.mu.Lock()
+		ng := d.neigh
+		d.mu.Unlock()
+		if ng != nil {
+			if err := ng.Add(j.id, ns, ContainerEth0); err != nil {
+				return err
+			}
+		}
+	case d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu):
 		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
 			return err
 		}

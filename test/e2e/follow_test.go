@@ -115,7 +115,7 @@ func TestDaemonFollowsHostRenumbering(t *testing.T) {
 // default route via a link-local router: status shows it, one log line
 // says IPv6 came on, a container isolated from then on is reachable over
 // IPv6 from the client within 2 s, and one isolated before keeps working
-// over IPv4.
+// over IPv4 and gains IPv6 too.
 func TestDaemonFollowsIPv6Appearing(t *testing.T) {
 	sb := sandbox.New(t)
 	d := StartDaemon(t, sb, DaemonOptions{Extra: []string{"--ipv6=auto"}})
@@ -179,9 +179,21 @@ func TestDaemonFollowsIPv6Appearing(t *testing.T) {
 	}) {
 		t.Fatalf("the client does not reach the new container on %s within 2 s: %q %v\n%s", target, got, err, d.Log())
 	}
-	if got := containerIPv6(t, old); len(got) != 0 {
-		t.Errorf("the container isolated before has IPv6 addresses %v", got)
-	}
 	mustEcho(t, sb, "tcp", 31001, "old")
 	mustEcho(t, sb, "udp", 31001, "old")
+	// The container isolated before gains IPv6 as a host process would.
+	wait.For(t, 10*time.Second, "the container isolated before has the host's IPv6 address", func() bool {
+		return slices.Contains(containerIPv6(t, old), host6+"/64")
+	})
+	old6 := net.JoinHostPort(host6, "31001")
+	if !wait.Until(2*time.Second, func() bool {
+		err = sb.Client.Do(func() error {
+			reply, err := traffic.Echo(context.Background(), "udp", old6, "hi", traffic.WithTimeout(time.Second))
+			got = traffic.ReplyName(reply)
+			return err
+		})
+		return err == nil && got == "old"
+	}) {
+		t.Fatalf("the client does not reach the container isolated before on %s: %q %v\n%s", old6, got, err, d.Log())
+	}
 }
