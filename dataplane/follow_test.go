@@ -34,9 +34,14 @@ type followEnv struct {
 
 func newFollowEnv(t testing.TB, opts ...sandbox.Option) *followEnv {
 	t.Helper()
+	return newFollowEnvMode(t, IPv6Auto, opts...)
+}
+
+func newFollowEnvMode(t testing.TB, mode IPv6Mode, opts ...sandbox.Option) *followEnv {
+	t.Helper()
 	sb := sandbox.New(t, opts...)
-	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: IPv6Auto}
-	d, err := New(Config{HostNS: sb.Host.Path, IPv6: IPv6Auto, Logger: quietLogger(t), Follow: true,
+	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: mode}
+	d, err := New(Config{HostNS: sb.Host.Path, IPv6: mode, Logger: quietLogger(t), Follow: true,
 		Observer: func(op tcfilter.Op) {
 			e.ops.Add(1)
 			if op.Result == "error" {
@@ -828,4 +833,27 @@ func addrs6Of(p *sandbox.Container) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// TestFollowIPv6AppearsOff: with --ipv6=false the host gaining a global
+// IPv6 address changes nothing: IPv6 stays off for the data plane, the
+// facts reported and a container set up afterwards.
+func TestFollowIPv6AppearsOff(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnvMode(t, IPv6Off)
+	sb := fe.sb
+	ip(t, sb.Host, "-6", "addr", "add", "2001:db8:33:c::1/64", "dev", "eth0", "nodad")
+	ip(t, sb.Host, "-6", "route", "add", "default", "via", sandbox.RouterLinkLocal6, "dev", "eth0")
+	// A change the follower reports, after the address: its pass read
+	// the host with the address there.
+	ip(t, sb.Host, "link", "set", "eth0", "mtu", "1400")
+	wait.For(t, followWithin, "a pass after the change", func() bool { return fe.host().MTU == 1400 })
+	if v6 := fe.d.IPv6(); v6 != nil || len(fe.host().IPv6) != 0 {
+		t.Fatalf("--ipv6=false: IPv6 on after the host gained an address: %v %v", v6, fe.host().IPv6)
+	}
+	c := fe.start("v4", 1, "40000-40063", "8080", "", 8080)
+	if got, err := addrs6Of(c.proc); err != nil || len(got) != 0 {
+		t.Errorf("--ipv6=false: container's IPv6 addresses %v (err %v)", got, err)
+	}
+	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "v4")
 }
