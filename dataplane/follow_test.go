@@ -34,9 +34,14 @@ type followEnv struct {
 
 func newFollowEnv(t testing.TB, opts ...sandbox.Option) *followEnv {
 	t.Helper()
+	return newFollowEnvMode(t, IPv6Auto, opts...)
+}
+
+func newFollowEnvMode(t testing.TB, mode IPv6Mode, opts ...sandbox.Option) *followEnv {
+	t.Helper()
 	sb := sandbox.New(t, opts...)
-	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: IPv6Auto}
-	d, err := New(Config{HostNS: sb.Host.Path, IPv6: IPv6Auto, Logger: quietLogger(t), Follow: true,
+	e := &env{t: t, sb: sb, ops: new(atomic.Int64), errs: new(atomic.Int64), ipv6: mode}
+	d, err := New(Config{HostNS: sb.Host.Path, IPv6: mode, Logger: quietLogger(t), Follow: true,
 		Observer: func(op tcfilter.Op) {
 			e.ops.Add(1)
 			if op.Result == "error" {
@@ -139,7 +144,7 @@ type acceptor struct {
 
 // listenIn listens on addr in ns and answers every connection with one
 // line, reporting its peer's address.
-func listenIn(t testing.TB, ns sandbox.NS, addr string) *acceptor {
+func listenIn(t testing.TB, ns doer, addr string) *acceptor {
 	t.Helper()
 	a := &acceptor{peers: make(chan string, 64)}
 	err := ns.Do(func() (err error) {
@@ -724,4 +729,131 @@ func TestFollowOneBadContainer(t *testing.T) {
 	rename(ContainerEth0)
 	fe.waitInLine(t, bad.proc, "bad", 8080, "198.18.5.1/24", "198.18.5.2", 1500)
 	wait.For(t, followWithin, "nothing pending", func() bool { return fe.d.FollowStats().Pending == 0 })
+}
+
+// TestFollowIPv6Appears: --ipv6=auto decided off (the host had no global
+// IPv6 address at start-up); the host gains one (and a default route via
+// a link-local router): the follower turns IPv6 on, a container set up
+// from then on is reachable over IPv6 and connects out from the host's
+// address, and one set up before keeps working over IPv4 without IPv6.
+func TestFollowIPv6Appears(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnv(t)
+	sb := fe.sb
+	if fe.d.IPv6() != nil || len(fe.info.IPv6) != 0 {
+		t.Fatalf("IPv6 on at start-up without a host IPv6 address: %v", fe.info.IPv6)
+	}
+	old := fe.start("old", 1, "40000-40063", "8080", "", 8080)
+	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "old")
+
+	const host6, client6 = "2001:db8:33:b::1", "2001:db8:33:b::2"
+	ip(t, sb.Client, "-6", "addr", "add", client6+"/64", "dev", "eth0", "nodad")
+	ip(t, sb.Client, "-6", "addr", "add", sandbox.RouterLinkLocal6+"/64", "dev", "eth0", "nodad")
+	out := listenIn(t, sb.Client, "[::]:9000")
+	start := time.Now()
+	ip(t, sb.Host, "-6", "addr", "add", host6+"/64", "dev", "eth0", "nodad")
+	ip(t, sb.Host, "-6", "route", "add", "default", "via", sandbox.RouterLinkLocal6, "dev", "eth0")
+	wait.For(t, followWithin, "the host facts reported carry the IPv6 address", func() bool {
+		h := fe.host()
+		return len(h.IPv6) == 1 && h.IPv6[0].String() == host6+"/64" && h.Gateway6.String() == sandbox.RouterLinkLocal6
+	})
+	t.Logf("IPv6 turned on %v after the address was added", time.Since(start))
+	if v6 := fe.d.IPv6(); v6 == nil || !v6.HasGlobal() {
+		t.Fatalf("data plane IPv6 facts: %v", v6)
+	}
+
+	set := time.Now()
+	nw := fe.start("new", 2, "40064-40127", "8081", "", 8081)
+	target := net.JoinHostPort(host6, "8081")
+	var err error
+	if !wait.Until(2*time.Second, func() bool {
+		var name string
+		name, err = echo(sb.Client, "tcp", target)
+		return err == nil && name == "new"
+	}) {
+		t.Fatalf("client cannot reach the new container on %s within 2 s: %v", target, err)
+	}
+	t.Logf("new container reachable over IPv6 %v after its setup began", time.Since(set))
+	mustEcho(t, sb.Client, "udp", target, "new")
+	if src, err := dialFrom(nw.proc, net.JoinHostPort(client6, "9000")); err != nil || src != host6 {
+		t.Errorf("new container's outgoing IPv6 connection: source %q, err %v; want %s", src, err, host6)
+	} else if peer := <-out.peers; peer != host6 {
+		t.Errorf("server saw the new container as %s", peer)
+	}
+	mustEcho(t, sb.Client, "tcp", hostAddr(8081), "new")
+
+	// The container set up before gains IPv6 as a host process would,
+	// with no address of its own, and keeps working over IPv4.
+	wait.For(t, followWithin, "every container in line", func() bool { return fe.d.FollowStats().Pending == 0 })
+	if got, err := globals6(old.proc); err != nil || fmt.Sprint(got) != fmt.Sprint([]string{host6 + "/64"}) {
+		t.Errorf("old container's global IPv6 addresses: %v (err %v); want %s/64", got, err, host6)
+	}
+	hostLL := fe.d.IPv6().LinkLocal.String()
+	if all, err := addrs6Of(old.proc); err != nil || fmt.Sprint(all) != fmt.Sprint([]string{host6 + "/64", hostLL}) {
+		t.Errorf("old container's eth0 IPv6 addresses: %v (err %v); want %s/64 and the host's %s only", all, err, host6, hostLL)
+	}
+	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "old")
+	mustEcho(t, sb.Client, "udp", hostAddr(8080), "old")
+	old6 := net.JoinHostPort(host6, "8080")
+	if !wait.Until(2*time.Second, func() bool {
+		var name string
+		name, err = echo(sb.Client, "tcp", old6)
+		return err == nil && name == "old"
+	}) {
+		t.Fatalf("client cannot reach the old container on %s: %v", old6, err)
+	}
+	mustEcho(t, sb.Client, "udp", old6, "old")
+	if src, err := dialFrom(old.proc, net.JoinHostPort(client6, "9000")); err != nil || src != host6 {
+		t.Errorf("old container's outgoing IPv6 connection: source %q, err %v; want %s", src, err, host6)
+	} else if peer := <-out.peers; peer != host6 {
+		t.Errorf("server saw the old container as %s", peer)
+	}
+}
+
+// addrs6Of are the IPv6 addresses of p's eth0 (multicast aside), sorted.
+func addrs6Of(p *sandbox.Container) ([]string, error) {
+	h, err := p.Netlink()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(ContainerEth0)
+	if err != nil {
+		return nil, err
+	}
+	as, err := h.AddrList(eth, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range as {
+		if !a.IP.IsMulticast() {
+			out = append(out, a.IPNet.String())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// TestFollowIPv6AppearsOff: with --ipv6=false the host gaining a global
+// IPv6 address changes nothing: IPv6 stays off for the data plane, the
+// facts reported and a container set up afterwards.
+func TestFollowIPv6AppearsOff(t *testing.T) {
+	checkRootUnchanged(t)
+	fe := newFollowEnvMode(t, IPv6Off)
+	sb := fe.sb
+	ip(t, sb.Host, "-6", "addr", "add", "2001:db8:33:c::1/64", "dev", "eth0", "nodad")
+	ip(t, sb.Host, "-6", "route", "add", "default", "via", sandbox.RouterLinkLocal6, "dev", "eth0")
+	// A change the follower reports, after the address: its pass read
+	// the host with the address there.
+	ip(t, sb.Host, "link", "set", "eth0", "mtu", "1400")
+	wait.For(t, followWithin, "a pass after the change", func() bool { return fe.host().MTU == 1400 })
+	if v6 := fe.d.IPv6(); v6 != nil || len(fe.host().IPv6) != 0 {
+		t.Fatalf("--ipv6=false: IPv6 on after the host gained an address: %v %v", v6, fe.host().IPv6)
+	}
+	c := fe.start("v4", 1, "40000-40063", "8080", "", 8080)
+	if got, err := addrs6Of(c.proc); err != nil || len(got) != 0 {
+		t.Errorf("--ipv6=false: container's IPv6 addresses %v (err %v)", got, err)
+	}
+	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "v4")
 }

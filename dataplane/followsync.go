@@ -126,16 +126,19 @@ func (d *DataPlane) followHost() (changed bool, info HostInfo, notify func(HostI
 		d.log.Info("host follower: host interface not readable now; waiting for it", "eth0", d.links.Eth0, "err", err)
 		return false, info, nil, nil
 	}
-	var v6 *hostlink.IPv6
-	if d.v6 != nil {
-		r, err := hostlink.ReadIPv6(d.h, hl.Eth0Index)
-		if err != nil {
-			return false, info, nil, err
-		}
-		v6 = &r
+	v6, err := d.followIPv6(hl)
+	if err != nil {
+		return false, info, nil, err
 	}
+	turnOn := d.v6 == nil && v6 != nil
 	before := d.hostNow
-	if err := d.applyHost(hl, v6); err != nil {
+	err = d.applyHost(hl, v6)
+	if turnOn && d.v6 != nil {
+		d.log.Info("IPv6: on (the host interface gained a global IPv6 address); containers share the host's IPv6 addresses (running ones as they are brought in line)",
+			"mode", d.cfg.IPv6.String(), "eth0", hl.Eth0, "addresses", ipNets(v6.Global), "link_local", v6.LinkLocal.String(),
+			"gateway", v6.Gateway(), "routes", len(v6.Routes))
+	}
+	if err != nil {
 		d.hostNow = d.factsNow()
 		return d.hostNow != before, d.publicInfo(), d.onHost, err
 	}
@@ -145,6 +148,25 @@ func (d *DataPlane) followHost() (changed bool, info HostInfo, notify func(HostI
 	}
 	d.followStats.Changes++
 	return true, d.publicInfo(), d.onHost, nil
+}
+
+// followIPv6 reads the host's IPv6 facts for followHost (d.mu held): nil
+// when containers have no IPv6 and keep none. With IPv6 on they are the
+// host's now; with --ipv6=auto decided off they turn it on once eth0 has
+// a global IPv6 address (an error reading them leaves it off until the
+// next change); with --ipv6=false it stays off.
+func (d *DataPlane) followIPv6(hl hostlink.Links) (*hostlink.IPv6, error) {
+	if d.v6 == nil && d.cfg.IPv6 != IPv6Auto {
+		return nil, nil
+	}
+	r, err := hostlink.ReadIPv6(d.h, hl.Eth0Index)
+	switch {
+	case err != nil && d.v6 != nil:
+		return nil, err
+	case err != nil || (d.v6 == nil && !r.HasGlobal()):
+		return nil, nil
+	}
+	return &r, nil
 }
 
 // applyHost makes the host's tables follow hl and v6 (d.mu held): a
@@ -203,6 +225,8 @@ func (d *DataPlane) applyHost(hl hostlink.Links, v6 *hostlink.IPv6) error {
 		if err := d.eth0.SetIPv6(d.demux6(d.sink.Index)); err != nil {
 			errs = append(errs, fmt.Errorf("%s IPv6 demux: %w", hl.Eth0, err))
 		}
+	}
+	if v6 != nil { // (on a recreated eth0 too: IPv6 may just have come on)
 		if err := d.lo.SetIPv6(d.demux6(0)); err != nil {
 			errs = append(errs, fmt.Errorf("%s IPv6 demux: %w", hl.Lo, err))
 		}
@@ -471,7 +495,24 @@ func (d *DataPlane) syncInside(j inside) error {
 		}
 	}
 	d.traceFollow("ipv4")
-	if d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu) {
+	switch {
+	case d.v6 != nil && in.v6 == "" && want.v6 != "":
+		// IPv6 came on (--ipv6=auto): the container gets it as a
+		// host process would.
+		if err := containerns.TurnOnIPv6(ns, ch, ContainerEth0, d.v6); err != nil {
+			return err
+		}
+		// Its neighbour sync member again, now serving IPv6 too (its
+		// IPv6 neighbour settings made as at a setup with IPv6).
+		d.mu.Lock()
+		ng := d.neigh
+		d.mu.Unlock()
+		if ng != nil {
+			if err := ng.Add(j.id, ns, ContainerEth0); err != nil {
+				return err
+			}
+		}
+	case d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu):
 		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
 			return err
 		}

@@ -13,7 +13,8 @@ type IPv6Mode int
 
 const (
 	// IPv6Auto: on when the host's public interface has a global IPv6
-	// address at PrepareHost, off otherwise.
+	// address at PrepareHost, off otherwise; the follower turns it on
+	// when one appears later (followIPv6).
 	IPv6Auto IPv6Mode = iota
 	// IPv6On: on; PrepareHost fails if the interface has no global IPv6
 	// address.

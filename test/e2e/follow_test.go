@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +107,93 @@ func TestDaemonFollowsHostRenumbering(t *testing.T) {
 	}
 	if got, err := echo("198.18.5.1:31002"); err != nil || got != "api" {
 		t.Errorf("api on the new address: %q %v", got, err)
+	}
+}
+
+// TestDaemonFollowsIPv6Appearing: a daemon with --ipv6=auto on a host
+// without a global IPv6 address decides off; the host gains one and a
+// default route via a link-local router: status shows it, one log line
+// says IPv6 came on, a container isolated from then on is reachable over
+// IPv6 from the client within 2 s, and one isolated before keeps working
+// over IPv4 and gains IPv6 too.
+func TestDaemonFollowsIPv6Appearing(t *testing.T) {
+	sb := sandbox.New(t)
+	d := StartDaemon(t, sb, DaemonOptions{Extra: []string{"--ipv6=auto"}})
+	if !strings.Contains(d.Log(), "IPv6: off") {
+		t.Fatalf("no start-up line saying IPv6 is off:\n%s", d.Log())
+	}
+	checkStatusIPv6(t, d, nil)
+	oldID := sb.Name + "-old"
+	old := startServer(t, sb, "old", 31001)
+	d.Ctl(t, "prepare", oldID, "--ports", "31001")
+	d.Ctl(t, "isolate", oldID, "--pid", strconv.Itoa(old.Pid))
+	t.Cleanup(func() { d.Ctl(t, "cleanup", oldID) })
+	mustEcho(t, sb, "tcp", 31001, "old")
+
+	const host6, client6 = "2001:db8:33:e::1", "2001:db8:33:e::2"
+	for _, args := range [][]string{
+		{"client", "-6", "addr", "add", client6 + "/64", "dev", "eth0", "nodad"},
+		{"client", "-6", "addr", "add", sandbox.RouterLinkLocal6 + "/64", "dev", "eth0", "nodad"},
+		{"host", "-6", "addr", "add", host6 + "/64", "dev", "eth0", "nodad"},
+		{"host", "-6", "route", "add", "default", "via", sandbox.RouterLinkLocal6, "dev", "eth0"},
+	} {
+		ns := sb.Host
+		if args[0] == "client" {
+			ns = sb.Client
+		}
+		if out, err := ns.Command("ip", args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args[1:], " "), err, out)
+		}
+	}
+	start := time.Now()
+	wait.For(t, 10*time.Second, "status reports the host's IPv6 address", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := d.Client.Status(ctx, &pb.StatusRequest{})
+		return err == nil && slices.Equal(st.GetHostIpv6(), []string{host6 + "/64"})
+	})
+	t.Logf("status shows IPv6 %v after the address was added", time.Since(start))
+	checkStatusIPv6(t, d, []string{host6 + "/64"})
+	if !strings.Contains(d.Log(), "IPv6: on (the host interface gained a global IPv6 address)") {
+		t.Errorf("no log line saying IPv6 came on:\n%s", d.Log())
+	}
+
+	newID := sb.Name + "-new"
+	nw := startServer(t, sb, "new", 31002)
+	d.Ctl(t, "prepare", newID, "--ports", "31002")
+	d.Ctl(t, "isolate", newID, "--pid", strconv.Itoa(nw.Pid))
+	t.Cleanup(func() { d.Ctl(t, "cleanup", newID) })
+	if got := containerIPv6(t, nw); !slices.Contains(got, host6+"/64") {
+		t.Errorf("new container's eth0 IPv6 addresses %v, want %s/64", got, host6)
+	}
+	target := net.JoinHostPort(host6, "31002")
+	var got string
+	var err error
+	if !wait.Until(2*time.Second, func() bool {
+		err = sb.Client.Do(func() error {
+			reply, err := traffic.Echo(context.Background(), "tcp", target, "hi", traffic.WithTimeout(time.Second))
+			got = traffic.ReplyName(reply)
+			return err
+		})
+		return err == nil && got == "new"
+	}) {
+		t.Fatalf("the client does not reach the new container on %s within 2 s: %q %v\n%s", target, got, err, d.Log())
+	}
+	mustEcho(t, sb, "tcp", 31001, "old")
+	mustEcho(t, sb, "udp", 31001, "old")
+	// The container isolated before gains IPv6 as a host process would.
+	wait.For(t, 10*time.Second, "the container isolated before has the host's IPv6 address", func() bool {
+		return slices.Contains(containerIPv6(t, old), host6+"/64")
+	})
+	old6 := net.JoinHostPort(host6, "31001")
+	if !wait.Until(2*time.Second, func() bool {
+		err = sb.Client.Do(func() error {
+			reply, err := traffic.Echo(context.Background(), "udp", old6, "hi", traffic.WithTimeout(time.Second))
+			got = traffic.ReplyName(reply)
+			return err
+		})
+		return err == nil && got == "old"
+	}) {
+		t.Fatalf("the client does not reach the container isolated before on %s: %q %v\n%s", old6, got, err, d.Log())
 	}
 }
