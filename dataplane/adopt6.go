@@ -61,15 +61,10 @@ func (d *DataPlane) refreshContainerSide(c Container, pinPath string) error {
 			return err
 		}
 	}
-	eth, err := ch.LinkByName(ContainerEth0)
+	cf, err := d.containerFiltersIn(ch)
 	if err != nil {
-		return fmt.Errorf("%s: %w", ContainerEth0, err)
+		return err
 	}
-	lo, err := ch.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("lo: %w", err)
-	}
-	cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
 	if err := cf.Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
 		return fmt.Errorf("container filters: %w", err)
 	}

@@ -521,15 +521,10 @@ func (d *DataPlane) syncInside(j inside) error {
 	if !addrChanged && in.ip6tag == want.ip6tag {
 		return nil
 	}
-	eth, err := ch.LinkByName(ContainerEth0)
+	cf, err := d.containerFiltersIn(ch)
 	if err != nil {
-		return fmt.Errorf("%s: %w", ContainerEth0, err)
+		return err
 	}
-	lo, err := ch.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("lo: %w", err)
-	}
-	cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
 	refresh := cf.Refresh
 	if in.ip6tag != want.ip6tag {
 		refresh = func() error { return cf.Install(j.all) }

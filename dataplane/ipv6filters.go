@@ -3,6 +3,7 @@ package dataplane
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net"
 
 	"github.com/vishvananda/netlink"
@@ -49,6 +50,20 @@ func (d *DataPlane) ip6Tag() string {
 // handle opened there).
 func (d *DataPlane) containerFilters(ch *netlink.Handle, lo, eth0 int) tcfilter.ContainerFilters {
 	return tcfilter.ContainerFilters{H: ch, Lo: lo, Eth0: eth0, HostIP: d.hostIP(), HostIP6: d.hostIP6(), Obs: d.cfg.Observer}
+}
+
+// containerFiltersIn are the filters of the container whose namespace ch
+// is a netlink handle in, its eth0 and lo looked up by name.
+func (d *DataPlane) containerFiltersIn(ch *netlink.Handle) (tcfilter.ContainerFilters, error) {
+	eth, err := ch.LinkByName(ContainerEth0)
+	if err != nil {
+		return tcfilter.ContainerFilters{}, fmt.Errorf("%s: %w", ContainerEth0, err)
+	}
+	lo, err := ch.LinkByName("lo")
+	if err != nil {
+		return tcfilter.ContainerFilters{}, fmt.Errorf("lo: %w", err)
+	}
+	return d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index), nil
 }
 
 // shaperExit are the filters of a container's egress shaper exit xi.

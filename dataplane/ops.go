@@ -63,15 +63,10 @@ func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared eph
 		return fmt.Errorf("container %s: %w", c.ID, err)
 	}
 	closers = append(closers, ch.Close)
-	eth, err := ch.LinkByName(ContainerEth0)
+	cf, err := d.containerFiltersIn(ch)
 	if err != nil {
-		return fmt.Errorf("container %s: %s: %w", c.ID, ContainerEth0, err)
+		return fmt.Errorf("container %s: %w", c.ID, err)
 	}
-	lo, err := ch.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("container %s: lo: %w", c.ID, err)
-	}
-	cf := d.containerFilters(ch, lo.Attrs().Index, eth.Attrs().Index)
 	vf := d.vethFilters(old.Slot, rec.veth, rec.via)
 
 	// 1. grow veth and container filters to old ∪ new.
