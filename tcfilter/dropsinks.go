@@ -164,6 +164,29 @@ const (
 	bpfNoPrealloc = 1    // BPF_F_NO_PREALLOC
 )
 
+// addCount adds one to map fd's u64 value under the key at stack offset
+// key (the 8-byte value 1 at stack offset one), inserting the entry when
+// it is missing; when another CPU inserted it first the insert fails and
+// the count goes to its entry. It ends at label done, which it places.
+func addCount(a *asm, fd int, key, one int32, done string) {
+	add := func(miss string) {
+		a.ldMap(r1, fd)
+		a.movReg(r2, r10)
+		a.addImm(r2, key)
+		a.call(helperMapLookup)
+		a.jmp(opJeqImm, r0, 0, miss)
+		a.movImm(r1, 1)
+		a.emit(opAtomicDW, r0, r1, 0, 0)
+		a.jmp(opJa, 0, 0, done)
+	}
+	add(done + "_insert")
+	a.label(done + "_insert")
+	mapUpdateFlags(a, fd, key, one, bpfNoExist)
+	a.jmp(opJeqImm, r0, 0, done)
+	add(done)
+	a.label(done)
+}
+
 // countProgram counts a packet under {skb_iif, code} in map fd and drops
 // it. A missing entry is inserted; when another CPU inserted it first the
 // insert fails and the count goes to its entry.
@@ -173,22 +196,7 @@ func countProgram(fd int, code int) ([]byte, error) {
 	a.stxW(r10, r1, stkCountKey)
 	a.stW(r10, stkCountKey+4, int32(code))
 	a.emit(bpfStDW, r10, 0, stkCountOne, 1)
-	add := func(miss string) {
-		a.ldMap(r1, fd)
-		a.movReg(r2, r10)
-		a.addImm(r2, stkCountKey)
-		a.call(helperMapLookup)
-		a.jmp(opJeqImm, r0, 0, miss)
-		a.movImm(r1, 1)
-		a.emit(opAtomicDW, r0, r1, 0, 0)
-		a.jmp(opJa, 0, 0, "shot")
-	}
-	add("insert")
-	a.label("insert")
-	mapUpdateFlags(a, fd, stkCountKey, stkCountOne, bpfNoExist)
-	a.jmp(opJeqImm, r0, 0, "shot")
-	add("shot")
-	a.label("shot")
+	addCount(a, fd, stkCountKey, stkCountOne, "shot")
 	a.movImm(r0, tcActShot)
 	a.exit()
 	return a.assemble()

@@ -183,22 +183,7 @@ func countDrop(a *asm, fd int, value int16, r int) {
 	a.stxW(r10, r1, stkOwnCount)
 	a.stW(r10, stkOwnCount+4, int32(r))
 	a.emit(opStDW, r10, 0, stkOwnOne, 1)
-	add := func(miss string) {
-		a.ldMap(r1, fd)
-		a.movReg(r2, r10)
-		a.addImm(r2, stkOwnCount)
-		a.call(helperMapLookup)
-		a.jmp(opJeqImm, r0, 0, miss)
-		a.movImm(r1, 1)
-		a.emit(opAtomicDW, r0, r1, 0, 0)
-		a.jmp(opJa, 0, 0, "own_counted")
-	}
-	add("own_cins")
-	a.label("own_cins")
-	mapUpdateFlags(a, fd, stkOwnCount, stkOwnOne, bpfNoExist)
-	a.jmp(opJeqImm, r0, 0, "own_counted")
-	add("own_counted")
-	a.label("own_counted")
+	addCount(a, fd, stkOwnCount, stkOwnOne, "own_counted")
 }
 
 // newOwnMaps creates a family's echo map (key size keySize) and quota map.
