@@ -220,11 +220,17 @@ func TestSharedJoinHoarderBusy(t *testing.T) {
 		}
 	}
 	hs := []spread.Holder{{Slot: 1}, {Slot: 2}}
-	want, _ := spread.Assign(port, hs)
+	want, err := spread.Assign(port, hs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9310")); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := e.d.Shared(port)
+	st, ok := e.d.Shared(port)
+	if !ok {
+		t.Fatalf("port %d is not shared after the join", port)
+	}
 	held, due := 0, 0
 	for bk, h := range st.Spread.Buckets {
 		if want[bk].Slot == 2 {
@@ -233,6 +239,9 @@ func TestSharedJoinHoarderBusy(t *testing.T) {
 				held++
 			}
 		}
+	}
+	if due == 0 {
+		t.Fatal("B is due no bucket: the check below would check nothing")
 	}
 	if held > spread.MaxHeld(2) {
 		t.Errorf("A kept back %d of B's %d buckets, at most %d allowed", held, due, spread.MaxHeld(2))
