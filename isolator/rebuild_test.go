@@ -2,6 +2,7 @@ package isolator
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,5 +165,65 @@ func TestRecoveryFailureDoesNotStopStart(t *testing.T) {
 	}
 	if _, err := s2.Prepare(bg, "c", nil); err != nil {
 		t.Fatalf("API after a failed recovery: %v", err)
+	}
+}
+
+// A record whose slot is taken at start is reported, and what it holds
+// stays held: its kernel objects may still route its block and ports, so
+// neither goes to a new container.
+func TestRecordWithTakenSlotKeepsItsPorts(t *testing.T) {
+	dir := t.TempDir()
+	dp := newFakeDP()
+	s := newTestIsolator(t, dir, dp)
+	for _, id := range []string{"a", "b"} {
+		if _, err := s.Prepare(bg, id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	st, err := openStore(dir, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b *Record
+	for _, r := range recs {
+		switch r.ID {
+		case "a":
+			a = r
+		case "b":
+			b = r
+		}
+	}
+	if a == nil || b == nil {
+		t.Fatalf("records: %+v", recs)
+	}
+	b.Slot = a.Slot
+	if err := st.put(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newTestIsolator(t, dir, dp)
+	if u := strings.Join(s2.Unattributed(), "\n"); !strings.Contains(u, "container b: ") {
+		t.Fatalf("b's taken slot not reported: %q", u)
+	}
+	got := 0
+	for i := range 8 {
+		r, err := s2.Prepare(bg, fmt.Sprintf("n%d", i), nil)
+		if err != nil {
+			break
+		}
+		got++
+		if r.Ephemeral == b.Ephemeral {
+			t.Fatalf("b's block %v, still held in the kernel, handed to n%d", b.Ephemeral, i)
+		}
+	}
+	if got == 0 {
+		t.Fatal("no container could be prepared after the start")
 	}
 }

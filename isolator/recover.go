@@ -82,8 +82,12 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	loaded := recs[:0:0]
 	for _, r := range recs {
 		if !s.slots.claim(r.Slot) {
-			// its kernel objects, if any, are reported with the strays
+			// its kernel objects, if any, are reported with the strays;
+			// what the record holds stays held (they may still route it)
 			s.failed(&rep, r.ID, fmt.Errorf("state: slot %d is invalid or taken", r.Slot))
+			req := holdRequest(r)
+			s.hold(plane.Held{What: fmt.Sprintf("container %s (slot %d invalid or taken)", r.ID, r.Slot),
+				Ports: req.Exclusive.Union(req.Shared).Union(ephemeral.NewSet(r.Ephemeral))})
 			continue
 		}
 		loaded = append(loaded, r)
