@@ -491,14 +491,15 @@ func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 	d.recoveryLinks = make(map[string]int, len(ls))
 	d.recoveryCurrent = map[string]bool{}
 	d.recoveryKnown = map[string]map[uint16][]tcfilter.Entry{}
+	v6, loop, v4 := d.ip6Tag(), d.loopTag(), d.v4Tag() // hashes: once, not per link
 	for _, l := range ls {
 		a := l.Attrs()
 		if isRetired(a) {
 			continue // no container's (it keeps its name until deleted)
 		}
 		d.recoveryLinks[a.Name] = a.Index
-		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == d.ip6Tag() && m.Loop == d.loopTag() &&
-			(m.V4 == "" || m.V4 == d.v4Tag()) && m.Eph != "" {
+		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == v6 && m.Loop == loop &&
+			(m.V4 == "" || m.V4 == v4) && m.Eph != "" {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}
