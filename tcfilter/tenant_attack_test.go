@@ -89,7 +89,10 @@ func TestICMPStateAttack(t *testing.T) {
 	for _, k := range counters {
 		before[k] = icmpIn(t, w.s.Client.Do, k)
 	}
-	drops0, _ := a.vf.Drops()
+	drops0, err := a.vf.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range attacks {
 		if err := snd.Send(w.s.ClientIP, m); err != nil {
 			t.Fatal(err)
@@ -153,7 +156,10 @@ func TestICMPv6StateAttack(t *testing.T) {
 	for _, k := range counters {
 		before[k] = snmp6(t, w.s.Client.Do, k)
 	}
-	drops0, _ := a.vf.Drops()
+	drops0, err := a.vf.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range append(attacks, quote(1, 4, 0)) {
 		if _, err := snd.WriteTo(m, &net.IPAddr{IP: client6}); err != nil {
 			t.Fatal(err)
@@ -236,7 +242,10 @@ func TestLoopbackAttack(t *testing.T) {
 		}
 	}
 	reachable("by default")
-	drops0, _ := a.vf.Drops()
+	drops0, err := a.vf.Drops()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, x := range hostOnly {
 		if got, err := tryEcho(a.c.Do, x.network, x.addr, time.Second); err == nil {
 			t.Errorf("container -> host-only %s %s answered %q", x.network, x.addr, got)
