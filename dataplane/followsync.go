@@ -392,7 +392,6 @@ func (d *DataPlane) finishContainer(j inside, err error) bool {
 		// The alias says what the container now carries (a restart
 		// trusts it).
 		err = d.setAlias(j.rec.veth, j.rec.c)
-		d.traceFollow("alias")
 	}
 	if err != nil {
 		d.followFailed(j.rec, j.id, err)
@@ -432,7 +431,6 @@ func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemera
 			return fmt.Errorf("%s MAC %s: %w", VethName(c.ID), d.info.MAC, err)
 		}
 	}
-	d.traceFollow("host veth")
 	if !(in.ip != want.ip && want.ip != "") && in.mac == want.mac && in.eth0 == want.eth0 && in.ip6tag == want.ip6tag {
 		return nil
 	}
@@ -461,7 +459,6 @@ func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemera
 			return fmt.Errorf("shaper exit %s filters: %w", exit, err)
 		}
 	}
-	d.traceFollow("veth filters")
 	return nil
 }
 
@@ -484,7 +481,6 @@ func (d *DataPlane) syncInside(j inside) error {
 		return err
 	}
 	defer ch.Close()
-	d.traceFollow("open namespace")
 	if in.ip != want.ip || in.gw != want.gw || in.mtu != want.mtu || in.mac != want.mac {
 		h4 := containerns.Host4{Gateway: d.info.Gateway, MTU: d.info.MTU, MAC: d.info.MAC}
 		if !d.lost4 {
@@ -494,7 +490,6 @@ func (d *DataPlane) syncInside(j inside) error {
 			return err
 		}
 	}
-	d.traceFollow("ipv4")
 	switch {
 	case d.v6 != nil && in.v6 == "" && want.v6 != "":
 		// IPv6 came on (--ipv6=auto): the container gets it as a
@@ -517,7 +512,6 @@ func (d *DataPlane) syncInside(j inside) error {
 			return err
 		}
 	}
-	d.traceFollow("ipv6")
 	if !addrChanged && in.ip6tag == want.ip6tag {
 		return nil
 	}
@@ -532,14 +526,5 @@ func (d *DataPlane) syncInside(j inside) error {
 	if err := refresh(); err != nil {
 		return fmt.Errorf("container filters: %w", err)
 	}
-	d.traceFollow("container filters")
 	return nil
-}
-
-// traceFollow ends a step of bringing a container in line (benchmarks'
-// trace only).
-func (d *DataPlane) traceFollow(step string) {
-	if d.trace != nil {
-		d.trace("follow", step)
-	}
 }
