@@ -32,6 +32,7 @@ const (
 	opJeqReg   = 0x1d // JMP JEQ X (64-bit)
 	opJeq32Reg = 0x1e // JMP32 JEQ X
 	opJgeReg   = 0x3d // JMP JGE X (64-bit, unsigned)
+	opJsgeReg  = 0x7d // JMP JSGE X (64-bit, signed)
 	opSubReg   = 0x1f // ALU64 SUB X
 	opRshImm   = 0x77 // ALU64 RSH K
 	opLdxDW    = 0x79

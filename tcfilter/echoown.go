@@ -101,7 +101,9 @@ func learnOwned(a *asm, m ownMaps, key, value int16) {
 	a.movReg(r4, r8)
 	a.emit(opSubReg, r4, r3, 0, 0)
 	a.ldImm64(r3, uint64(echoLive))
-	a.jmpReg(opJgeReg, r4, r3, "own_take")
+	// signed: an entry refreshed on another CPU after this request read
+	// the clock is younger than now, not ancient (ns since boot < 2^63)
+	a.jmpReg(opJsgeReg, r4, r3, "own_take")
 	a.jmp(opJeqImm, r2, 0, "own_take")
 	a.jmp(opJa, 0, 0, "own_drop")
 
@@ -246,7 +248,9 @@ func monotonicNow() uint64 {
 // deleted.
 func sweepEcho(echo, quota *bpfMap, keySize int, now uint64) int {
 	n := sweepMap(echo, keySize, echoValueSize, func(v []byte) bool {
-		return now-binary.NativeEndian.Uint64(v[8:]) >= uint64(echoLive)
+		// an entry refreshed after now was read is live, not ancient
+		last := binary.NativeEndian.Uint64(v[8:])
+		return now > last && now-last >= uint64(echoLive)
 	})
 	w := now >> echoWindowShift
 	sweepMap(quota, 4, quotaValueSize, func(v []byte) bool { return binary.NativeEndian.Uint64(v)+1 < w })
