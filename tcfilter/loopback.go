@@ -84,9 +84,10 @@ func (v VethFilters) toLoopPorts(prio uint16, handle uint32, s *nl.TcU32Sel) nod
 // staleLoopPorts are the deletions of the nodes of TableVethLoopPort in fs
 // beyond the ones v wants (a shorter LoopPorts than before).
 func (v VethFilters) staleLoopPorts(b *batch, d dev, fs []*netlink.U32) {
+	want := uint32(len(v.loopPortNodes()))
 	for _, f := range fs {
 		htid, _, nid := SplitU32Handle(f.Handle)
-		if f.Priority == PrioIP && htid == TableVethLoopPort && nid > uint32(len(v.loopPortNodes())) {
+		if f.Priority == PrioIP && htid == TableVethLoopPort && nid > want {
 			b.del(d, KindIP, PrioIP, f.Handle, true)
 		}
 	}

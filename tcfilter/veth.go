@@ -328,7 +328,7 @@ func (v VethFilters) fixedNodes() []node {
 		{prio: PrioIP, handle: h(TableVethICMP, 1), classid: c, sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(8)), act: actRedirect, target: v.out(), kind: KindICMP},
 		{prio: PrioIP, handle: h(TableVethICMP, 2), classid: c, sel: sel(nl.TC_U32_TERMINAL, icmpTypeKey(0)), act: actRedirect, target: v.out(), kind: KindICMP},
 		// destination unreachable with a code an end host's stack or
-		// firewall sends about its own sockets (icmpEndHostCodes)
+		// firewall sends about its own sockets (icmpstate.go)
 		icmpErr(3, icmpPortUnreach, ipprotoTCP),
 		icmpErr(4, icmpPortUnreach, ipprotoUDP),
 		icmpErr(5, icmpAdminProhibited, ipprotoTCP),
