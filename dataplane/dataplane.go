@@ -162,8 +162,11 @@ type DataPlane struct {
 	loopOpen  ephemeral.Set
 	departed  map[string]uint64 // drops counted on the veths of containers torn down since New
 	neigh     *neighsync.Syncer // containers' neighbours from the host's table (neigh.go)
-	ctrs      map[string]*record
-	slots     map[uint16]string
+	// neighAgain: the syncer must start again on eth0 (a recreated
+	// eth0 whose restart failed: the follower retries it)
+	neighAgain bool
+	ctrs       map[string]*record
+	slots      map[uint16]string
 	// settingUp: ID -> slot of the setups in progress (claim).
 	settingUp map[string]uint16
 	shared    map[uint16][]spread.Holder

@@ -241,24 +241,32 @@ func (d *DataPlane) applyHost(hl hostlink.Links, v6 *hostlink.IPv6) error {
 // now; on a recreated eth0 it starts again there and serves every
 // container again.
 func (d *DataPlane) followNeigh(newEth0 bool, v6 *hostlink.IPv6) error {
-	if d.neigh == nil {
+	if d.neigh == nil && !d.neighAgain {
 		return nil
 	}
-	if newEth0 {
-		d.neigh.Close()
-		d.neigh = nil
+	if newEth0 || d.neighAgain {
+		if d.neigh != nil {
+			d.neigh.Close()
+			d.neigh = nil
+		}
+		// until it is running again, later passes retry it
+		d.neighAgain = true
 		if err := d.startNeigh(d.links.Eth0Index, d.info.IP, d.info.Gateway); err != nil {
 			return err
 		}
+		var err error
 		if d.v6 != nil {
-			if err := d.neigh.EnableIPv6(d.v6.Global, d.v6.LinkLocal.IP, d.v6.Gateway()); err != nil {
-				return err
-			}
+			err = d.neigh.EnableIPv6(d.v6.Global, d.v6.LinkLocal.IP, d.v6.Gateway())
 		}
+		// every container is served again, IPv6 or not
 		for id, r := range d.ctrs {
 			d.neigh.AddLater(id, r.pin.Path, ContainerEth0, r.ino)
 		}
 		d.neigh.Release()
+		if err != nil {
+			return err
+		}
+		d.neighAgain = false
 		return nil
 	}
 	var errs []error
