@@ -50,11 +50,8 @@ func (s *Isolator) hold(h plane.Held) {
 		// the object's ports)
 		excl = ephemeral.Set{}
 		for _, p := range static.Ports() {
-			one := ephemeral.NewSet(ephemeral.Range{Begin: p, End: p})
-			probe := c.id + " probe"
-			if s.ledger.Reserve(probe, ephemeral.Request{Exclusive: one}) == nil {
-				s.ledger.Release(probe)
-				excl = excl.Union(one)
+			if len(s.ledger.Holders(p)) == 0 {
+				excl = excl.Union(ephemeral.NewSet(ephemeral.Range{Begin: p, End: p}))
 			}
 		}
 		if !excl.Empty() {
