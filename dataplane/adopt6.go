@@ -3,8 +3,8 @@ package dataplane
 import (
 	"fmt"
 
-	"github.com/isolatord/isolatord/containerns"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/containerns"
+	"github.com/isolatord/isolatord/netns/nshandle"
 )
 
 // refreshHostVeth gives an adopted container's host veth (ifindex veth)

@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

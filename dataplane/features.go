@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )

@@ -9,10 +9,10 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/isolatord/isolatord/containerns"
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/hostlink"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/containerns"
+	"github.com/isolatord/isolatord/netns/hostlink"
+	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

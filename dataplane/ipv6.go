@@ -5,7 +5,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/isolatord/isolatord/hostlink"
+	"github.com/isolatord/isolatord/netns/hostlink"
 )
 
 // IPv6Mode says whether containers share the host's IPv6 addresses.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/hostlink"
+	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/nspin"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/nspin"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"

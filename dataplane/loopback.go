@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

@@ -3,8 +3,8 @@ package dataplane
 import (
 	"fmt"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nspin"
 )
 
 // MountPath is where Setup bind-mounts a container's namespace handle

@@ -5,7 +5,7 @@ import (
 	"net"
 
 	"github.com/isolatord/isolatord/neighsync"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 )
 
 // Neighbours: no ARP frame reaches a container (the eth0 demux keeps ARP

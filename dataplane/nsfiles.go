@@ -1,8 +1,8 @@
 package dataplane
 
 import (
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nspin"
 )
 
 // NetNSInode returns the inode of a network namespace file, refusing

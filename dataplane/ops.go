@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/hostlink"
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/hostlink"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nspin"
 )
 
 // runtimePin pins the namespace at nsPath at dir/name the way a runtime

@@ -24,9 +24,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nspin"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nspin"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

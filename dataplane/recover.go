@@ -10,11 +10,11 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nspin"
+	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
-	"github.com/isolatord/isolatord/veth"
 	"github.com/vishvananda/netlink"
 )
 

@@ -59,8 +59,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/tcfilter"
-	"github.com/isolatord/isolatord/veth"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"

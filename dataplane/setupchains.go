@@ -34,11 +34,11 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/isolatord/isolatord/containerns"
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/sysctl"
-	"github.com/isolatord/isolatord/veth"
+	"github.com/isolatord/isolatord/netns/containerns"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/sysctl"
+	"github.com/isolatord/isolatord/netns/veth"
 )
 
 // errAborted ends a chain whose peer failed; Setup reports the peer's

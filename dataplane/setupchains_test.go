@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 

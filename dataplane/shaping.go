@@ -30,9 +30,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/netns/sysctl"
+	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/shaping"
-	"github.com/isolatord/isolatord/sysctl"
-	"github.com/isolatord/isolatord/veth"
 )
 
 // Limit is a bandwidth limit in one direction (bytes per second; the zero

@@ -95,7 +95,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/isolatord/isolatord/nsstats"
+	"github.com/isolatord/isolatord/netns/nsstats"
 	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 )

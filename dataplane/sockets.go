@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/nsstats"
+	"github.com/isolatord/isolatord/netns/nsstats"
 )
 
 // Socket statistics of the lifecycle's vocabulary (package plane).

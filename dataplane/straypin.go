@@ -3,7 +3,7 @@ package dataplane
 import (
 	"strings"
 
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nspin"
 )
 
 // strayPinOwned reports whether the namespace pin called name in the netns

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nspin"
 )
 
 // TestRemoveStraysLeavesRuntimePins: RemoveStrays (the operator's

@@ -6,7 +6,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

@@ -18,7 +18,7 @@ import (
 	"sync"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

@@ -38,7 +38,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nsstats"
+	"github.com/isolatord/isolatord/netns/nsstats"
 )
 
 // HeldError says that a host socket holds a port: Reserve's refusal.

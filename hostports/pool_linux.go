@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/sysctl"
 )
 
 // ReservePool merges pool into the host namespace's

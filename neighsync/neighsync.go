@@ -68,8 +68,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/sysctl"
 )
 
 // ContainerSysctls are the neighbour settings of a container's eth0 named

@@ -5,7 +5,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/sysctl"
 )
 
 // IPv6 neighbours (NDP) are served like IPv4 ones once EnableIPv6 was

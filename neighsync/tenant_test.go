@@ -11,8 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )

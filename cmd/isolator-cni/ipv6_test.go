@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 

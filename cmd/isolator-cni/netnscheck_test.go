@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 )
 
 // TestNetNSCheckAgreesWithSkel: the plugin's check refuses exactly the

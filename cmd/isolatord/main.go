@@ -27,9 +27,9 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/metrics"
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/rate"
-	"github.com/isolatord/isolatord/sysctl"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

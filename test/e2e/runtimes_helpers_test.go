@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nspin"
 )
 
 // needTools skips the test, saying what is missing, unless every tool is

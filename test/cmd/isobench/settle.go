@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nspin"
+	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 

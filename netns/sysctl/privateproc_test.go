@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 )
 
 func TestDisableIPv6(t *testing.T) {

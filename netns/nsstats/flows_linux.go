@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 )
 
 // Conns lists the live flows (see Conn) of the network namespace at

@@ -6,8 +6,8 @@ import (
 	"io/fs"
 	"testing"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 )
 
 // read reads one sysctl of ns.

@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/hostlink"
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nshandle/nstest"
-	"github.com/isolatord/isolatord/sysctl"
-	"github.com/isolatord/isolatord/veth"
+	"github.com/isolatord/isolatord/netns/hostlink"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/sysctl"
+	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )

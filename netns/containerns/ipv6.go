@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/isolatord/isolatord/hostlink"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/hostlink"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )

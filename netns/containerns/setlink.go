@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/sysctl"
 )
 
 // linkChange is what Configure changes of one container link in a single

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/isolatord/isolatord/nshandle/nstest"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/sysctl"
 )
 
 // A linkChange sets everything it carries in one request, and a request

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 )
 
 // BenchmarkReadMany reads ip_local_port_range once in each of 10, then

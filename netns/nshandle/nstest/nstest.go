@@ -10,7 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/isolatord/isolatord/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle"
 )
 
 // NeedRoot skips the test unless it runs as root.

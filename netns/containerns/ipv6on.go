@@ -3,9 +3,9 @@ package containerns
 import (
 	"fmt"
 
-	"github.com/isolatord/isolatord/hostlink"
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/sysctl"
+	"github.com/isolatord/isolatord/netns/hostlink"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/vishvananda/netlink"
 )
 

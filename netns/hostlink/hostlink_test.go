@@ -9,8 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/isolatord/isolatord/nshandle/nstest"
-	"github.com/isolatord/isolatord/veth"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/veth"
 )
 
 var testMAC = net.HardwareAddr{0x02, 0x18, 0x00, 0x00, 0x00, 0x01}

@@ -8,7 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/hostlink"
+	"github.com/isolatord/isolatord/netns/hostlink"
 )
 
 // SyncIPv6 brings the IPv6 addresses and routes of a configured

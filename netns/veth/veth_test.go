@@ -5,7 +5,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 )
 
 var testMAC = net.HardwareAddr{0x02, 0x18, 0x00, 0x00, 0x00, 0x01}

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nshandle"
-	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/netns/nshandle"
+	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 )
 
 const portRange = "/proc/sys/net/ipv4/ip_local_port_range"
