@@ -6,12 +6,12 @@ import (
 	"net"
 	"strings"
 
+	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/sysctl"
-	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/vishvananda/netlink"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/isolatord/isolatord/neighsync"
+	"github.com/isolatord/isolatord/netns/neighsync"
 	"github.com/isolatord/isolatord/netns/nshandle"
 )
 

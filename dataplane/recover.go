@@ -10,10 +10,10 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/veth"
-	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/vishvananda/netlink"
 )

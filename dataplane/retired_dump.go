@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nlattr"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch/nlattr"
 )
 
 // rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS: a link dump without

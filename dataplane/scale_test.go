@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/netns/nshandle"
-	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
 )

@@ -29,10 +29,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/netns/veth"
-	"github.com/isolatord/isolatord/shaping"
 )
 
 // Limit is a bandwidth limit in one direction (bytes per second; the zero

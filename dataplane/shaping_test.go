@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/shaping"
+	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 

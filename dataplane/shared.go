@@ -95,8 +95,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/netns/nsstats"
-	"github.com/isolatord/isolatord/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"

@@ -1,6 +1,6 @@
 package isolator
 
-import "github.com/isolatord/isolatord/rate"
+import "github.com/isolatord/isolatord/isolator/plane/rate"
 
 // DefaultLimits are the bandwidth limits a container gets when Prepare
 // gives none.

@@ -36,7 +36,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 // DataPlane is the kernel side as the lifecycle sees it, in the types of

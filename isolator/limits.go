@@ -17,7 +17,7 @@ import (
 	"fmt"
 
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 // LimitSpec is a requested bandwidth limit as it arrives from the API:

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 func lim(r uint64) rate.Limit { return rate.Limit{Rate: r} }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/isolatord/isolatord/neighsync"
+	"github.com/isolatord/isolatord/netns/neighsync"
 )
 
 // Neighbour sync series (package neighsync: containers get their

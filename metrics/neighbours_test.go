@@ -3,7 +3,7 @@ package metrics
 import (
 	"testing"
 
-	"github.com/isolatord/isolatord/neighsync"
+	"github.com/isolatord/isolatord/netns/neighsync"
 )
 
 func TestNeighbourSeries(t *testing.T) {

@@ -54,7 +54,7 @@ micro_rc=0
 : > "$tmp/micro.txt"
 if [ "${SKIP_MICRO:-0}" != 1 ]; then
   pkgs=()
-  for p in ephemeral tcfilter dataplane hostports; do
+  for p in ephemeral tcfilter dataplane netns/hostports; do
     if [ -d "$p" ] && grep -qs '^func Benchmark' "$p"/*_test.go; then
       pkgs+=("./$p/")
     else

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nlattr"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch/nlattr"
 )
 
 // Conn is a NETLINK_ROUTE socket that sends many tc requests at once: one

@@ -19,7 +19,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nlattr"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch/nlattr"
 )
 
 var ne = binary.NativeEndian

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 )
 
 // pinID is the node id of the pin of srcPort inside its bucket (1..0x100):

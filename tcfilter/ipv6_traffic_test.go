@@ -11,8 +11,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/shaping"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 

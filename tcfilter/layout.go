@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 )
 
 // Classifier priorities. Every device we touch gets at most two u32

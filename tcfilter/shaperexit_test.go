@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/isolatord/isolatord/shaping"
+	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 

@@ -3,7 +3,7 @@ package tcfilter
 import (
 	"fmt"
 
-	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 )
 
 // setShared makes port a shared port whose flows are spread over holders

@@ -3,7 +3,7 @@ package tcfilter
 import (
 	"testing"
 
-	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 )
 
 func TestPinID(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/spread"
+	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/test/wait"
 )
 

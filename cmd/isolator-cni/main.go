@@ -47,7 +47,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/isolatord/isolatord/buildinfo"
+	"github.com/isolatord/isolatord/cmd/internal/buildinfo"
 )
 
 // buildVersion is set at build time with -ldflags "-X main.buildVersion=..."

@@ -12,7 +12,7 @@ import (
 	"github.com/isolatord/isolatord/api"
 	isolatordv1 "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 

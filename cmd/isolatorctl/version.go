@@ -1,6 +1,6 @@
 package main
 
-import "github.com/isolatord/isolatord/buildinfo"
+import "github.com/isolatord/isolatord/cmd/internal/buildinfo"
 
 // version is set at build time with -ldflags "-X main.version=..." (make
 // build does); otherwise the version the Go build recorded is used.

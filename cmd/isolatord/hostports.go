@@ -8,8 +8,8 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/hostports"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/netns/hostports"
 )
 
 // reservedPortsFile (in --state-dir) records the ports isolatord added to

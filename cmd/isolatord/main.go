@@ -26,10 +26,10 @@ import (
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/metrics"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/sysctl"
-	"github.com/isolatord/isolatord/rate"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

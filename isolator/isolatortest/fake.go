@@ -15,7 +15,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 func inode(path string) (uint64, error) {

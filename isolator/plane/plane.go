@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
-	"github.com/isolatord/isolatord/rate"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 // Container is everything the data plane needs to plumb one container.

@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nlattr"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch/nlattr"
 )
 
 // BoundHere lists the TCP and UDP sockets of the calling thread's network

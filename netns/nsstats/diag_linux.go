@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/nlattr"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch/nlattr"
 )
 
 // sock_diag constants and layouts (linux/inet_diag.h, linux/tcp.h).

@@ -1,6 +1,6 @@
 package shaping
 
-import "github.com/isolatord/isolatord/rate"
+import "github.com/isolatord/isolatord/isolator/plane/rate"
 
 // Bounds of a Limit (see rate.Limit) and the fifo leaf's sizes.
 const (
