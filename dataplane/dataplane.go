@@ -58,6 +58,7 @@ import (
 	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -125,8 +126,8 @@ type DataPlane struct {
 	// hr is a second handle for reads (Stats), so that they do not queue
 	// behind the requests of setups and teardowns on h's socket.
 	hr *netlink.Handle
-	// hc sends the veth filters' requests in batches (tcfilter.Conn).
-	hc *tcfilter.Conn
+	// hc sends the veth filters' requests in batches (nlbatch.Conn).
+	hc *nlbatch.Conn
 	// sys reads veth counters without rtnl (Stats); nil when no sysfs
 	// could be mounted for hostNS, and Stats uses hr.
 	sys *hostlink.SysNet
@@ -280,7 +281,7 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	h, err := host.Netlink()
 	var hr *netlink.Handle
-	var hc *tcfilter.Conn
+	var hc *nlbatch.Conn
 	if err == nil {
 		if hr, err = host.Netlink(); err != nil {
 			h.Close()

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // retireSocket is the rtnetlink socket of the retire requests, opened in
@@ -16,11 +17,11 @@ import (
 // retire requests do not queue behind other requests on one socket.
 type retireSocket struct {
 	mu   sync.Mutex
-	conn *tcfilter.Conn
+	conn *nlbatch.Conn
 }
 
 // get returns the socket, opening it in the host namespace of d if needed.
-func (s *retireSocket) get(d *DataPlane) (*tcfilter.Conn, error) {
+func (s *retireSocket) get(d *DataPlane) (*nlbatch.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != nil {

@@ -7,15 +7,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/netns/nshandle"
-	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // openConn opens a tc batch socket in namespace ns: the host's (d.hc, for
 // the veth filters) or a container's (its own filters, during Setup).
-func openConn(ns *nshandle.NS) (*tcfilter.Conn, error) {
-	var c *tcfilter.Conn
+func openConn(ns *nshandle.NS) (*nlbatch.Conn, error) {
+	var c *nlbatch.Conn
 	err := ns.Do(func() (err error) {
-		c, err = tcfilter.OpenConn()
+		c, err = nlbatch.Open()
 		return err
 	})
 	if err != nil {
@@ -28,10 +28,10 @@ func openConn(ns *nshandle.NS) (*tcfilter.Conn, error) {
 // netlink handle Setup configures it with and the tc batch socket of its
 // filters: nshandle.NS.Netlink and openConn would each switch the thread
 // into ns and back, the handle once per socket.
-func openHandles(ns *nshandle.NS) (*netlink.Handle, *tcfilter.Conn, error) {
+func openHandles(ns *nshandle.NS) (*netlink.Handle, *nlbatch.Conn, error) {
 	var (
 		h *netlink.Handle
-		c *tcfilter.Conn
+		c *nlbatch.Conn
 	)
 	err := ns.Do(func() (err error) {
 		// The calling thread is in ns: no switch per socket. Only
@@ -40,7 +40,7 @@ func openHandles(ns *nshandle.NS) (*netlink.Handle, *tcfilter.Conn, error) {
 		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return fmt.Errorf("netlink handle: %w", err)
 		}
-		if c, err = tcfilter.OpenConn(); err != nil {
+		if c, err = nlbatch.Open(); err != nil {
 			h.Close()
 			return fmt.Errorf("tc batch socket: %w", err)
 		}

@@ -11,17 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // openConn opens a batch socket in the sandbox host namespace.
-func (e *kernelEnv) openConn(t testing.TB) *Conn { return connIn(t, e.s.Host.Do) }
+func (e *kernelEnv) openConn(t testing.TB) *nlbatch.Conn { return connIn(t, e.s.Host.Do) }
 
 // connIn opens a batch socket in the namespace of do, closed when the
 // test ends.
-func connIn(t testing.TB, do func(func() error) error) *Conn {
+func connIn(t testing.TB, do func(func() error) error) *nlbatch.Conn {
 	t.Helper()
-	var c *Conn
-	if err := do(func() (err error) { c, err = OpenConn(); return err }); err != nil {
+	var c *nlbatch.Conn
+	if err := do(func() (err error) { c, err = nlbatch.Open(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
@@ -39,7 +40,7 @@ func TestBatchFailureInMiddle(t *testing.T) {
 	const nodes, bad = 200, 130
 	badHandle := MakeU32Handle(0x10, bad&0xff, 1+bad>>8)
 	shows := map[string]string{}
-	for i, conn := range []*Conn{c, nil} {
+	for i, conn := range []*nlbatch.Conn{c, nil} {
 		var log opLog
 		d := dev{h: e.h, ifindex: e.targets[i], label: "veth", obs: log.observe}
 		b := batch{c: conn}
@@ -110,7 +111,7 @@ func TestBatchInstallSameAsOneByOne(t *testing.T) {
 	host6 := []net.IP{net.ParseIP("2001:db8:5::1"), net.ParseIP("fe80::1")}
 	rs := []ephemeral.Range{rg(32768, 33791), rg(8080, 8080), rg(9000, 9001)}
 	var shows [2]string
-	for i, conn := range []*Conn{c, nil} {
+	for i, conn := range []*nlbatch.Conn{c, nil} {
 		v := VethFilters{H: e.h, Veth: e.targets[i], Eth0: e.eth0, Lo: e.lo, Sinks: e.sinks, VLAN: true, HostIP: e.s.HostIP,
 			HostIP6: host6, MAC: e.s.HostMAC, Slot: 42, New: true, C: conn}
 		if err := v.Install(rs); err != nil {
@@ -125,7 +126,7 @@ func TestBatchInstallSameAsOneByOne(t *testing.T) {
 	if shows[0] != shows[1] {
 		t.Errorf("veth filters differ:\n%s\n---\n%s", shows[0], shows[1])
 	}
-	for i, conn := range []*Conn{c, nil} {
+	for i, conn := range []*nlbatch.Conn{c, nil} {
 		lo, eth := e.targets[2+i], e.index(t, "tgt"+string(rune('2'+i))+"p")
 		cf := ContainerFilters{H: e.h, Lo: lo, Eth0: eth, HostIP: e.s.HostIP, HostIP6: host6, C: conn}
 		if err := cf.Install(rs); err != nil {

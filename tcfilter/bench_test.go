@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // BenchmarkAddDelRanges times AddRanges and DelRanges of one container on a
@@ -137,7 +138,7 @@ func BenchmarkInstall(b *testing.B) {
 		for _, batched := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/batch=%v", what, batched), func(b *testing.B) {
 				e := newKernelEnv(b, 0)
-				var c *Conn
+				var c *nlbatch.Conn
 				if batched {
 					c = e.openConn(b)
 				}

@@ -6,8 +6,8 @@
 // namespace, builds every filter struct fresh for every request (netlink's
 // U32.RedirIndex prepends a mirred action each time a struct is reused, so
 // it is never used) and never execs tc. How a shared port's flows are
-// spread over its holders is decided by package spread (pure); HTB shaping
-// is package shaping.
+// spread over its holders is decided by package ephemeral/spread (pure); HTB
+// shaping is package dataplane/shaping.
 //
 // # Files
 //
@@ -15,10 +15,10 @@
 // classids, match keys), ops.go (one filter operation: build, add,
 // replace, delete, dump, observed per op; the clsact/ingress hook),
 // batch.go (many requests sent together, each with its own answer, through
-// a Conn or one at a time through the handle) and conn.go (Conn: a
-// NETLINK_ROUTE socket that sends a batch in one sendmsg and reads its
-// acks with recvmmsg; a container's veth, container and demux range
-// requests go through one).
+// an nlbatch.Conn or one at a time through the handle). Package nlbatch
+// holds the transport (Conn: a NETLINK_ROUTE socket that sends a batch in
+// one sendmsg and reads its acks with recvmmsg; a container's veth,
+// container and demux range requests go through one) and the encoder.
 //
 // The host demux (HostDemux, one per host eth0 and host lo), one file per
 // concern: hostdemux.go (the type and its in-memory index),

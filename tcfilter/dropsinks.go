@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/netns/ifb"
 )
 
 // Drop sinks and counts (see "Drops" in the package documentation).
@@ -96,7 +98,7 @@ func EnsureDropSinks(h *netlink.Handle, inNS func(func() error) error, prepare f
 	s = &DropSinks{index: make([]int, len(DropReasons))}
 	links := make([]netlink.Link, len(DropReasons))
 	for i, r := range DropReasons {
-		l, err := ensureIfb(h, DropSinkName(r))
+		l, err := ifb.Ensure(h, DropSinkName(r))
 		if err != nil {
 			return nil, nil, err
 		}

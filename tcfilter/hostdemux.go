@@ -8,6 +8,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // HostDemux is the port demultiplexer on one host device's ingress hook
@@ -18,8 +19,8 @@ import (
 // one per concern (see "Files" in the package documentation).
 type HostDemux struct {
 	d   dev
-	c   *Conn  // batches (SetConn); nil: one request at a time
-	dst net.IP // 4 bytes, nil on lo
+	c   *nlbatch.Conn // batches (SetConn); nil: one request at a time
+	dst net.IP        // 4 bytes, nil on lo
 
 	mu         sync.Mutex
 	ready      bool
@@ -43,7 +44,7 @@ type HostDemux struct {
 
 // SetConn makes the demux send its requests for a container's ranges in
 // batches through c, a Conn of the demux's namespace (nil: one at a time).
-func (x *HostDemux) SetConn(c *Conn) {
+func (x *HostDemux) SetConn(c *nlbatch.Conn) {
 	x.mu.Lock()
 	x.c = c
 	x.mu.Unlock()

@@ -24,6 +24,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // bpfNameMute is the name of the mute filter (a dump reports it).
@@ -36,13 +38,13 @@ const muteHandle = 2
 var muteFilter = bpfFilter{bpfNameMute, progShot, netlink.HANDLE_MIN_INGRESS, PrioVethVLAN}
 
 // muteRequest is the request that adds the mute filter to veth.
-func muteRequest(veth int) (request, error) {
+func muteRequest(veth int) (nlbatch.Request, error) {
 	f, err := muteFilter.filter(veth)
 	if err != nil {
-		return request{}, err
+		return nlbatch.Request{}, err
 	}
 	f.Handle = muteHandle
-	return request{cmd: unix.RTM_NEWTFILTER, flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, f: f}, nil
+	return nlbatch.Request{Cmd: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, Filter: f}, nil
 }
 
 // MuteMessage is the netlink message (RTM_NEWTFILTER with NLM_F_ACK,
@@ -54,14 +56,14 @@ func MuteMessage(veth int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mute ifindex %d: %w", veth, err)
 	}
-	return r.encode()
+	return r.Encode()
 }
 
 // Mute mutes veth through h; a veth muted already is not an error.
 func Mute(h *netlink.Handle, veth int) error {
 	r, err := muteRequest(veth)
 	if err == nil {
-		err = h.FilterAdd(r.f)
+		err = h.FilterAdd(r.Filter)
 	}
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("mute ifindex %d: %w", veth, err)

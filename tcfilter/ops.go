@@ -8,6 +8,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // Op describes one filter operation, for metrics.
@@ -364,7 +366,7 @@ func ensureIngressHook(h *netlink.Handle, ifindex int, q netlink.Qdisc) error {
 // ENOSPC, not EEXIST, so they must never be added blindly. The requests go
 // in one batch through c (nil: one at a time), deletions and replacements
 // first.
-func syncFixed(c *Conn, d dev, want []node, fs []*netlink.U32) error {
+func syncFixed(c *nlbatch.Conn, d dev, want []node, fs []*netlink.U32) error {
 	type key struct {
 		prio   uint16
 		handle uint32 // node id only for root nodes

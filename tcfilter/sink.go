@@ -1,11 +1,11 @@
 package tcfilter
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/netns/ifb"
 )
 
 // SinkName is the host device the IPv6 demux's counting mirrors copy to,
@@ -28,7 +28,7 @@ type Sink struct {
 // rate-limited "device is down" notice). It can be re-run; an existing
 // device of another kind with that name is an error.
 func EnsureSink(h *netlink.Handle, name string) (s Sink, bpfErr error, err error) {
-	l, err := ensureIfb(h, name)
+	l, err := ifb.Ensure(h, name)
 	if err != nil {
 		return s, nil, err
 	}
@@ -47,26 +47,4 @@ func EnsureSink(h *netlink.Handle, name string) (s Sink, bpfErr error, err error
 		return s, nil, fmt.Errorf("drop sink %s: set up: %w", name, err)
 	}
 	return s, nil, nil
-}
-
-// ensureIfb returns the ifb device named name, creating it (down) if
-// there is none; an existing device of another kind is an error.
-func ensureIfb(h *netlink.Handle, name string) (netlink.Link, error) {
-	l, err := h.LinkByName(name)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV) {
-			return nil, fmt.Errorf("look up drop sink %s: %w", name, err)
-		}
-		if err := h.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 0}}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("create drop sink %s: %w", name, err)
-		}
-		if l, err = h.LinkByName(name); err != nil {
-			return nil, fmt.Errorf("drop sink %s: %w", name, err)
-		}
-	}
-	if l.Type() != "ifb" {
-		return nil, fmt.Errorf("drop sink %s exists and is a %s device, not ifb", name, l.Type())
-	}
-	return l, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
 
 // portTable is a two-level port lookup behind an IHL eat: hashTable
@@ -69,7 +70,7 @@ func rangeDiff(b, a []ephemeral.Range) []ephemeral.Range {
 // transactionally.
 type rangeSet struct {
 	d     dev
-	c     *Conn // batches (nil: one request at a time)
+	c     *nlbatch.Conn // batches (nil: one request at a time)
 	nodes func(r ephemeral.Range) []node
 }
 
@@ -153,7 +154,7 @@ type VethFilters struct {
 	New bool
 	// C sends the requests in batches (a Conn of the host namespace);
 	// nil: one at a time through H.
-	C *Conn
+	C *nlbatch.Conn
 }
 
 // out and local are the redirect targets of IP packets that leave the
@@ -575,7 +576,7 @@ type ContainerFilters struct {
 	Obs     Observer // optional
 	// C sends the requests in batches (a Conn of the container's
 	// namespace); nil: one at a time through H.
-	C *Conn
+	C *nlbatch.Conn
 }
 
 var (

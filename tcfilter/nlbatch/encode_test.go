@@ -1,4 +1,4 @@
-package tcfilter
+package nlbatch
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ func randomU32(r *rand.Rand) *netlink.U32 {
 	return f
 }
 
-// TestEncodeMatchesNetlink: appendTo writes, byte for byte, what
+// TestEncodeMatchesNetlink: AppendTo writes, byte for byte, what
 // vishvananda/netlink's serialization (encodeNL) does, for u32 nodes of
 // every shape, after whatever the buffer already holds; other requests
 // (cls_bpf, qdiscs) go through the library itself.
@@ -62,18 +62,18 @@ func TestEncodeMatchesNetlink(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	cmds := []int{unix.RTM_NEWTFILTER, unix.RTM_DELTFILTER}
 	flags := []int{0, unix.NLM_F_CREATE, unix.NLM_F_CREATE | unix.NLM_F_EXCL}
-	var reqs []request
+	var reqs []Request
 	for range 2000 {
-		reqs = append(reqs, request{cmd: cmds[r.IntN(2)], flags: flags[r.IntN(3)], f: randomU32(r)})
+		reqs = append(reqs, Request{Cmd: cmds[r.IntN(2)], Flags: flags[r.IntN(3)], Filter: randomU32(r)})
 	}
 	// the match-all node and a deletion by handle alone
-	reqs = append(reqs, request{cmd: unix.RTM_NEWTFILTER, f: &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: 3, Handle: 0x800001, Priority: PrioIP, Protocol: unix.ETH_P_IP}}},
-		request{cmd: unix.RTM_DELTFILTER, f: &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: 3, Handle: 0x800001}, Sel: &nl.TcU32Sel{}}})
+	reqs = append(reqs, Request{Cmd: unix.RTM_NEWTFILTER, Filter: &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: 3, Handle: 0x800001, Priority: 2, Protocol: unix.ETH_P_IP}}},
+		Request{Cmd: unix.RTM_DELTFILTER, Filter: &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: 3, Handle: 0x800001}, Sel: &nl.TcU32Sel{}}})
 	reqs = append(reqs,
-		request{cmd: unix.RTM_NEWTFILTER, flags: unix.NLM_F_CREATE, f: &netlink.BpfFilter{
+		Request{Cmd: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_CREATE, Filter: &netlink.BpfFilter{
 			FilterAttrs: netlink.FilterAttrs{LinkIndex: 7, Handle: 1, Parent: netlink.HANDLE_MIN_INGRESS, Priority: 1, Protocol: unix.ETH_P_ALL},
 			Fd:          9, Name: "prog", DirectAction: true, ClassId: 5}},
-		request{cmd: unix.RTM_NEWQDISC, flags: unix.NLM_F_CREATE, q: &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: 7, Parent: netlink.HANDLE_INGRESS, Handle: netlink.MakeHandle(0xffff, 0)}}})
+		Request{Cmd: unix.RTM_NEWQDISC, Flags: unix.NLM_F_CREATE, Qdisc: &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: 7, Parent: netlink.HANDLE_INGRESS, Handle: netlink.MakeHandle(0xffff, 0)}}})
 	var buf []byte
 	for i, q := range reqs {
 		want, err := q.encodeNL()
@@ -81,39 +81,39 @@ func TestEncodeMatchesNetlink(t *testing.T) {
 			t.Fatalf("request %d: encodeNL: %v", i, err)
 		}
 		before := len(buf)
-		buf, err = q.appendTo(buf)
+		buf, err = q.AppendTo(buf)
 		if err != nil {
 			t.Fatalf("request %d: appendTo: %v", i, err)
 		}
 		if got := buf[before:]; !bytes.Equal(got, want) {
-			t.Fatalf("request %d (%+v): encoded\n% x\nwant (vishvananda/netlink)\n% x", i, q.f, got, want)
+			t.Fatalf("request %d (%+v): encoded\n% x\nwant (vishvananda/netlink)\n% x", i, q.Filter, got, want)
 		}
 	}
 	// an action the encoder does not know is refused, the buffer as it was
 	f := randomU32(r)
 	f.Actions = []netlink.Action{&netlink.GenericAction{ActionAttrs: netlink.ActionAttrs{Action: netlink.TC_ACT_SHOT}}}
 	n := len(buf)
-	if out, err := (request{cmd: unix.RTM_NEWTFILTER, f: f}).appendTo(buf); err == nil || len(out) != n {
+	if out, err := (Request{Cmd: unix.RTM_NEWTFILTER, Filter: f}).AppendTo(buf); err == nil || len(out) != n {
 		t.Errorf("a generic action: %d bytes, %v; want an error and the buffer as it was", len(out)-n, err)
 	}
 }
 
 // BenchmarkEncode compares the allocations of a typical node: a redirect
-// with two keys, through appendTo and through vishvananda/netlink.
+// with two keys, through AppendTo and through vishvananda/netlink.
 func BenchmarkEncode(b *testing.B) {
 	m := netlink.NewMirredAction(12)
-	m.Index = redirectIndexBase | 12
-	q := request{cmd: unix.RTM_NEWTFILTER, flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, f: &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: 3, Handle: 0x123456, Parent: netlink.HANDLE_MIN_INGRESS, Priority: PrioIP, Protocol: unix.ETH_P_IP},
-		ClassId:     ClassID(7),
-		Sel:         sel(nl.TC_U32_TERMINAL, nl.TcU32Key{Mask: 0xfff0, Val: 0x4000}, nl.TcU32Key{Mask: 0xff0000, Val: 0x60000, Off: 8}),
+	m.Index = 0x40000000 | 12 // tcfilter's redirect index of ifindex 12
+	q := Request{Cmd: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, Filter: &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: 3, Handle: 0x123456, Parent: netlink.HANDLE_MIN_INGRESS, Priority: 2, Protocol: unix.ETH_P_IP},
+		ClassId:     netlink.MakeHandle(1, 7),
+		Sel:         &nl.TcU32Sel{Flags: nl.TC_U32_TERMINAL, Keys: []nl.TcU32Key{{Mask: 0xfff0, Val: 0x4000}, {Mask: 0xff0000, Val: 0x60000, Off: 8}}},
 		Actions:     []netlink.Action{m},
 	}}
-	b.Run("appendTo", func(b *testing.B) {
+	b.Run("AppendTo", func(b *testing.B) {
 		b.ReportAllocs()
 		buf := make([]byte, 0, 512)
 		for range b.N {
-			buf, _ = q.appendTo(buf[:0])
+			buf, _ = q.AppendTo(buf[:0])
 		}
 	})
 	b.Run("netlink", func(b *testing.B) {

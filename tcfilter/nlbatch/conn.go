@@ -1,4 +1,8 @@
-package tcfilter
+// Package nlbatch sends many rtnetlink requests at once: Conn writes a
+// chunk of requests in one sendmsg and reads their acks with recvmmsg,
+// and Request serializes one tc request (u32, cls_bpf or ingress qdisc)
+// into a caller's buffer. Package tcfilter builds its batches on it.
+package nlbatch
 
 import (
 	"encoding/binary"
@@ -68,9 +72,9 @@ const (
 	ackTimeout = 10 * time.Second
 )
 
-// OpenConn opens a Conn in the network namespace of the calling thread
+// Open opens a Conn in the network namespace of the calling thread
 // (run it on a thread locked inside the namespace, nshandle.NS.Do).
-func OpenConn() (*Conn, error) {
+func Open() (*Conn, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink socket: %w", err)
@@ -126,18 +130,13 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// Exchange sends msgs, serialized netlink requests of any kind (each with
-// NLM_F_ACK; their sequence numbers are set here), and returns the
-// kernel's answer to each, as exchange does.
-func (c *Conn) Exchange(msgs [][]byte) ([]error, error) { return c.exchange(msgs) }
-
-// exchange sends msgs (serialized netlink requests, each with NLM_F_ACK;
-// their sequence numbers are set here) and returns the kernel's answer to
+// Exchange sends msgs (serialized netlink requests of any kind, each with
+// NLM_F_ACK; their sequence numbers are set here) and returns the kernel's answer to
 // each: nil for success, else its error (a unix.Errno, wrapped with the
 // kernel's message when there is one). err is set when the exchange itself
 // failed; results of requests it did not get an answer for are then that
 // error too.
-func (c *Conn) exchange(msgs [][]byte) (res []error, err error) {
+func (c *Conn) Exchange(msgs [][]byte) (res []error, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	res = make([]error, len(msgs))
