@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -291,7 +292,7 @@ const (
 
 func newAttackBed(t *testing.T) *attackBed {
 	e := newEnv(t)
-	if !e.info.Features[FeatureClsBPF] {
+	if !e.info.Features[plane.FeatureClsBPF] {
 		t.Skip("the kernel does not load cls_bpf programs")
 	}
 	x := &attackBed{e: e, hostMAC: e.info.MAC, hostIP: sandbox.HostIP, clientIP: sandbox.ClientIP, ip77: net.IPv4(198, 18, 0, 77).To4()}
@@ -776,7 +777,7 @@ func e2nl(ns sandbox.NS) (*netlink.Handle, error) { return ns.Netlink() }
 func TestARPFloodIsShaped(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnv(t)
-	if !e.info.Features[FeatureHTB] {
+	if !e.info.Features[plane.FeatureHTB] {
 		t.Skip("no HTB")
 	}
 	p := e.spawn("F", []uint16{40961}, false)

@@ -51,6 +51,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/neighsync"
 	"github.com/isolatord/isolatord/netns/nshandle"
@@ -214,7 +215,7 @@ type DataPlane struct {
 	// one, which the filters match; containers have none).
 	lost4        bool
 	follow       *follower
-	followStats  FollowStats
+	followStats  plane.FollowStats
 	followEvents atomic.Uint64           // notifications about eth0 or lo
 	watching     atomic.Pointer[watched] // what the follower's notifications are about
 	onHost       func(HostInfo)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -51,7 +52,7 @@ func dropPort(t *testing.T, e *env, c ctr, want uint64) {
 func TestDropCountsWithoutNetlink(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnv(t)
-	if !e.info.Features[FeatureClsBPF] {
+	if !e.info.Features[plane.FeatureClsBPF] {
 		t.Skip("the kernel does not load cls_bpf programs")
 	}
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
@@ -101,7 +102,7 @@ func TestDropCountsWithoutNetlink(t *testing.T) {
 func TestTeardownReleasesDropCounts(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnv(t)
-	if !e.info.Features[FeatureClsBPF] {
+	if !e.info.Features[plane.FeatureClsBPF] {
 		t.Skip("the kernel does not load cls_bpf programs")
 	}
 	ctx := context.Background()

@@ -16,10 +16,6 @@ import (
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
-// FeatureClsBPF is reported in HostInfo.Features: the kernel loads the
-// data plane's cls_bpf programs (the drop sink's and the VLAN check).
-const FeatureClsBPF = "cls_bpf"
-
 // DropReasons are the reasons of LinkStats.Dropped and DropTotals.
 var DropReasons = tcfilter.DropReasons
 

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
@@ -156,7 +157,7 @@ func echoDrops(t *testing.T, e *env, c ctr) uint64 {
 func TestEchoHijackFails(t *testing.T) {
 	checkRootUnchanged(t)
 	e := steeredEnv6(t)
-	if !e.info.Features[FeatureClsBPF] {
+	if !e.info.Features[plane.FeatureClsBPF] {
 		t.Skip("the kernel does not load cls_bpf programs")
 	}
 	if err := e.d.eth0.EchoSteering(); err != nil {
@@ -381,7 +382,7 @@ func containsID(ids []uint16, id uint16) bool {
 func TestEchoFloodCostsOthersNothing(t *testing.T) {
 	checkRootUnchanged(t)
 	e := steeredEnv6(t)
-	if !e.info.Features[FeatureClsBPF] {
+	if !e.info.Features[plane.FeatureClsBPF] {
 		t.Skip("the kernel does not load cls_bpf programs")
 	}
 	if err := e.d.eth0.EchoSteering(); err != nil {

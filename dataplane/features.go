@@ -14,26 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Feature names reported in HostInfo.Features.
-const (
-	FeatureClsact  = "clsact"
-	FeatureU32     = "u32"
-	FeatureMirred  = "mirred"
-	FeatureHTB     = plane.FeatureHTB
-	FeatureTBF     = "tbf"
-	FeatureIFB     = "ifb"
-	FeatureFQCodel = "fq_codel"
-)
-
 // configSymbols maps each feature to the kernel config symbol that provides it.
 var configSymbols = map[string]string{
-	FeatureClsact:  "CONFIG_NET_SCH_INGRESS",
-	FeatureU32:     "CONFIG_NET_CLS_U32",
-	FeatureMirred:  "CONFIG_NET_ACT_MIRRED",
-	FeatureHTB:     "CONFIG_NET_SCH_HTB",
-	FeatureTBF:     "CONFIG_NET_SCH_TBF",
-	FeatureIFB:     "CONFIG_IFB",
-	FeatureFQCodel: "CONFIG_NET_SCH_FQ_CODEL",
+	plane.FeatureClsact:  "CONFIG_NET_SCH_INGRESS",
+	plane.FeatureU32:     "CONFIG_NET_CLS_U32",
+	plane.FeatureMirred:  "CONFIG_NET_ACT_MIRRED",
+	plane.FeatureHTB:     "CONFIG_NET_SCH_HTB",
+	plane.FeatureTBF:     "CONFIG_NET_SCH_TBF",
+	plane.FeatureIFB:     "CONFIG_IFB",
+	plane.FeatureFQCodel: "CONFIG_NET_SCH_FQ_CODEL",
 }
 
 // detectFeatures finds which traffic-control features the kernel has. It
@@ -117,33 +106,33 @@ func probeFeatures() (map[string]bool, error) {
 		QdiscType:  "clsact",
 	}
 	if err := h.QdiscAdd(clsact); err == nil {
-		feats[FeatureClsact] = true
+		feats[plane.FeatureClsact] = true
 		// u32 with a mirred action, under clsact ingress.
 		u := &netlink.U32{
 			FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Priority: 1, Protocol: unix.ETH_P_IP},
 			Sel:         &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: []netlink.TcU32Key{{Off: 16, Val: 0x7f000063, Mask: 0xffffffff}}},
 		}
 		if h.FilterAdd(u) == nil {
-			feats[FeatureU32] = true
+			feats[plane.FeatureU32] = true
 			h.FilterDel(u)
 			m := &netlink.U32{
 				FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Priority: 2, Protocol: unix.ETH_P_IP},
 				Sel:         &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: []netlink.TcU32Key{{Off: 16, Val: 0x7f000063, Mask: 0xffffffff}}},
 				Actions:     []netlink.Action{netlink.NewMirredAction(idx)},
 			}
-			feats[FeatureMirred] = h.FilterAdd(m) == nil
+			feats[plane.FeatureMirred] = h.FilterAdd(m) == nil
 		}
 		h.QdiscDel(clsact)
 	}
-	feats[FeatureHTB] = root(netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)}))
-	feats[FeatureTBF] = root(&netlink.Tbf{
+	feats[plane.FeatureHTB] = root(netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)}))
+	feats[plane.FeatureTBF] = root(&netlink.Tbf{
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)},
 		Rate:       1 << 20, Limit: 1 << 16, Buffer: 1 << 14,
 	})
-	feats[FeatureFQCodel] = root(netlink.NewFqCodel(netlink.QdiscAttrs{LinkIndex: idx, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)}))
+	feats[plane.FeatureFQCodel] = root(netlink.NewFqCodel(netlink.QdiscAttrs{LinkIndex: idx, Parent: netlink.HANDLE_ROOT, Handle: netlink.MakeHandle(1, 0)}))
 	ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: "isoprobe0"}}
 	if h.LinkAdd(ifb) == nil {
-		feats[FeatureIFB] = true
+		feats[plane.FeatureIFB] = true
 		h.LinkDel(ifb)
 	}
 	return feats, nil

@@ -21,6 +21,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 const (
@@ -44,17 +46,6 @@ const (
 	followBuffer = 1 << 20
 )
 
-// FollowStats count what the follower did since start.
-type FollowStats struct {
-	Passes   uint64 // reads of the host after a burst (or to retry)
-	Changes  uint64 // host changes applied (facts that differed after a burst)
-	Synced   uint64 // containers brought in line
-	Failures uint64 // attempts to bring a container in line that failed (each is retried)
-	Pending  int    // containers not in line now
-	Events   uint64 // netlink notifications about eth0 or lo
-	Resyncs  uint64 // subscriptions made again after they ended
-}
-
 // follower is the goroutine that follows the host (nil when Config.Follow
 // is off).
 type follower struct {
@@ -64,7 +55,7 @@ type follower struct {
 }
 
 // FollowStats returns the follower's counters.
-func (d *DataPlane) FollowStats() FollowStats {
+func (d *DataPlane) FollowStats() plane.FollowStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.followStats

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/dataplane/shaping"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/nshandle"
@@ -219,7 +220,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	pr := <-probe
 	feats, source := pr.feats, pr.source
 	info.Features = feats
-	info.Features[FeatureClsBPF] = sink.BPF
+	info.Features[plane.FeatureClsBPF] = sink.BPF
 	if missing := missingFeatures(feats); len(missing) > 0 {
 		d.log.Warn("kernel features missing; the data plane works without them (bandwidth limits need htb; fq_codel is their preferred queue)",
 			"missing", strings.Join(missing, ","), "source", source)
@@ -227,9 +228,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	// Bandwidth limits: HTB with the best leaf the kernel has, and eth0's
 	// speed as the upper bound of a limit (when the driver knows it).
 	switch {
-	case !feats[FeatureHTB]:
+	case !feats[plane.FeatureHTB]:
 		d.log.Warn("bandwidth limits unavailable: the kernel has no HTB qdisc; containers asking for one are refused")
-	case feats[FeatureFQCodel]:
+	case feats[plane.FeatureFQCodel]:
 		info.ShapingQueue = shaping.LeafFQCodel.String()
 	default:
 		info.ShapingQueue = shaping.LeafFIFO.String()

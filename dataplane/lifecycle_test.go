@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -452,12 +453,12 @@ func TestHostPreparation(t *testing.T) {
 		!e.info.Gateway.Equal(e.sb.ClientIP) || e.info.MAC.String() != e.sb.HostMAC.String() {
 		t.Errorf("HostInfo = %+v", e.info)
 	}
-	for _, f := range []string{FeatureClsact, FeatureU32, FeatureMirred, FeatureHTB, FeatureTBF, FeatureIFB} {
+	for _, f := range []string{plane.FeatureClsact, plane.FeatureU32, plane.FeatureMirred, plane.FeatureHTB, plane.FeatureTBF, plane.FeatureIFB} {
 		if !e.info.Features[f] {
 			t.Errorf("feature %s not detected (kernel has it built in)", f)
 		}
 	}
-	if e.info.Features[FeatureFQCodel] {
+	if e.info.Features[plane.FeatureFQCodel] {
 		t.Error("fq_codel detected on a kernel without it")
 	}
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -266,7 +267,7 @@ func TestRetiredSweptAtStart(t *testing.T) {
 func TestSameIDRightAfterTeardown(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if !e.info.Features[FeatureHTB] {
+	if !e.info.Features[plane.FeatureHTB] {
 		t.Skip("no HTB: no egress shaper pair to retire")
 	}
 	p := e.spawn("A", []uint16{31300}, false)

@@ -82,7 +82,7 @@ func isHex(s string) bool {
 
 // leaf is the best leaf qdisc the kernel has.
 func (d *DataPlane) leaf() shaping.Leaf {
-	if d.info.Features[FeatureFQCodel] {
+	if d.info.Features[plane.FeatureFQCodel] {
 		return shaping.LeafFQCodel
 	}
 	return shaping.LeafFIFO
@@ -100,7 +100,7 @@ func (d *DataPlane) checkLimits(egress, ingress Limit) error {
 		if err := x.l.Validate(); err != nil {
 			return fmt.Errorf("%w: %s limit: %v", ErrInvalid, x.name, err)
 		}
-		if !x.l.IsZero() && d.prepared && !d.info.Features[FeatureHTB] {
+		if !x.l.IsZero() && d.prepared && !d.info.Features[plane.FeatureHTB] {
 			return ErrNoHTB
 		}
 	}

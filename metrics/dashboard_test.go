@@ -11,9 +11,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 const dashboardPath = "../packaging/grafana-dashboard.json"
@@ -31,7 +31,7 @@ func allSeries(t *testing.T) map[string]*dto.MetricFamily {
 	m.WatchState(&fakeSource{
 		status: isolator.Status{Containers: map[isolator.State]int{}},
 		recs:   []isolator.Record{{ID: "c1", State: isolator.StateIsolated, Ephemeral: ephemeral.Range{Begin: 32768, End: 33791}}},
-		stats:  map[string]dataplane.LinkStats{"c1": {}},
+		stats:  map[string]plane.LinkStats{"c1": {}},
 	}, true)
 	m.WatchRecovery(&fakeRecovery{})
 	fams, err := m.Registry().Gather()

@@ -5,26 +5,19 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/isolatord/isolatord/dataplane"
 )
 
-// DropSource is what isolatord_dropped_packets_total reads at scrape time;
-// *dataplane.DataPlane implements it.
+// DropSource is what isolatord_dropped_packets_total reads at scrape time
+// (the data plane).
 type DropSource interface {
 	DropTotals(ctx context.Context) (map[string]uint64, error)
 }
-
-var _ DropSource = (*dataplane.DataPlane)(nil)
-
-// DropReasons are the reason label values of isolatord_dropped_packets_total,
-// every one present from zero.
-var DropReasons = dataplane.DropReasons
 
 // dropCollector exports the frames containers sent that the host dropped.
 type dropCollector struct {
 	mu     sync.Mutex
 	src    DropSource
+	reason []string          // the label values, every one present from zero
 	last   map[string]uint64 // what the last scrape exported: a counter never goes back
 	desc   *prometheus.Desc
 	errors prometheus.Counter
@@ -44,11 +37,13 @@ func newDropCollector() *dropCollector {
 	}
 }
 
-// WatchDrops makes every scrape read the drop counters from src. Until it
-// is called every reason reads zero.
-func (m *Metrics) WatchDrops(src DropSource) {
+// WatchDrops makes every scrape read the drop counters from src, every
+// one of reasons (the data plane's drop reasons) present from zero. Until
+// it is called there are no drop series.
+func (m *Metrics) WatchDrops(src DropSource, reasons []string) {
 	m.drops.mu.Lock()
 	m.drops.src = src
+	m.drops.reason = reasons
 	m.drops.mu.Unlock()
 }
 
@@ -73,7 +68,7 @@ func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
 			c.last[r] = max(c.last[r], n)
 		}
 	}
-	for _, r := range DropReasons {
+	for _, r := range c.reason {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.last[r]), r)
 	}
 	c.errors.Collect(ch)

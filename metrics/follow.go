@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // Host follower series (dataplane follow.go: containers follow the host's
@@ -13,7 +13,7 @@ import (
 // from the source WatchFollower gives; zero until then.
 type followCollector struct {
 	mu    sync.Mutex
-	src   func() dataplane.FollowStats
+	src   func() plane.FollowStats
 	descs []*prometheus.Desc
 }
 
@@ -47,7 +47,7 @@ func (c *followCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	src := c.src
 	c.mu.Unlock()
-	var st dataplane.FollowStats
+	var st plane.FollowStats
 	if src != nil {
 		st = src()
 	}
@@ -62,7 +62,7 @@ func (c *followCollector) Collect(ch chan<- prometheus.Metric) {
 
 // WatchFollower makes every scrape read the host follower's counters from
 // src (for instance (*dataplane.DataPlane).FollowStats).
-func (m *Metrics) WatchFollower(src func() dataplane.FollowStats) {
+func (m *Metrics) WatchFollower(src func() plane.FollowStats) {
 	m.follow.mu.Lock()
 	m.follow.src = src
 	m.follow.mu.Unlock()

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -215,7 +215,7 @@ type fakeSource struct {
 	mu       sync.Mutex
 	status   isolator.Status
 	recs     []isolator.Record
-	stats    map[string]dataplane.LinkStats
+	stats    map[string]plane.LinkStats
 	errs     map[string]error
 	usageCtx []context.Context
 	block    string // Usage of this container waits for its context to end
@@ -233,7 +233,7 @@ func (s *fakeSource) List(ctx context.Context) []isolator.Record {
 	return append([]isolator.Record(nil), s.recs...)
 }
 
-func (s *fakeSource) Usage(ctx context.Context, id string) (isolator.Record, dataplane.LinkStats, error) {
+func (s *fakeSource) Usage(ctx context.Context, id string) (isolator.Record, plane.LinkStats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.usageCtx = append(s.usageCtx, ctx)
@@ -241,17 +241,17 @@ func (s *fakeSource) Usage(ctx context.Context, id string) (isolator.Record, dat
 		s.mu.Unlock()
 		<-ctx.Done()
 		s.mu.Lock()
-		return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Kind: isolator.ErrInternal, Msg: ctx.Err().Error()}
+		return isolator.Record{}, plane.LinkStats{}, &isolator.Error{Kind: isolator.ErrInternal, Msg: ctx.Err().Error()}
 	}
 	if err := s.errs[id]; err != nil {
-		return isolator.Record{}, dataplane.LinkStats{}, err
+		return isolator.Record{}, plane.LinkStats{}, err
 	}
 	for _, r := range s.recs {
 		if r.ID == id {
 			return r, s.stats[id], nil
 		}
 	}
-	return isolator.Record{}, dataplane.LinkStats{}, &isolator.Error{Kind: isolator.ErrNotFound, Msg: "not known"}
+	return isolator.Record{}, plane.LinkStats{}, &isolator.Error{Kind: isolator.ErrNotFound, Msg: "not known"}
 }
 
 func (s *fakeSource) set(fn func(s *fakeSource)) {
@@ -268,7 +268,7 @@ func TestStateGauges(t *testing.T) {
 		ExclusivePorts: ephemeral.MustParseSet("31000-31009,31500"),
 		SharedPorts:    ephemeral.MustParseSet("31800-31801"),
 		Containers:     map[isolator.State]int{isolator.StateIsolated: 3, isolator.StatePrepared: 2},
-		Host:           dataplane.HostInfo{Features: map[string]bool{"clsact": true, "fq_codel": false, "bpf": true}},
+		Host:           plane.HostInfo{Features: map[string]bool{"clsact": true, "fq_codel": false, "bpf": true}},
 	}}
 	m.WatchState(src, false)
 	f := scrape(t, m.Handler())
@@ -336,7 +336,7 @@ func TestPerContainerTraffic(t *testing.T) {
 	}
 	src := &fakeSource{
 		recs: recs,
-		stats: map[string]dataplane.LinkStats{
+		stats: map[string]plane.LinkStats{
 			"web": {RxBytes: 1000, RxPackets: 10, TxBytes: 2000, TxPackets: 20, TxDropped: 1},
 			"db":  {RxBytes: 5},
 		},
@@ -395,7 +395,7 @@ func TestPerContainerTraffic(t *testing.T) {
 
 	// Counters move with the source; a removed container's series go away.
 	src.set(func(s *fakeSource) {
-		s.stats["web"] = dataplane.LinkStats{RxBytes: 1500}
+		s.stats["web"] = plane.LinkStats{RxBytes: 1500}
 		s.recs = s.recs[:1]
 	})
 	f = scrape(t, m.Handler())
@@ -417,7 +417,7 @@ func TestPerContainerStopsAtTimeout(t *testing.T) {
 			{ID: "c", State: isolator.StateIsolated},
 			{ID: "d", State: isolator.StateIsolated},
 		},
-		stats: map[string]dataplane.LinkStats{"a": {RxBytes: 1}, "c": {RxBytes: 3}, "d": {RxBytes: 4}},
+		stats: map[string]plane.LinkStats{"a": {RxBytes: 1}, "c": {RxBytes: 3}, "d": {RxBytes: 4}},
 		block: "b",
 	}
 	m.WatchState(src, true)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // StateSource is what the scrape-time collector reads; *isolator.Isolator
@@ -19,7 +19,7 @@ import (
 type StateSource interface {
 	Status(ctx context.Context) isolator.Status
 	List(ctx context.Context) []isolator.Record
-	Usage(ctx context.Context, id string) (isolator.Record, dataplane.LinkStats, error)
+	Usage(ctx context.Context, id string) (isolator.Record, plane.LinkStats, error)
 }
 
 var _ StateSource = (*isolator.Isolator)(nil)
@@ -28,8 +28,8 @@ var _ StateSource = (*isolator.Isolator)(nil)
 // reports (0 until start-up has detected them); any other feature the data
 // plane reports is exported too.
 var HostFeatures = []string{
-	dataplane.FeatureClsact, dataplane.FeatureU32, dataplane.FeatureMirred,
-	dataplane.FeatureHTB, dataplane.FeatureTBF, dataplane.FeatureIFB, dataplane.FeatureFQCodel,
+	plane.FeatureClsact, plane.FeatureU32, plane.FeatureMirred,
+	plane.FeatureHTB, plane.FeatureTBF, plane.FeatureIFB, plane.FeatureFQCodel,
 }
 
 // StateTimeout bounds the per-container Usage calls of one scrape: it is
@@ -74,7 +74,7 @@ type stateCollector struct {
 // ctrCounter is one per-container traffic counter.
 type ctrCounter struct {
 	desc *prometheus.Desc
-	get  func(dataplane.LinkStats) uint64
+	get  func(plane.LinkStats) uint64
 }
 
 func newStateCollector() *stateCollector {
@@ -97,16 +97,16 @@ func newStateCollector() *stateCollector {
 	}
 	for _, d := range []struct {
 		dir, what, help string
-		get             func(dataplane.LinkStats) uint64
+		get             func(plane.LinkStats) uint64
 	}{
-		{"receive", "bytes", "Bytes the container received", func(s dataplane.LinkStats) uint64 { return s.RxBytes }},
-		{"receive", "packets", "Packets the container received", func(s dataplane.LinkStats) uint64 { return s.RxPackets }},
-		{"receive", "errors", "Receive errors on the container's eth0", func(s dataplane.LinkStats) uint64 { return s.RxErrors }},
-		{"receive", "dropped", "Packets dropped on receive by the container's eth0", func(s dataplane.LinkStats) uint64 { return s.RxDropped }},
-		{"transmit", "bytes", "Bytes the container sent", func(s dataplane.LinkStats) uint64 { return s.TxBytes }},
-		{"transmit", "packets", "Packets the container sent", func(s dataplane.LinkStats) uint64 { return s.TxPackets }},
-		{"transmit", "errors", "Transmit errors on the container's eth0", func(s dataplane.LinkStats) uint64 { return s.TxErrors }},
-		{"transmit", "dropped", "Packets dropped on transmit by the container's eth0", func(s dataplane.LinkStats) uint64 { return s.TxDropped }},
+		{"receive", "bytes", "Bytes the container received", func(s plane.LinkStats) uint64 { return s.RxBytes }},
+		{"receive", "packets", "Packets the container received", func(s plane.LinkStats) uint64 { return s.RxPackets }},
+		{"receive", "errors", "Receive errors on the container's eth0", func(s plane.LinkStats) uint64 { return s.RxErrors }},
+		{"receive", "dropped", "Packets dropped on receive by the container's eth0", func(s plane.LinkStats) uint64 { return s.RxDropped }},
+		{"transmit", "bytes", "Bytes the container sent", func(s plane.LinkStats) uint64 { return s.TxBytes }},
+		{"transmit", "packets", "Packets the container sent", func(s plane.LinkStats) uint64 { return s.TxPackets }},
+		{"transmit", "errors", "Transmit errors on the container's eth0", func(s plane.LinkStats) uint64 { return s.TxErrors }},
+		{"transmit", "dropped", "Packets dropped on transmit by the container's eth0", func(s plane.LinkStats) uint64 { return s.TxDropped }},
 	} {
 		c.ctrCounters = append(c.ctrCounters, ctrCounter{
 			desc: prometheus.NewDesc(name("container_"+d.dir+"_"+d.what+"_total"), d.help+" (read from its host-side veth at scrape time). Per-container metrics only.", []string{"container_id"}, nil),

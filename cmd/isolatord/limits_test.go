@@ -19,6 +19,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/isolator/isolatortest"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/metrics"
 )
 
@@ -81,7 +82,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.Iso
 	t.Helper()
 	dp := isolatortest.New()
 	dp.Host.LinkSpeed = 1000
-	dp.Host.Features = map[string]bool{dataplane.FeatureHTB: true}
+	dp.Host.Features = map[string]bool{plane.FeatureHTB: true}
 	dp.Host.ShapingQueue = "bfifo"
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -308,7 +308,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	if err := reservePool(hp, cfg.EphemeralPool, cfg.StateDir, log); err != nil {
 		return err
 	}
-	m.WatchDrops(dp)
+	m.WatchDrops(dp, dataplane.DropReasons)
 	m.WatchIPv6ToHost(dp.IPv6ToHost)
 	m.WatchRecovery(iso)
 

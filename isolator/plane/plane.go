@@ -72,10 +72,6 @@ type Meta struct {
 	Loop string `json:"loop,omitempty"`
 }
 
-// FeatureHTB is reported in HostInfo.Features when the kernel has the HTB
-// qdisc that bandwidth limits need.
-const FeatureHTB = "htb"
-
 // HostInfo is what host preparation found and changed.
 type HostInfo struct {
 	Eth0      string           // public interface name
@@ -113,6 +109,18 @@ type LinkStats struct {
 	// Frames the container sent that its host veth dropped, by reason
 	// (every reason the data plane counts present).
 	Dropped map[string]uint64
+}
+
+// FollowStats count what the data plane's follower of the host did since
+// start.
+type FollowStats struct {
+	Passes   uint64 // reads of the host after a burst (or to retry)
+	Changes  uint64 // host changes applied (facts that differed after a burst)
+	Synced   uint64 // containers brought in line
+	Failures uint64 // attempts to bring a container in line that failed (each is retried)
+	Pending  int    // containers not in line now
+	Events   uint64 // netlink notifications about eth0 or lo
+	Resyncs  uint64 // subscriptions made again after they ended
 }
 
 // ShapeCounters are one direction of a container's shaping as the kernel
