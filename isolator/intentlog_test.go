@@ -122,61 +122,6 @@ func TestIntentLogDamage(t *testing.T) {
 	}
 }
 
-// TestIntentJournalOfAnEarlierVersion: a state directory of a version that
-// kept one file per intent (a daemon killed mid-step, then upgraded): its
-// intents are read, moved into the journal and the directory removed;
-// spares and unrenamed temporaries are no intents.
-func TestIntentJournalOfAnEarlierVersion(t *testing.T) {
-	dir := t.TempDir()
-	st, err := openStore(dir, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.put(&Record{ID: "c1", State: StateIsolated}); err != nil {
-		t.Fatal(err)
-	}
-	top := st.seq.Load()
-	st.close()
-	os.Remove(filepath.Join(dir, intentLogName))
-	old := filepath.Join(dir, intentDir)
-	if err := os.MkdirAll(old, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	put := func(name string, r *Record) {
-		b, _ := json.Marshal(r)
-		if err := os.WriteFile(filepath.Join(old, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put("c1", &Record{ID: "c1", State: StateCleaning, Seq: top + 1})
-	put(sparePrefix+"3", &Record{ID: "c9", State: StateIsolating, Seq: top + 2})
-	put(tmpPrefix+"c1", &Record{ID: "c1", State: StateIsolating, Seq: top + 3})
-	put("c2", &Record{ID: "other", State: StateIsolating, Seq: top + 4}) // not its name: damaged
-	for range 2 {                                                        // a second start finds the same
-		st, err = openStore(dir, quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs, err := st.load()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) != 1 || recs[0].ID != "c1" || recs[0].State != StateCleaning || recs[0].Seq != top+1 {
-			t.Fatalf("loaded %+v, want c1 cleaning", recs)
-		}
-		if _, err := os.Stat(old); err == nil {
-			t.Fatal("the earlier version's journal directory is left")
-		}
-		if ids := journalFiles(t, dir); fmt.Sprint(ids) != "[c1]" {
-			t.Fatalf("journal holds %v, want [c1]", ids)
-		}
-		if n := st.nextSeq(); n <= top+1 {
-			t.Fatalf("next sequence number %d is not above the %d on disk", n, top+1)
-		}
-		st.close()
-	}
-}
-
 // TestRemovalSyncsTheJournal: a commit that removes a record makes the
 // journal's lines written before it durable first (a power loss must not
 // keep the removal and lose a tombstone); commits that only put records

@@ -100,8 +100,7 @@ type Record struct {
 	Mount     string `json:"mount,omitempty"`
 	// PinOwned: isolatord made the pin at Mount and removes it at cleanup;
 	// false when the runtime had pinned the namespace there (its pin is
-	// used, never unmounted). Records written before the field existed
-	// load as owned (store.go): isolatord made every pin then.
+	// used, never unmounted).
 	PinOwned bool `json:"pin_owned"`
 
 	// Bandwidth limits in force (zero: none), see limits.go.

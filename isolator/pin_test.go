@@ -1,13 +1,8 @@
 package isolator
 
-import (
-	"testing"
+import "testing"
 
-	bolt "go.etcd.io/bbolt"
-)
-
-// TestStorePinOwned: pin ownership survives the store, and records written
-// before it was recorded load as owned (isolatord made every pin then).
+// TestStorePinOwned: pin ownership survives the store.
 func TestStorePinOwned(t *testing.T) {
 	s, err := openStore(t.TempDir(), quietLogger())
 	if err != nil {
@@ -22,17 +17,11 @@ func TestStorePinOwned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketContainers).Put([]byte("old"), []byte(`{"id":"old","state":"isolated","mount":"/var/run/netns/old"}`))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rs, err := s.load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"theirs": false, "ours": true, "old": true}
+	want := map[string]bool{"theirs": false, "ours": true}
 	if len(rs) != len(want) {
 		t.Fatalf("loaded %d records", len(rs))
 	}

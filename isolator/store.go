@@ -357,12 +357,6 @@ func (s *store) read() ([]*Record, error) {
 			if err := json.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("record %q: %w", k, err)
 			}
-			var owned struct {
-				PinOwned *bool `json:"pin_owned"`
-			}
-			if json.Unmarshal(v, &owned) == nil && owned.PinOwned == nil {
-				r.PinOwned = true // written before pin ownership was recorded: isolatord took every pin as its own
-			}
 			out = append(out, r)
 			return nil
 		})
