@@ -70,7 +70,7 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 			s.log.Info("cleanup found objects already gone", "container_id", r.ID, "missing", strings.Join(rep.Missing, ", "))
 		}
 		s.at("cleanup:torndown")
-		s.store.delLater(r.ID, func(err error) { s.deleted(r.ID, next.Seq, err) })
+		s.store.DelLater(r.ID, func(err error) { s.deleted(r.ID, next.Seq, err) })
 		s.forget(r.ID)
 		s.log.Info("cleaned up", "container_id", r.ID)
 		return nil
@@ -79,10 +79,10 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 	// the container back at the next start (intents.go). When it cannot
 	// be removed (a full disk: a removal is a line appended), the record
 	// stays too.
-	if err := s.store.unintend(r.ID, 0); err != nil {
+	if err := s.store.Unintend(r.ID, 0); err != nil {
 		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}
-	if err := s.store.del(r.ID); err != nil {
+	if err := s.store.Del(r.ID); err != nil {
 		return wrapf(ErrInternal, err, "persist cleanup of %s", r.ID)
 	}
 	s.at("cleanup:deleted")
@@ -108,7 +108,7 @@ func (s *Isolator) deleted(id string, seq uint64, err error) {
 	unlock := s.locks.lock(id)
 	defer unlock()
 	if _, again := s.get(id); err != nil && !again {
-		err = s.store.del(id)
+		err = s.store.Del(id)
 	} else {
 		err = nil
 	}
@@ -116,5 +116,5 @@ func (s *Isolator) deleted(id string, seq uint64, err error) {
 		s.log.Error("persist cleanup: the record stays in the state until the next start finishes the cleanup", "container_id", id, "err", err.Error())
 		return
 	}
-	s.store.settled(id, seq, s.log)
+	s.store.Settled(id, seq)
 }

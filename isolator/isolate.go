@@ -127,7 +127,7 @@ func (s *Isolator) isolateLocked(ctx context.Context, id string, t IsolateTarget
 	next.Mount, next.PinOwned = plumb.Mount, plumb.PinOwned
 	s.at("isolate:outcome")
 	// The answer does not wait for the outcome's commit (isolatedStored).
-	if err := s.store.putLater(&next, func(err error) { s.isolatedStored(id, intent, err) }); err != nil {
+	if err := s.store.PutLater(&next, func(err error) { s.isolatedStored(id, intent, err) }); err != nil {
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}
 	s.publish(&next)

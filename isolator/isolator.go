@@ -1,14 +1,14 @@
 // Package isolator is isolatord's container lifecycle: Prepare reserves ports
 // and an ephemeral block, Isolate plumbs the container's network through the
 // data plane, Update changes its static ports, Usage reports its traffic,
-// Cleanup removes everything. State is persisted (store.go) before and after
+// Cleanup removes everything. State is persisted (package store) before and after
 // every kernel mutation, and Start recovers from it (recover.go).
 //
 // Calls for one container are serialized by a per-container lock; the
 // lifecycle lets calls for different containers run concurrently.
 // Bookkeeping (allocator, ledger, slots, records) sits behind one
 // short-held mutex; kernel work and disk writes happen outside it. Writes of
-// concurrent calls share bbolt transactions (group commit, storebatch.go).
+// concurrent calls share bbolt transactions (group commit).
 // How far the kernel work of different containers overlaps is the data
 // plane's: the kernel one (package dataplane) builds and removes a
 // container's own objects concurrently with others' but serialises the
@@ -38,6 +38,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/store"
 	"github.com/isolatord/isolatord/rate"
 )
 
@@ -167,8 +168,11 @@ type Isolator struct {
 	cfg   Config
 	dp    DataPlane
 	log   *slog.Logger
-	store *store
-	host  atomic.Pointer[plane.HostInfo] // Host
+	store *store.Store[Record, *Record]
+	// prepared are the prepared records whose commit is queued
+	// (preparequeue.go).
+	prepared preparedQueue
+	host     atomic.Pointer[plane.HostInfo] // Host
 
 	locks keyedMutex
 
@@ -221,7 +225,7 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg.StateDir, cfg.Logger)
+	st, err := store.Open[Record](cfg.StateDir, cfg.Logger, validateID)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +245,7 @@ func New(cfg Config, dp DataPlane) (*Isolator, error) {
 // Close closes the state store. Kernel plumbing stays in place.
 func (s *Isolator) Close() error {
 	s.hostPorts.stop()
-	return s.store.close()
+	return s.store.Close()
 }
 
 func (s *Isolator) at(point string) {

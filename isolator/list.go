@@ -69,7 +69,7 @@ func (s *Isolator) Status(ctx context.Context) Status {
 		ManagedPorts:     s.cfg.ManagedPorts,
 		Containers:       map[State]int{},
 		Host:             s.Host(),
-		StateMovedAside:  s.store.movedAside,
+		StateMovedAside:  s.store.MovedAside(),
 		OrphansReclaimed: s.orphans.n.Load(),
 	}
 	s.rmu.Lock()

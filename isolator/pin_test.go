@@ -1,23 +1,27 @@
 package isolator
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/isolatord/isolatord/isolator/store"
+)
 
 // TestStorePinOwned: pin ownership survives the store.
 func TestStorePinOwned(t *testing.T) {
-	s, err := openStore(t.TempDir(), quietLogger())
+	s, err := store.Open[Record](t.TempDir(), quietLogger(), validateID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
+	defer s.Close()
 	for _, r := range []*Record{
 		{ID: "theirs", State: StateIsolated, Mount: "/var/run/netns/theirs", PinOwned: false},
 		{ID: "ours", State: StateIsolated, Mount: "/var/run/netns/ours@isolatord", PinOwned: true},
 	} {
-		if err := s.put(r); err != nil {
+		if err := s.Put(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rs, err := s.load()
+	rs, err := s.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

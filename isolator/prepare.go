@@ -114,17 +114,17 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	// container cleaned up before (whose slot, ports or block this one
 	// may have taken) must have ended first, as it would have if this
 	// record had been queued after it.
-	s.store.removalsEnded()
-	if err := s.store.intend(&rec); err != nil {
+	s.store.RemovalsEnded()
+	if err := s.store.Intend(&rec); err != nil {
 		s.forget(id)
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}
 	intent := rec.Seq
 	stored := rec
-	landed := s.store.prepared.queued(id)
-	if err := s.store.putLater(&stored, func(err error) { landed(); s.preparedStored(id, intent, err) }); err != nil {
+	landed := s.prepared.queued(id)
+	if err := s.store.PutLater(&stored, func(err error) { landed(); s.preparedStored(id, intent, err) }); err != nil {
 		landed()
-		s.store.settled(id, intent, s.log)
+		s.store.Settled(id, intent)
 		s.forget(id)
 		return Record{}, wrapf(ErrInternal, err, "persist container %s", id)
 	}

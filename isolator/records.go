@@ -41,17 +41,17 @@ func (s *Isolator) stored(id string, intent uint64, state string, err error) {
 		s.log.Error("persist "+state+" container: its intent stays in the journal for the next start to resolve", "container_id", id, "err", err)
 		return
 	}
-	s.store.settled(id, intent, s.log)
+	s.store.Settled(id, intent)
 }
 
 // commit persists r (a stable state, in the database; its intent, if any,
 // is then removed) and publishes it in memory.
 func (s *Isolator) commit(r *Record) error {
-	if err := s.store.put(r); err != nil {
+	if err := s.store.Put(r); err != nil {
 		return wrapf(ErrInternal, err, "persist container %s", r.ID)
 	}
 	s.at("commit:stored")
-	s.store.settled(r.ID, 0, s.log)
+	s.store.Settled(r.ID, 0)
 	s.publish(r)
 	return nil
 }
@@ -62,7 +62,7 @@ func (s *Isolator) intend(r *Record) error {
 	if r.State != StateIsolating {
 		s.waitPrepared(r.ID) // (preparequeue.go)
 	}
-	if err := s.store.intend(r); err != nil {
+	if err := s.store.Intend(r); err != nil {
 		return wrapf(ErrInternal, err, "persist container %s", r.ID)
 	}
 	s.publish(r)
@@ -98,3 +98,20 @@ func unixOrZero(t time.Time) int64 {
 	}
 	return t.Unix()
 }
+
+// Key, Sequence, SetSequence and LoadAlone make a *Record a store.Entry.
+
+// Key is the record's key in the store: its container ID.
+func (r *Record) Key() string { return r.ID }
+
+// Sequence is the number of the record's last write (intents.go in
+// package store).
+func (r *Record) Sequence() uint64 { return r.Seq }
+
+// SetSequence sets the number of the record's write.
+func (r *Record) SetSequence(n uint64) { r.Seq = n }
+
+// LoadAlone reports whether r, found in the intent journal with no record
+// in the database, is its Prepare's record whose commit had not landed
+// (prepared or isolating) rather than the leftover of a removed container.
+func (r *Record) LoadAlone() bool { return r.State == StatePrepared || r.State == StateIsolating }

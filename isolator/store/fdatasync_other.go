@@ -1,6 +1,6 @@
 //go:build !linux
 
-package isolator
+package store
 
 import "os"
 

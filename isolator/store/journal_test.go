@@ -1,4 +1,4 @@
-package isolator
+package store
 
 import (
 	"encoding/json"
@@ -19,10 +19,10 @@ func TestIntentLogCompacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keep := map[string]*Record{}
+	keep := map[string]*rec{}
 	for i := range 5 {
-		r := &Record{ID: fmt.Sprintf("keep%d", i), State: StateIsolating, Veth: "kept"}
-		if err := st.intend(r); err != nil {
+		r := &rec{ID: fmt.Sprintf("keep%d", i), State: stateIsolating, Veth: "kept"}
+		if err := st.Intend(r); err != nil {
 			t.Fatal(err)
 		}
 		keep[r.ID] = r
@@ -31,18 +31,18 @@ func TestIntentLogCompacts(t *testing.T) {
 	var largest int64
 	for i := range 4000 {
 		id := fmt.Sprintf("c%d", i%300)
-		r := &Record{ID: id, State: StateIsolating}
-		if err := st.intend(r); err != nil {
+		r := &rec{ID: id, State: stateIsolating}
+		if err := st.Intend(r); err != nil {
 			t.Fatal(err)
 		}
-		r2 := &Record{ID: id, State: StateCleaning, Veth: "second-" + id}
-		if err := st.intend(r2); err != nil {
+		r2 := &rec{ID: id, State: stateCleaning, Veth: "second-" + id}
+		if err := st.Intend(r2); err != nil {
 			t.Fatal(err)
 		}
 		if in := journalOnDisk(t, dir)[id]; i%500 == 0 && (in == nil || in.Veth != r2.Veth || in.Seq != r2.Seq) {
 			t.Fatalf("journal holds %+v, want the second intent of %s", in, id)
 		}
-		st.settled(id, r2.Seq, quietLogger())
+		st.Settled(id, r2.Seq)
 		fi, err := os.Stat(path)
 		if err != nil {
 			t.Fatal(err)
@@ -57,18 +57,18 @@ func TestIntentLogCompacts(t *testing.T) {
 		t.Fatalf("journal holds %v, want the %d intents kept", journalFiles(t, dir), len(keep))
 	}
 	// A rewrite cut short by a kill: a temporary file holding an intent.
-	b, _ := json.Marshal(intentEntry{Rec: &Record{ID: "ghost", State: StateIsolating, Seq: 1 << 40}})
+	b, _ := json.Marshal(intentEntry[*rec]{Rec: &rec{ID: "ghost", State: stateIsolating, Seq: 1 << 40}})
 	if err := os.WriteFile(path+".tmp", frameIntent(b), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	st, err = openStore(dir, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
+	defer st.Close()
 	if len(st.pending) != len(keep) {
 		t.Fatalf("intents read at open: %d, want %d", len(st.pending), len(keep))
 	}
@@ -91,32 +91,32 @@ func TestIntentLogDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Record{ID: "a", State: StateIsolating}
-	if err := st.intend(a); err != nil {
+	a := &rec{ID: "a", State: stateIsolating}
+	if err := st.Intend(a); err != nil {
 		t.Fatal(err)
 	}
-	st.close()
-	tomb, _ := json.Marshal(intentEntry{Clear: "a", Seq: a.Seq})
+	st.Close()
+	tomb, _ := json.Marshal(intentEntry[*rec]{Clear: "a", Seq: a.Seq})
 	appendJournal(t, dir, frameIntent(tomb)[:12]) // a's removal, cut short
 	appendJournal(t, dir, make([]byte, 700))      // zeros: pages a power loss kept unwritten
-	appendIntent(t, dir, &Record{ID: "b", State: StateCleaning, Seq: a.Seq + 1})
+	appendIntent(t, dir, &rec{ID: "b", State: stateCleaning, Seq: a.Seq + 1})
 	if st, err = openStore(dir, quietLogger()); err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	got := map[string]State{}
+	defer st.Close()
+	got := map[string]string{}
 	for _, r := range st.pending {
 		got[r.ID] = r.State
 	}
-	if len(got) != 2 || got["a"] != StateIsolating || got["b"] != StateCleaning {
+	if len(got) != 2 || got["a"] != stateIsolating || got["b"] != stateCleaning {
 		t.Fatalf("intents read: %v, want a isolating and b cleaning", got)
 	}
 	// Writes go on after the damage.
-	c := &Record{ID: "c", State: StateIsolating}
-	if err := st.intend(c); err != nil {
+	c := &rec{ID: "c", State: stateIsolating}
+	if err := st.Intend(c); err != nil {
 		t.Fatal(err)
 	}
-	st.settled("b", 0, quietLogger())
+	st.Settled("b", 0)
 	if ids := journalFiles(t, dir); fmt.Sprint(ids) != "[a c]" {
 		t.Fatalf("journal holds %v, want [a c]", ids)
 	}
@@ -132,56 +132,31 @@ func TestRemovalSyncsTheJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	r := &Record{ID: "c1", State: StatePrepared}
-	if err := st.intend(r); err != nil {
+	defer st.Close()
+	r := &rec{ID: "c1", State: statePrepared}
+	if err := st.Intend(r); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.put(&Record{ID: "c1", State: StatePrepared}); err != nil {
+	if err := st.Put(&rec{ID: "c1", State: statePrepared}); err != nil {
 		t.Fatal(err)
 	}
-	st.settled("c1", r.Seq, quietLogger())
+	st.Settled("c1", r.Seq)
 	l := st.intents
 	if l.synced >= l.appended {
 		t.Fatalf("journal synced (%d of %d lines) by a commit that removes nothing", l.synced, l.appended)
 	}
-	if err := st.del("c1"); err != nil {
+	if err := st.Del("c1"); err != nil {
 		t.Fatal(err)
 	}
 	if l.synced != l.appended {
 		t.Fatalf("%d of %d journal lines synced before the removal was committed", l.synced, l.appended)
 	}
 	done := make(chan error, 1)
-	st.delLater("c2", func(err error) { done <- err })
-	if err := st.intend(&Record{ID: "c3", State: StateCleaning}); err != nil {
+	st.DelLater("c2", func(err error) { done <- err })
+	if err := st.Intend(&rec{ID: "c3", State: stateCleaning}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestPreparedCleanupKeepsTheRecordWithItsIntent: when the prepared
-// intent of a container cannot be removed (its tombstone cannot be
-// written), its cleanup fails and the record stays: a record removed with
-// its intent left would come back at the next start.
-func TestPreparedCleanupKeepsTheRecordWithItsIntent(t *testing.T) {
-	dir := t.TempDir()
-	s := newTestIsolator(t, dir, newFakeDP())
-	release := holdWriter(s) // the prepared commit stays queued: the intent stays
-	if _, err := s.Prepare(bg, "c1", ports("31000")); err != nil {
-		t.Fatal(err)
-	}
-	l := s.store.intents
-	l.mu.Lock()
-	f := l.f
-	f.Close() // every append fails from now on
-	l.mu.Unlock()
-	if err := s.Cleanup(bg, "c1"); KindOf(err) != ErrInternal {
-		t.Fatalf("cleanup with the journal failing: %v, want Internal", err)
-	}
-	if r, err := s.Get(bg, "c1"); err != nil || r.State != StatePrepared {
-		t.Fatalf("c1 after the failed cleanup: %+v %v", r, err)
-	}
-	release()
 }

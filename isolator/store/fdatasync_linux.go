@@ -1,4 +1,4 @@
-package isolator
+package store
 
 import (
 	"errors"
