@@ -49,6 +49,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/hostlink"
 	"github.com/isolatord/isolatord/neighsync"
@@ -58,8 +61,6 @@ import (
 	"github.com/isolatord/isolatord/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/veth"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // Errors callers can test with errors.Is.
@@ -791,15 +792,11 @@ func (d *DataPlane) withHostSysctls(fn func(*sysctl.Dir) error) error {
 	return d.hostNS.Do(func() error { return fn(d.hostSysctl) })
 }
 
-// delClsact removes the ingress (or clsact) qdisc, and with it every
-// filter, of a link. A delete request names the qdisc's kind, which must
-// match: ingress is what Setup adds, clsact what older versions added.
-func delClsact(h *netlink.Handle, idx int) error {
+// delIngress removes the ingress qdisc Setup adds, and with it every
+// filter, of a link.
+func delIngress(h *netlink.Handle, idx int) error {
 	attrs := netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}
 	err := h.QdiscDel(&netlink.Ingress{QdiscAttrs: attrs})
-	if errors.Is(err, unix.EINVAL) {
-		err = h.QdiscDel(&netlink.Clsact{QdiscAttrs: attrs})
-	}
 	if err != nil && !veth.IsNotFound(err) {
 		return fmt.Errorf("delete ingress qdisc of link %d: %w", idx, err)
 	}
