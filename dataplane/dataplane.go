@@ -152,7 +152,7 @@ type DataPlane struct {
 	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
-	sink     tcfilter.Sink // the one drop sink of older layouts and of the IPv6 demux's counting mirrors
+	sink     tcfilter.Sink // the drop sink of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).
 	drops *tcfilter.DropSinks

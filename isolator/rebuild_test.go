@@ -95,7 +95,7 @@ func TestRebuildFromKernel(t *testing.T) {
 }
 
 // TestRebuildHoldsAndInfers: a container whose veth alias does not name
-// its block (an older isolatord's) gets the pool block among the ranges the
+// its block (a setup cut short before the alias) gets the pool block among the ranges the
 // host routes to it; what an unattributed object still routes (a slot, a
 // block, a static port) is never handed out until RemoveUnattributed.
 func TestRebuildHoldsAndInfers(t *testing.T) {
