@@ -49,6 +49,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/isolator/plane"
@@ -60,8 +63,6 @@ import (
 	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/tcfilter/nlbatch"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // Errors callers can test with errors.Is.
@@ -153,7 +154,7 @@ type DataPlane struct {
 	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
-	sink     tcfilter.Sink // the one drop sink of older layouts and of the IPv6 demux's counting mirrors
+	sink     tcfilter.Sink // the drop sink of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).
 	drops *tcfilter.DropSinks
@@ -793,15 +794,11 @@ func (d *DataPlane) withHostSysctls(fn func(*sysctl.Dir) error) error {
 	return d.hostNS.Do(func() error { return fn(d.hostSysctl) })
 }
 
-// delClsact removes the ingress (or clsact) qdisc, and with it every
-// filter, of a link. A delete request names the qdisc's kind, which must
-// match: ingress is what Setup adds, clsact what older versions added.
-func delClsact(h *netlink.Handle, idx int) error {
+// delIngress removes the ingress qdisc Setup adds, and with it every
+// filter, of a link.
+func delIngress(h *netlink.Handle, idx int) error {
 	attrs := netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}
 	err := h.QdiscDel(&netlink.Ingress{QdiscAttrs: attrs})
-	if errors.Is(err, unix.EINVAL) {
-		err = h.QdiscDel(&netlink.Clsact{QdiscAttrs: attrs})
-	}
 	if err != nil && !veth.IsNotFound(err) {
 		return fmt.Errorf("delete ingress qdisc of link %d: %w", idx, err)
 	}

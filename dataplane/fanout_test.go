@@ -26,7 +26,7 @@ func fanoutNodes(t *testing.T, d *DataPlane) map[uint16]int {
 
 // TestFanoutOnlyWithoutEcho: with the echo programs nothing leads to the
 // ICMP fan-out table, so a setup makes no fan-out node (and no mirror
-// action); a node an older version made beside the echo programs goes with
+// action); a node a run without the echo programs left beside them goes with
 // its container's teardown, which reports nothing missing. Without them
 // (fanoutAlways plays that here), a setup makes the node, a teardown of a
 // container plumbed beside the echo programs misses none, and a restarted
@@ -49,7 +49,7 @@ func TestFanoutOnlyWithoutEcho(t *testing.T) {
 	}
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
 
-	// An older version's node for B: removed by B's teardown.
+	// A node a run without the echo programs left for B: removed by B's teardown.
 	b := e.start("B", 2, "41984-43007", "31010", "", 31010)
 	vethB := e.d.ctrs[b.c.ID].veth
 	if err := e.d.eth0.AddFanout(b.c.Slot, vethB); err != nil {

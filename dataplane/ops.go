@@ -417,8 +417,8 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
 	}
-	// The veth's filters: a veth of an older layout (or pointing at a sink
-	// that was recreated) is brought up to date; one that is right is
+	// The veth's filters: a veth whose alias records another layout (or a
+	// sink that was recreated) is brought up to date; one that is right is
 	// only dumped. Redirects keep pointing at an existing egress shaper,
 	// which applyLimits then puts in line.
 	via := 0

@@ -499,7 +499,7 @@ func (d *DataPlane) setRecoveryCache(ls []netlink.Link, qs []netlink.Qdisc) {
 		}
 		d.recoveryLinks[a.Name] = a.Index
 		if m, ok := parseAlias(a.Alias); ok && m.Layout == tcfilter.VethLayout && m.Sink == d.sink.Index && m.V6 == v6 && m.Loop == loop &&
-			(m.V4 == "" || m.V4 == v4) && m.Eph != "" {
+			m.V4 == v4 && m.Eph != "" {
 			d.recoveryCurrent[a.Name] = true
 		}
 	}

@@ -33,8 +33,7 @@ package dataplane
 // unregister_netdevice_many, one set of grace periods for every link in
 // it), after a dump has shown that every link of the group is ours
 // (ourRetired: a veth named like ours whose alias names that container,
-// an egress shaper end named like ours, or a link an earlier version
-// renamed RetiredPrefix+ifindex). A link of the group we cannot attribute
+// or an egress shaper end named like ours). A link of the group we cannot attribute
 // is not deleted: it is reported, and from then on teardowns delete their
 // links themselves. (The kernel cannot delete a group on a condition: a
 // link someone moves into RetiredGroup between that dump and the delete,
@@ -49,7 +48,6 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,24 +61,8 @@ import (
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
-const (
-	// RetiredGroup is the link group of retired links awaiting deletion.
-	RetiredGroup = 0x150d1e7e
-	// RetiredPrefix starts the name an earlier version gave a retired link
-	// (then its ifindex); such links are still recognised and deleted.
-	RetiredPrefix = "isdel"
-)
-
-// isRetiredName reports whether name is the name an earlier version gave a
-// retired link.
-func isRetiredName(name string) bool {
-	rest, ok := strings.CutPrefix(name, RetiredPrefix)
-	if !ok || rest == "" {
-		return false
-	}
-	_, err := strconv.Atoi(rest)
-	return err == nil
-}
+// RetiredGroup is the link group of retired links awaiting deletion.
+const RetiredGroup = 0x150d1e7e
 
 // isRetired reports whether a host link is retired (in RetiredGroup): no
 // longer any container's, whatever its name.
@@ -88,13 +70,12 @@ func isRetired(a *netlink.LinkAttrs) bool { return a.Group == RetiredGroup }
 
 // ourRetired reports whether a link of RetiredGroup is one isolatord
 // retired: a host veth named like ours whose alias names the container
-// the name belongs to, an egress shaper end named like ours, or a link an
-// earlier version renamed for deletion.
+// the name belongs to, or an egress shaper end named like ours.
 func ourRetired(a *netlink.LinkAttrs) bool {
 	switch {
 	case !isRetired(a):
 		return false
-	case isRetiredName(a.Name), isShaperEntryName(a.Name), isShaperExitName(a.Name):
+	case isShaperEntryName(a.Name), isShaperExitName(a.Name):
 		return true
 	case isVethName(a.Name):
 		m, ok := parseAlias(a.Alias)

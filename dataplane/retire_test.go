@@ -20,7 +20,7 @@ func (e *env) retiredLinks() []string {
 	e.t.Helper()
 	var out []string
 	for _, a := range e.hostLinkAttrs() {
-		if isRetired(a) || isRetiredName(a.Name) {
+		if isRetired(a) {
 			out = append(out, a.Name)
 		}
 	}
@@ -189,8 +189,7 @@ func TestChurnNoPortInTwoContainers(t *testing.T) {
 }
 
 // TestRetiredSweptAtStart: links a killed daemon retired and did not delete
-// yet (a veth with its name and alias, an egress shaper end, a link an
-// earlier version renamed) are deleted by the next one at PrepareHost; a
+// yet (a veth with its name and alias, an egress shaper end) are deleted by the next one at PrepareHost; a
 // link of the deletion group that the data plane cannot attribute (a
 // foreign name, or our veth name without our alias) is left alone.
 func TestRetiredSweptAtStart(t *testing.T) {
@@ -219,7 +218,6 @@ func TestRetiredSweptAtStart(t *testing.T) {
 		}
 	}
 	ours := func(id string) (string, string) { return VethName(id), metaAlias(Meta{ID: id}) }
-	add(RetiredPrefix+"90001", "")
 	add(ours("swept-1"))
 	entry, _ := ShaperNames("swept-2")
 	add(entry, "")
@@ -231,7 +229,6 @@ func TestRetiredSweptAtStart(t *testing.T) {
 	d.Close()
 
 	// Now with foreign links in the group: ours go, they stay.
-	add(RetiredPrefix+"90003", "")
 	add(ours("swept-3"))
 	add("notours0", "")
 	add(VethName("swept-4"), "")

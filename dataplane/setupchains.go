@@ -199,7 +199,7 @@ func (d *DataPlane) containerChain(ch *chain, c Container, ns *nshandle.NS, all 
 	}
 	// The container's lo keeps its filters when the veth goes: remove them
 	// on rollback so a retry starts clean.
-	ch.undo.push("container lo filters", func() error { return delClsact(nh, cl.Lo) })
+	ch.undo.push("container lo filters", func() error { return delIngress(nh, cl.Lo) })
 	if err := ch.step("container config"); err != nil {
 		return err
 	}

@@ -53,9 +53,7 @@ package dataplane
 // at its next packet. A holder whose clients really send traffic from
 // many source ports (a client it controls) keeps at most MaxHeld buckets
 // for SharedIdle and MaxPinsPerBucket of each moved bucket's 256 source
-// ports while the traffic lasts. Spread nodes of older layouts share
-// their veth's action until replaced: their last use is the veth's, which
-// errs on the side of keeping flows. Unconnected UDP sockets (the usual
+// ports while the traffic lasts. Unconnected UDP sockets (the usual
 // UDP server) show no flows, so a UDP flow in a bucket that moves to a
 // joining holder switches holder
 // (datagram protocols re-establish; a QUIC server that connects its

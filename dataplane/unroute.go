@@ -140,7 +140,7 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 	for _, k := range cuts {
 		// The fan-out node the demux's index has (made by this data plane
 		// with the fan-out in use, or found by Init: left by an earlier
-		// run, maybe of an older version beside the echo programs). A
+		// run, maybe one without the echo programs). A
 		// container plumbed without one (the echo programs steered then)
 		// has nothing to remove and nothing missing.
 		_, fan := d.eth0.FanoutTarget(k.u.c.Slot)

@@ -79,7 +79,7 @@ func (s *Isolator) releaseHeld() {
 }
 
 // inferEphemeral finds a rebuilt container's ephemeral block when the
-// veth's alias does not name it (written by an older isolatord, or gone):
+// veth's alias does not name it (a daemon killed before it wrote the alias):
 // the one aligned block of the pool among the ranges the host routes to
 // it (static ports never lie in the pool). With several, the lowest is
 // taken and the rest reported; with none, the container cannot be rebuilt.

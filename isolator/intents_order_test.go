@@ -26,9 +26,9 @@ func TestKilledBeforeRemovalPortTakenByUpdate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.store.later.Wait() // the outcomes are committed after the answers
+	s.store.WaitQueued() // the outcomes are committed after the answers
 	hold, held := make(chan struct{}), make(chan struct{})
-	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
+	go s.store.DB().Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
 	<-held
 	if err := s.Cleanup(bg, "a1"); err != nil {
 		t.Fatal(err)
@@ -80,9 +80,9 @@ func TestKilledBeforeRemovalNamespaceTakenByIsolate(t *testing.T) {
 	if _, err := s.Isolate(bg, "z1", nsTarget(t, "nsShared")); err != nil {
 		t.Fatal(err)
 	}
-	s.store.later.Wait() // the outcomes are committed after the answers
+	s.store.WaitQueued() // the outcomes are committed after the answers
 	hold, held := make(chan struct{}), make(chan struct{})
-	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
+	go s.store.DB().Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
 	<-held
 	if err := s.Cleanup(bg, "z1"); err != nil {
 		t.Fatal(err)

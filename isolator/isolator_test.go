@@ -479,7 +479,7 @@ func TestRecoveryDecisions(t *testing.T) {
 	s.records["gone"].PidStart++ // a different process now has that pid
 	g := *s.records["gone"]
 	s.mu.Unlock()
-	if err := s.store.put(&g); err != nil {
+	if err := s.store.Put(&g); err != nil {
 		t.Fatal(err)
 	}
 	// A stray: plumbing nobody knows about.

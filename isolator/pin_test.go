@@ -3,36 +3,29 @@ package isolator
 import (
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/isolatord/isolatord/isolator/store"
 )
 
-// TestStorePinOwned: pin ownership survives the store, and records written
-// before it was recorded load as owned (isolatord made every pin then).
+// TestStorePinOwned: pin ownership survives the store.
 func TestStorePinOwned(t *testing.T) {
-	s, err := openStore(t.TempDir(), quietLogger())
+	s, err := store.Open[Record](t.TempDir(), quietLogger(), validateID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
+	defer s.Close()
 	for _, r := range []*Record{
 		{ID: "theirs", State: StateIsolated, Mount: "/var/run/netns/theirs", PinOwned: false},
 		{ID: "ours", State: StateIsolated, Mount: "/var/run/netns/ours@isolatord", PinOwned: true},
 	} {
-		if err := s.put(r); err != nil {
+		if err := s.Put(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketContainers).Put([]byte("old"), []byte(`{"id":"old","state":"isolated","mount":"/var/run/netns/old"}`))
-	})
+	rs, err := s.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := s.load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]bool{"theirs": false, "ours": true, "old": true}
+	want := map[string]bool{"theirs": false, "ours": true}
 	if len(rs) != len(want) {
 		t.Fatalf("loaded %d records", len(rs))
 	}

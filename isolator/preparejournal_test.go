@@ -12,7 +12,7 @@ import (
 // committed until release is called.
 func holdWriter(s *Isolator) (release func()) {
 	hold, held := make(chan struct{}), make(chan struct{})
-	go s.store.db.Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
+	go s.store.DB().Update(func(*bolt.Tx) error { close(held); <-hold; return nil })
 	<-held
 	return func() { close(hold) }
 }
@@ -33,7 +33,7 @@ func TestPrepareAnswersBeforeTheCommit(t *testing.T) {
 	if _, err := s.Prepare(bg, "c1", ports("31000")); err != nil {
 		t.Fatal(err)
 	}
-	if recs, err := s.store.read(); err != nil || len(recs) != 0 {
+	if recs, err := s.store.Read(); err != nil || len(recs) != 0 {
 		t.Fatalf("database before the commit: %v %v", recs, err)
 	}
 	preparedOnly := t.TempDir()
@@ -45,7 +45,7 @@ func TestPrepareAnswersBeforeTheCommit(t *testing.T) {
 	isolating := t.TempDir()
 	copyDir(t, dir, isolating)
 	release()
-	s.store.later.Wait()
+	s.store.WaitQueued()
 	if left := journalFiles(t, dir); len(left) > 0 {
 		t.Fatalf("intents left after the commits: %v", left)
 	}
@@ -95,7 +95,7 @@ func TestPrepareAnswersBeforeTheCommit(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	s4.store.later.Wait()
+	s4.store.WaitQueued()
 	s4.Close()
 	s4 = newTestIsolator(t, dir4, newFakeDP())
 	if _, err := s4.Get(bg, "c4"); KindOf(err) != ErrNotFound {
@@ -123,7 +123,7 @@ func TestPrepareAfterQueuedRemoval(t *testing.T) {
 	if _, err := s.Isolate(bg, "c1", nsTarget(t, "c1")); err != nil {
 		t.Fatal(err)
 	}
-	s.store.later.Wait()
+	s.store.WaitQueued()
 	release := holdWriter(s)
 	if err := s.Cleanup(bg, "c1"); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestPrepareAfterQueuedRemoval(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	s.store.later.Wait()
+	s.store.WaitQueued()
 	s.Close()
 	s2, err := New(testConfig(t, killed), newFakeDP())
 	if err != nil {

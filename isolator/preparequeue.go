@@ -49,7 +49,7 @@ func (q *preparedQueue) pending(id string) <-chan struct{} {
 // waitPrepared waits until the prepared record of container id has landed
 // in the database, if its commit is still queued.
 func (s *Isolator) waitPrepared(id string) {
-	if ch := s.store.prepared.pending(id); ch != nil {
+	if ch := s.prepared.pending(id); ch != nil {
 		s.at("intent:wait")
 		<-ch
 	}

@@ -51,7 +51,7 @@ func TestIntentBeforeThePrepareCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			release()
-			s.store.later.Wait()
+			s.store.WaitQueued()
 			s.Close()
 			if _, ok := dp2.Plumbed["c1"]; !ok {
 				t.Fatal("the step's intent was never written")

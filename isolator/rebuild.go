@@ -91,7 +91,7 @@ func (s *Isolator) rebuild(ctx context.Context, recs []*Record, rep *RecoveryRep
 	if len(rebuilt) == 0 {
 		return recs, held, nil
 	}
-	if err := s.store.putAll(rebuilt); err != nil {
+	if err := s.store.PutAll(rebuilt); err != nil {
 		return recs, held, fmt.Errorf("persist %d containers rebuilt from the kernel: %w", len(rebuilt), err)
 	}
 	for _, r := range rebuilt {

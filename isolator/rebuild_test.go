@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/store"
 )
 
 // found is a container the fake kernel shows, in a fake namespace.
@@ -94,7 +95,7 @@ func TestRebuildFromKernel(t *testing.T) {
 }
 
 // TestRebuildHoldsAndInfers: a container whose veth alias does not name
-// its block (an older isolatord's) gets the pool block among the ranges the
+// its block (a setup cut short before the alias) gets the pool block among the ranges the
 // host routes to it; what an unattributed object still routes (a slot, a
 // block, a static port) is never handed out until RemoveUnattributed.
 func TestRebuildHoldsAndInfers(t *testing.T) {
@@ -181,11 +182,11 @@ func TestRecordWithTakenSlotKeepsItsPorts(t *testing.T) {
 		}
 	}
 	s.Close()
-	st, err := openStore(dir, quietLogger())
+	st, err := store.Open[Record](dir, quietLogger(), validateID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := st.load()
+	recs, err := st.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,10 +203,10 @@ func TestRecordWithTakenSlotKeepsItsPorts(t *testing.T) {
 		t.Fatalf("records: %+v", recs)
 	}
 	b.Slot = a.Slot
-	if err := st.put(b); err != nil {
+	if err := st.Put(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s2 := newTestIsolator(t, dir, dp)

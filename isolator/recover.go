@@ -64,11 +64,11 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 
 	tHost := time.Since(start)
-	recs, err := s.store.load()
+	recs, err := s.store.Load()
 	if err != nil {
 		return rep, fmt.Errorf("load state: %w", err)
 	}
-	rep.StateMovedAside = s.store.movedAside
+	rep.StateMovedAside = s.store.MovedAside()
 	var held []plane.Held
 	if recs, held, err = s.rebuild(ctx, recs, &rep); err != nil {
 		return rep, err
@@ -167,7 +167,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	s.rmu.Unlock()
 	// Every intent is resolved now (its record committed or deleted
 	// above) or was stale: the journal starts empty.
-	if err := s.store.intents.clearAll(); err != nil {
+	if err := s.store.ClearJournal(); err != nil {
 		s.log.Warn("intent journal: stale intents left (ignored at the next start)", "err", err.Error())
 	}
 	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
@@ -231,7 +231,7 @@ func (s *Isolator) recoverOne(ctx context.Context, r *Record, owned bool, rep *R
 	case StatePrepared:
 		rep.Prepared++
 		log.Info("recover: prepared, nothing in the kernel")
-		if s.store.journalOnly[r.ID] { // its Prepare's commit had not landed
+		if s.store.JournalOnly(r.ID) { // its Prepare's commit had not landed
 			if err := s.commit(r); err != nil {
 				return false, err
 			}
@@ -389,10 +389,10 @@ func (s *Isolator) finishCleanup(ctx context.Context, r *Record) error {
 	if _, err := s.dp.Teardown(ctx, s.container(r)); err != nil {
 		return fmt.Errorf("cleanup of %s: %w", r.ID, err)
 	}
-	if err := s.store.del(r.ID); err != nil {
+	if err := s.store.Del(r.ID); err != nil {
 		return fmt.Errorf("persist cleanup of %s: %w", r.ID, err)
 	}
-	s.store.settled(r.ID, 0, s.log)
+	s.store.Settled(r.ID, 0)
 	s.forget(r.ID)
 	return nil
 }

@@ -34,11 +34,7 @@ import (
 // are allocated cyclically); a drop action whose sink was re-created is
 // pointed at the new one by EnsureDropSinks (a replace of the action
 // itself, seen at once by every node bound to it). Ifindexes too large for
-// the scheme get actions of their own (index 0: the kernel picks one), as
-// before. Nodes of older layouts keep their own actions until they are
-// replaced: before layout 5 each veth had one drop action per reason,
-// index dropIndexBase|bank<<30|veth<<4|reason, counted there
-// (legacyDrops).
+// the scheme get actions of their own (index 0: the kernel picks one).
 const (
 	redirectIndexBase = 0x40000000
 	dropIndexBase     = 0x80000000
@@ -56,12 +52,6 @@ func redirectIndex(ifindex int) uint32 {
 // hostDropIndex is the index of the host's drop action of reason code r
 // (the reason's index in DropReasons).
 func hostDropIndex(r int) uint32 { return dropIndexBase | uint32(r) }
-
-// isHostDropIndex reports whether idx is the index of one of the host's
-// drop actions.
-func isHostDropIndex(idx uint32) bool {
-	return idx&^0xf == dropIndexBase && int(idx&0xf) < len(DropReasons)
-}
 
 // mirredIndex is the index of f's first mirred action (0 if none).
 func mirredIndex(f *netlink.U32) uint32 {

@@ -44,8 +44,8 @@
 //
 // The drop sinks and the programs: dropsinks.go (EnsureDropSinks: a sink
 // per reason, its counting program, the host's drop actions and the count
-// map), sink.go (EnsureSink: the one sink of older layouts and of the IPv6
-// demux's counting mirrors), bpf.go (the VLAN check and the drop
+// map), sink.go (EnsureSink: the sink of the IPv6 demux's counting
+// mirrors), bpf.go (the VLAN check and the drop
 // program), bpfasm.go (a small eBPF assembler and the bpf(2) calls).
 //
 // # Priorities, parents, handles, classids
@@ -71,7 +71,6 @@
 //	                                           01d loopback dports (loopback.go)
 //	003  ICMP  divisor 1   (eth0, hostdemux_icmp.go)
 //	004  ICMP fan-out, divisor 1 (eth0; only without cls_bpf, and non-first fragments)
-//	005  (was the ARP fan-out; deleted by Init)
 //	006  TablePort divisor 256 on port>>8 (eth0): ICMP errors by quoted sport, echo by id
 //	007  ICMPv6 divisor 1 (eth0, hostdemux6.go)
 //	100+b H2_b divisor 16 on (dport>>4)&15, for dport>>8 == b
@@ -274,8 +273,7 @@
 // address -> eth0; every other router solicitation, router
 // advertisement, solicitation, advertisement and redirect -> DropNDP. So
 // nothing a container sends can change what the neighbours believe about
-// a host address. An older veth (layout 2) had the catch-all at priority
-// 4; Install moves it to 5 (PrioVethOther) before adding IPv6.
+// a host address.
 //
 // Inside the container, IPv6 twins of the IPv4 nodes: on lo, ICMPv6 to a
 // host address or ::1 stays local, TCP/UDP to them with an own destination
@@ -358,9 +356,7 @@
 // node 1 plus what it cost before (its table-014 node and the port lookup).
 // Node ids of the veth follow from their meaning (the drop nodes are fixed
 // nodes, counted per reason), so Retarget, Install after a restart and Drops
-// find them from handles alone; Install brings a veth of an older layout
-// (ARP at prio 1, default "stop" node; before layout 4: an action per node) up
-// to date.
+// find them from handles alone.
 //
 // With an egress limit every redirect that is not a drop, ARP included,
 // goes to the container's shaper (Via), so an ARP flood is shaped too.

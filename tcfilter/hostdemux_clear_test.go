@@ -57,7 +57,7 @@ func (x *HostDemux) clearAll() error {
 		}
 	}
 	levels := [][]tableRef{
-		{{KindIP, PrioIP, TableL}, {KindICMP, PrioIP, TableICMP}, {KindARP, PrioARP, TableARPFan}, {KindICMP, PrioIP6, TableICMP6}},
+		{{KindIP, PrioIP, TableL}, {KindICMP, PrioIP, TableICMP}, {KindICMP, PrioIP6, TableICMP6}},
 		{{KindIP, PrioIP, TableH1}, {KindICMP, PrioIP, TableICMPFn}, {KindICMP, PrioIP, TablePort}},
 		nil, nil,
 	}

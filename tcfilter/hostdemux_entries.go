@@ -25,13 +25,12 @@ type Entry struct {
 const (
 	EntryRange  = "range"
 	EntryShared = "shared"
-	EntryARP    = "arp"
 	EntryICMP   = "icmp"
 )
 
 // Entries lists everything of ours on the device, read from the kernel
-// (not from the in-memory index): ranges, shared-port holders, ARP and
-// ICMP fan-out nodes, sorted by kind, slot and port.
+// (not from the in-memory index): ranges, shared-port holders and ICMP
+// fan-out nodes, sorted by kind, slot and port.
 func (x *HostDemux) Entries() ([]Entry, error) {
 	fs, err := x.d.list()
 	if err != nil {
@@ -59,10 +58,6 @@ func (x *HostDemux) Entries() ([]Entry, error) {
 	for _, f := range fs {
 		htid, _, nid := SplitU32Handle(f.Handle)
 		switch {
-		case f.Priority == PrioARP && htid == TableARPFan:
-			if s, ok := slotOf(f.ClassId); ok {
-				addOnce(Entry{Kind: EntryARP, Slot: s, Target: mirredTarget(f), Handle: f.Handle})
-			}
 		case f.Priority != PrioIP:
 		case htid == TableICMPFn:
 			if s, ok := slotOf(f.ClassId); ok {

@@ -1,11 +1,8 @@
 package tcfilter
 
 import (
-	"errors"
-
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 )
@@ -150,8 +147,7 @@ func (x *HostDemux) demuxNodes(slot uint16, target int, r ephemeral.Range) []nod
 }
 
 // repairPorts, after index, adds the TablePort nodes missing for ranges that
-// have their dport nodes (a crash between the two, or a demux from before
-// TablePort existed) and deletes TablePort nodes whose range has no dport
+// have their dport nodes (a crash between the two) and deletes TablePort nodes whose range has no dport
 // node left. Called with x.mu held, on eth0 only.
 func (x *HostDemux) repairPorts(fs []*netlink.U32) error {
 	have := map[uint32]owned{}
@@ -193,7 +189,8 @@ func (x *HostDemux) repairPorts(fs []*netlink.U32) error {
 }
 
 // pruneTable deletes the nodes of our fixed table htid that are not in want
-// (nodes of an older layout); syncFixed does this for root tables only.
+// (nodes of the other ICMP layout, with or without the echo programs);
+// syncFixed does this for root tables only.
 func (x *HostDemux) pruneTable(fs []*netlink.U32, prio uint16, htid uint32, want []node) error {
 	keep := map[uint32]bool{}
 	for _, n := range want {
@@ -207,31 +204,4 @@ func (x *HostDemux) pruneTable(fs []*netlink.U32, prio uint16, htid uint32, want
 		}
 	}
 	return nil
-}
-
-// dropARP removes the ARP classifier of an older layout from eth0 (a root
-// node linking to the ARP fan-out table TableARPFan, one mirror per
-// container): root nodes, then the table, then the priority, so that no
-// orphaned table is left (see the package doc on deleting priorities).
-// With x.mu held.
-func (x *HostDemux) dropARP(fs []*netlink.U32) (changed bool, err error) {
-	found := false
-	for _, f := range fs {
-		if f.Priority != PrioARP {
-			continue
-		}
-		found = true
-		if htid, _, _ := SplitU32Handle(f.Handle); htid >= 0x800 {
-			if err := x.d.del(KindARP, PrioARP, f.Handle); err != nil && !errors.Is(err, unix.ENOENT) {
-				return true, err
-			}
-		}
-	}
-	if !found {
-		return false, nil
-	}
-	if _, err := x.d.delTables([]tableRef{{KindARP, PrioARP, TableARPFan}}, tableBusyTimeout); err != nil {
-		return true, err
-	}
-	return true, x.d.delPrio(KindARP, PrioARP)
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Init makes the device ready: clsact qdisc, the fixed tables (L, H1 and,
-// on eth0, the ICMP and ARP fan-out tables), the root and link nodes; then
+// on eth0, the ICMP tables), the root and link nodes; then
 // it reads back everything of ours to rebuild the in-memory index, repairs
 // a half-done structure left by a crash (an H2 table with nodes but no link,
 // an empty linked one, a node with the wrong keys) and keeps every
@@ -42,24 +42,14 @@ func (x *HostDemux) initLocked() error {
 		}
 	}
 	// One dump of the ingress hook serves the whole start-up (with 1,000
-	// containers each dump of eth0 costs tens of milliseconds): the ARP
-	// layout check, the echo programs' lookup, and the index. It is taken
-	// again only when the ARP check changed nodes; the echo programs are
-	// cls_bpf filters and leave the u32 nodes as they are.
+	// containers each dump of eth0 costs tens of milliseconds): the echo
+	// programs' lookup and the index (the echo programs are cls_bpf
+	// filters and leave the u32 nodes as they are).
 	all, err := x.d.dumpIngress()
 	if err != nil {
 		return err
 	}
 	if x.dst != nil {
-		changed, err := x.dropARP(ours(all))
-		if err != nil {
-			return err
-		}
-		if changed {
-			if all, err = x.d.dumpIngress(); err != nil {
-				return err
-			}
-		}
 		x.initDump = all
 		x.initEcho()
 		x.syncEcho6()
@@ -71,8 +61,8 @@ func (x *HostDemux) initLocked() error {
 	}
 	x.index(fs)
 	if x.dst != nil {
-		// ICMP nodes of an older layout, the ARP fan-out table of an
-		// older version (unlinked by syncFixed), TablePort nodes.
+		// ICMP nodes of the other layout (with or without the echo
+		// programs), TablePort nodes.
 		if err := x.pruneTable(fs, PrioIP, TableICMP, icmpTableNodes(x.echo == nil)); err != nil {
 			return err
 		}

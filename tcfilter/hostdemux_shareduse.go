@@ -25,8 +25,8 @@ const userHZ = 100
 
 // SpreadUse is how long ago each node of a shared port's spread steered a
 // packet (or was installed, if it steered none since). A node whose action
-// is shared (nodes of older layouts) or reports no time shows 0: the
-// evidence then errs on the side of keeping flows.
+// is shared or reports no time shows 0: the evidence then errs on the side
+// of keeping flows.
 type SpreadUse struct {
 	Buckets [spread.Buckets]time.Duration
 	Pins    map[uint16]time.Duration // pinned client source port -> age

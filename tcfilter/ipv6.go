@@ -18,10 +18,9 @@ const PrioIP6 uint16 = 4
 // Veth6Revision numbers the veth's IPv6 classifier's nodes apart from
 // VethLayout: it goes into the tag of the host IPv6 addresses a veth's
 // filters were installed with (its alias), so a restart re-installs the
-// IPv6 classifier of a veth tagged by another revision (or by none: the
-// first tags hashed the addresses alone). 2: MLD drops. 3: ICMPv6 errors
-// by code (DropICMPState), ::1 through the loopback ports (DropLoopback).
-const Veth6Revision = 3
+// IPv6 classifier of a veth tagged by another revision. Bump it whenever
+// the IPv6 classifier's nodes change.
+const Veth6Revision = 1
 
 // Table ids of the IPv6 classifier (below 0x800, clear of the IPv4 ones).
 const (

@@ -54,7 +54,6 @@ const (
 	TableH1     = 0x002 // IP prio, divisor 256: bucket = dport >> 8
 	TableICMP   = 0x003 // IP prio, divisor 1: ICMP to the host IP by type (see hostdemux_icmp.go)
 	TableICMPFn = 0x004 // IP prio, divisor 1: one mirror node per container (node id = slot), unattributed echo only
-	TableARPFan = 0x005 // ARP prio, divisor 1: no longer used (ARP stays with the host); Init deletes it
 	TablePort   = 0x006 // IP prio, divisor 256 on port>>8: ICMP errors by inner sport, echo by identifier
 	TableH2Base = 0x100 // IP prio, 0x100+b, divisor 16: bucket = (dport >> 4) & 15, for dport>>8 == b
 	// TableSpreadFirst..TableSpreadLast: one table per shared port, divisor

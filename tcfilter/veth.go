@@ -365,24 +365,15 @@ func (v VethFilters) rangeSet() rangeSet {
 
 // VethLayout numbers the layout of the veth filters Install builds. A
 // data plane records it next to the veth (its alias) so that a restart can
-// tell a veth that needs no upgrade without dumping its filters; bump it
-// whenever Install would change an existing veth's nodes.
-//
-// Layout 4: redirects and drops share their mirred actions (actindex.go).
-// Layout 5: drops go through the host's action of their reason to the
-// reason's sink, counted in the sinks' map (dropsinks.go). Upgrading a
-// veth of an older layout moves the counts of its old drop actions into
-// the map.
-//
-// Layout 6: ICMP errors only with the codes an end host sends
-// (icmpstate.go, DropICMPState); TCP/UDP to 127/8 and ::1 only to the
-// loopback ports (loopback.go, DropLoopback).
-const VethLayout = 6
+// tell a veth that needs no re-install without dumping its filters; bump
+// it whenever Install would change an existing veth's nodes (and teach
+// Install to bring the previous layout's nodes up to date).
+const VethLayout = 1
 
-// Install adds the ingress qdisc (EnsureIngress) and every veth filter for the container's
-// ranges rs. Existing nodes are kept or updated, so it can be re-run (also
-// on a veth of an older layout, which it brings up to date). On error the
-// caller removes the veth, which removes all of it.
+// Install adds the ingress qdisc (EnsureIngress) and every veth filter for
+// the container's ranges rs. Existing nodes are kept or updated, so it can
+// be re-run (recovery does, on a veth whose host facts changed). On error
+// the caller removes the veth, which removes all of it.
 func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if err := v.check(); err != nil {
 		return err
@@ -394,24 +385,16 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if v.New {
 		return v.installNew(d, rs)
 	}
-	// A veth with our nodes has its ingress (or, made by an older version, clsact) qdisc (checking costs a dump of
+	// A veth with our nodes has its ingress qdisc (checking costs a dump of
 	// every qdisc of the host, which recovery must not pay per container).
 	fs, err := d.list()
 	fresh := err != nil || len(fs) == 0
-	legacy := v.legacyDrops(fs)
 	if fresh {
 		if err := EnsureIngress(v.H, v.Veth); err != nil {
 			return err
 		}
 	}
 	if v.VLAN {
-		// Older layouts had the ARP classifier at priority 1, where the
-		// VLAN check goes now.
-		if slices.ContainsFunc(fs, func(f *netlink.U32) bool { return f.Priority == PrioARP }) {
-			if err := d.delPrio(KindARP, PrioARP); err != nil {
-				return err
-			}
-		}
 		attach := noVLANFilter.ensure
 		if fresh {
 			attach = noVLANFilter.attach
@@ -422,15 +405,6 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	}
 	b := batch{c: v.C}
 	v.addTables(&b, d)
-	if _, err := b.run(); err != nil {
-		return err
-	}
-	if !fresh {
-		if err := v.migrateOther(d); err != nil {
-			return err
-		}
-	}
-	// after migrateOther: an older layout's catch-all held PrioIP6
 	v.addTables6(&b, d)
 	if _, err := b.run(); err != nil {
 		return err
@@ -453,9 +427,6 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if _, err := b.run(); err != nil {
 		return err
 	}
-	if err := v.Sinks.Add(v.Veth, legacy); err != nil {
-		return err
-	}
 	return v.clear6(d, fs)
 }
 
@@ -473,8 +444,6 @@ func (v VethFilters) addTables(b *batch, d dev) {
 // ingress qdisc, the VLAN check, the tables, the nodes of the ranges rs and
 // the fixed nodes. On error the caller deletes the veth.
 func (v VethFilters) installNew(d dev, rs []ephemeral.Range) error {
-	// (no drop counts of an older layout to carry over: Install's
-	// Sinks.Add has nothing to add)
 	b := batch{c: v.C}
 	b.addIngress(d)
 	if v.VLAN {

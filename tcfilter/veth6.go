@@ -1,7 +1,6 @@
 package tcfilter
 
 import (
-	"errors"
 	"net"
 	"slices"
 
@@ -226,38 +225,4 @@ func (v VethFilters) clear6(d dev, fs []*netlink.U32) error {
 		return err
 	}
 	return d.delPrio(KindIP, PrioIP6)
-}
-
-// migrateOther moves the catch-all classifier of an older layout (at
-// priority 4, where the IPv6 classifier goes now, protocol all) to
-// PrioVethOther: the new one is added first, then the old one deleted,
-// so nothing the catch-all dropped passes in between.
-func (v VethFilters) migrateOther(d dev) error {
-	all, err := d.dumpIngress()
-	if err != nil {
-		return err
-	}
-	old := slices.ContainsFunc(all, func(f netlink.Filter) bool {
-		u, ok := f.(*netlink.U32)
-		return ok && u.Priority == PrioIP6 && u.Protocol == unix.ETH_P_ALL
-	})
-	if !old {
-		return nil
-	}
-	var other []node
-	for _, n := range v.fixedNodes() {
-		if n.prio == PrioVethOther {
-			other = append(other, n)
-		}
-	}
-	if err := syncFixed(v.C, d, other, ours(all)); err != nil {
-		return err
-	}
-	err = d.h.FilterDel(&netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: d.ifindex,
-		Parent: netlink.HANDLE_MIN_INGRESS, Priority: PrioIP6, Protocol: unix.ETH_P_ALL}})
-	d.observe(OpRemove, KindIP, err)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return err
-	}
-	return nil
 }

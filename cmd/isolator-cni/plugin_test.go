@@ -39,7 +39,7 @@ type fakeDaemon struct {
 	isolateErr error // returned by Isolate when set
 	cleanupErr error // returned by Cleanup when set
 	// eth0 is what a successful Attach reports of the container's
-	// interface (nil: nothing, as a daemon older than the field).
+	// interface (nil: nothing, as for a container isolated before the call).
 	eth0 *pb.AttachResponse_Interface
 }
 

@@ -64,8 +64,7 @@ type Meta struct {
 	Eph string `json:"eph,omitempty"`
 	// V4 tags the host facts the veth's filters and the container's
 	// inside copy (IPv4 address, gateway, MAC, MTU, eth0): Adopt brings
-	// both in line when it differs (empty, as made by older versions:
-	// trusted).
+	// both in line when it differs.
 	V4 string `json:"v4,omitempty"`
 	// Loop tags the destination ports the veth lets a container reach on
 	// the host's loopback: Adopt re-installs the filters when it differs.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +33,7 @@ func retiredLinks(t *testing.T, sb *sandbox.Sandbox) []string {
 	}
 	var out []string
 	for _, l := range ls {
-		if l.Attrs().Group == dataplane.RetiredGroup || strings.HasPrefix(l.Attrs().Name, dataplane.RetiredPrefix) {
+		if l.Attrs().Group == dataplane.RetiredGroup {
 			out = append(out, l.Attrs().Name)
 		}
 	}
@@ -67,14 +66,13 @@ func TestDaemonFinishesRetiredAfterKill(t *testing.T) {
 	d.Kill()
 
 	// What a daemon killed between retiring and deleting leaves: a pair
-	// whose host end is in the deletion group with its name and alias (and
-	// one an earlier version renamed).
+	// whose host end is in the deletion group with its name and alias.
 	h, err := sb.Host.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
 	gone := sb.Name + "-gone"
-	for i, name := range []string{dataplane.RetiredPrefix + "77777", dataplane.VethName(gone)} {
+	for i, name := range []string{dataplane.VethName(gone)} {
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name = name
 		attrs.Group = dataplane.RetiredGroup

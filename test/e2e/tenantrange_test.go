@@ -255,7 +255,7 @@ func TestTenantRangeNeverWidensRights(t *testing.T) {
 }
 
 // setVethAlias rewrites id's host veth alias in the sandbox host with edit
-// (as an older isolatord left it, say).
+// (as a setup cut short before it wrote the alias leaves it, say).
 func setVethAlias(t *testing.T, sb *sandbox.Sandbox, id string, edit func(m map[string]any)) map[string]any {
 	t.Helper()
 	h, err := sb.Host.Netlink()
@@ -274,9 +274,9 @@ func setVethAlias(t *testing.T, sb *sandbox.Sandbox, id string, edit func(m map[
 	return m
 }
 
-// TestRebuildHoldsWhatTheKernelRoutes: a veth alias without the block (an
-// older isolatord's) is rebuilt with the block the host demux routes, and
-// the alias is brought up to date; a container that cannot be rebuilt (its
+// TestRebuildHoldsWhatTheKernelRoutes: a veth alias without the block is
+// rebuilt with the block the host demux routes, and the alias is brought
+// up to date; a container that cannot be rebuilt (its
 // runtime's pin gone with the state) keeps its traffic, is reported, and
 // what the host still routes to it (static port, block) is never handed
 // out, until the operator removes it.

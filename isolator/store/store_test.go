@@ -1,4 +1,4 @@
-package isolator
+package store
 
 import (
 	"io"
@@ -61,21 +61,21 @@ func TestCorruptStateMovedAside(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < 300; i++ {
-				r := &Record{ID: "c" + strings.Repeat("x", i%50) + string(rune('a'+i%26)) + filepath.Base(dir) + string(rune('0'+i%10)), State: StatePrepared, Slot: uint16(i + 1)}
+				r := &rec{ID: "c" + strings.Repeat("x", i%50) + string(rune('a'+i%26)) + filepath.Base(dir) + string(rune('0'+i%10)), State: statePrepared, Slot: uint16(i + 1)}
 				r.ID = r.ID + "-" + string(rune('a'+(i/26)%26)) + string(rune('a'+i%26))
-				if err := st.put(r); err != nil {
+				if err := st.Put(r); err != nil {
 					t.Fatal(err)
 				}
 			}
-			st.close()
+			st.Close()
 			path := filepath.Join(dir, "isolatord.db")
 			damage(t, path)
 			st, err = openStore(dir, log)
 			if err != nil {
 				t.Fatalf("open damaged state: %v", err)
 			}
-			defer st.close()
-			recs, err := st.load()
+			defer st.Close()
+			recs, err := st.Load()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package isolator
+package store
 
 import (
 	"fmt"
@@ -16,14 +16,14 @@ import (
 // queue up and the next commit takes them all, in the order they came. A
 // lone write is never held back for others, and a writer that waits
 // (update) returns once its own batch is committed, never before its
-// transaction is on disk; delLater does not wait.
+// transaction is on disk; DelLater and PutLater do not wait.
 
 // groupCommit batches the writes of one store.
 type groupCommit struct {
 	mu      sync.Mutex
 	queue   []*write
 	running bool
-	// Removals queued by delLater are numbered (issued); removed is the
+	// Removals queued by DelLater are numbered (issued); removed is the
 	// highest number whose transaction has ended (writes end in the order
 	// they were queued). removedCond is signalled when it grows.
 	issued, removed uint64
@@ -34,25 +34,25 @@ type groupCommit struct {
 type write struct {
 	fn      func(*bolt.Tx) error
 	done    chan error
-	removal uint64 // its number if it is a removal queued by delLater, else 0
+	removal uint64 // its number if it is a removal queued by DelLater, else 0
 	del     bool   // it removes a record (commitBatch syncs the journal first)
 }
 
 // update runs fn in a write transaction shared with the writes queued at the
 // same time, and returns once that transaction is committed.
-func (s *store) update(fn func(*bolt.Tx) error) error {
+func (s *Store[R, P]) update(fn func(*bolt.Tx) error) error {
 	return <-s.enqueue(fn)
 }
 
 // enqueue queues fn and returns where its outcome goes. Writes are
 // committed in the order they were queued: a write queued later is in the
 // same transaction or a later one.
-func (s *store) enqueue(fn func(*bolt.Tx) error) <-chan error {
+func (s *Store[R, P]) enqueue(fn func(*bolt.Tx) error) <-chan error {
 	return s.enqueueWrite(&write{fn: fn})
 }
 
 // enqueueWrite queues w (enqueue); a removal is numbered here.
-func (s *store) enqueueWrite(w *write) <-chan error {
+func (s *Store[R, P]) enqueueWrite(w *write) <-chan error {
 	g := &s.group
 	w.done = make(chan error, 1)
 	g.mu.Lock()
@@ -69,19 +69,19 @@ func (s *store) enqueueWrite(w *write) <-chan error {
 	return w.done
 }
 
-// delLater queues the removal of id's record and returns at once; done
-// receives the outcome once committed. close waits for it.
-func (s *store) delLater(id string, done func(error)) {
+// DelLater queues the removal of id's record and returns at once; done
+// receives the outcome once committed. Close waits for it.
+func (s *Store[R, P]) DelLater(id string, done func(error)) {
 	s.whenCommitted(s.enqueueWrite(&write{fn: delRecord(id), removal: 1, del: true}), done)
 }
 
-// removalsEnded waits until every removal queued by delLater before the
+// RemovalsEnded waits until every removal queued by DelLater before the
 // call has ended (committed, or failed: its caller retries it). A write
 // that must never reach the disk before such a removal (a record taking
 // the slot, ports or block a removed container released) waits for it
 // when it is not itself queued after the removal (Prepare's record goes
 // to the journal first).
-func (s *store) removalsEnded() {
+func (s *Store[R, P]) RemovalsEnded() {
 	g := &s.group
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -93,9 +93,9 @@ func (s *store) removalsEnded() {
 	}
 }
 
-// putLater queues the write of r (setting its sequence number) and returns
-// at once; done receives the outcome once committed. close waits for it.
-func (s *store) putLater(r *Record, done func(error)) error {
+// PutLater queues the write of r (setting its sequence number) and returns
+// at once; done receives the outcome once committed. Close waits for it.
+func (s *Store[R, P]) PutLater(r P, done func(error)) error {
 	w, err := s.putRecord(r)
 	if err != nil {
 		return err
@@ -105,8 +105,8 @@ func (s *store) putLater(r *Record, done func(error)) error {
 }
 
 // whenCommitted hands a queued write's outcome to done, on a goroutine of
-// its own; close waits for it.
-func (s *store) whenCommitted(ch <-chan error, done func(error)) {
+// its own; Close waits for it.
+func (s *Store[R, P]) whenCommitted(ch <-chan error, done func(error)) {
 	s.later.Add(1)
 	go func() {
 		defer s.later.Done()
@@ -117,7 +117,7 @@ func (s *store) whenCommitted(ch <-chan error, done func(error)) {
 // commitQueue commits the queued writes, batch after batch, until the queue
 // is empty. It runs on a goroutine of its own so that every writer returns
 // as soon as its own batch is committed.
-func (s *store) commitQueue() {
+func (s *Store[R, P]) commitQueue() {
 	g := &s.group
 	g.mu.Lock()
 	for len(g.queue) > 0 {
@@ -140,7 +140,7 @@ func (s *store) commitQueue() {
 // commitBatch commits the writes in one transaction; if one of them fails,
 // the transaction is rolled back and each write is committed on its own, so
 // that one bad write fails alone.
-func (s *store) commitBatch(batch []*write) {
+func (s *Store[R, P]) commitBatch(batch []*write) {
 	// A record's removal reaches the disk only after the journal lines
 	// written before it (intentLog.sync): a power loss must never keep the
 	// removal and lose a tombstone, which would bring back an intent of the

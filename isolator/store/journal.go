@@ -1,14 +1,10 @@
-package isolator
+package store
 
 // The intent journal's file (intents.go says what it holds and why it is
-// not fsynced). Earlier versions kept one file per intent, replaced by a
-// rename: each intent then cost the file system an open, a truncate (on
-// ext4, waiting for the writeback the previous replacement started: ext4
-// flushes a file truncated to nothing, or renamed over another, when it
-// is closed), a write, a close and a rename, ~0.2 ms on Isolate's,
-// Prepare's and Cleanup's answer path. The journal is now one file opened
-// once in append mode: an intent is one line written with one write(2),
-// ~15 µs, and so is its removal.
+// not fsynced). The journal is one file opened once in append mode: an
+// intent is one line written with one write(2), ~15 µs, and so is its
+// removal (a file per intent replaced by a rename costs an open, a
+// truncate, a write, a close and a rename, ~0.2 ms on ext4).
 //
 // A line is "\n" + the CRC-32C of the payload (8 hex digits) + " " + the
 // payload, a JSON entry: {"r": record} writes a container's intent,
@@ -29,11 +25,6 @@ package isolator
 // when recovery has resolved every intent (clearAll). A daemon killed in
 // the middle of a rewrite leaves the old file and a temporary one, removed
 // at the next open.
-//
-// The journal of earlier versions (<state-dir>/intents, a file per
-// container) is read at open, its intents appended to the file, and the
-// directory removed (an upgrade keeps the intents of a daemon killed
-// mid-step).
 
 import (
 	"bytes"
@@ -45,23 +36,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 const (
 	// intentLogName is the journal's file in the state directory.
 	intentLogName = "intents.log"
-	// intentDir is the journal of earlier versions: a directory of one
-	// file per intent, named by container ID.
-	intentDir = "intents"
-	// Prefixes of the names in intentDir that were no intents: a file
-	// written and not yet renamed into place, and a spare file kept for
-	// reuse. Container IDs never start with a dot.
-	tmpPrefix   = ".tmp-"
-	sparePrefix = ".spare-"
 	// compactMinBytes: the file is rewritten (compact) only past this size.
 	compactMinBytes = 256 << 10
 )
@@ -69,10 +49,10 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // intentEntry is the payload of one line of the journal.
-type intentEntry struct {
-	Rec   *Record `json:"r,omitempty"` // an intent: it replaces the container's earlier one
-	Clear string  `json:"c,omitempty"` // a removal of the intent of this container...
-	Seq   uint64  `json:"s,omitempty"` // ...numbered this (0: whichever it has)
+type intentEntry[P any] struct {
+	Rec   P      `json:"r,omitempty"` // an intent: it replaces the container's earlier one
+	Clear string `json:"c,omitempty"` // a removal of the intent of this container...
+	Seq   uint64 `json:"s,omitempty"` // ...numbered this (0: whichever it has)
 }
 
 // liveIntent is an intent in place: its sequence number and its line (a
@@ -83,8 +63,9 @@ type liveIntent struct {
 }
 
 // intentLog is the journal of one state directory.
-type intentLog struct {
-	path string
+type intentLog[R any, P Entry[R]] struct {
+	path     string
+	validKey func(string) error // (Open)
 
 	mu        sync.Mutex
 	f         *os.File // the file, open for appending
@@ -109,8 +90,8 @@ func frameIntent(b []byte) []byte {
 
 // parseIntentLine returns the entry of one line (without its newline) and
 // whether it is whole.
-func parseIntentLine(line []byte) (intentEntry, bool) {
-	var e intentEntry
+func (l *intentLog[R, P]) parseIntentLine(line []byte) (intentEntry[P], bool) {
+	var e intentEntry[P]
 	sum, payload, ok := bytes.Cut(line, []byte{' '})
 	if !ok || len(sum) != 8 {
 		return e, false
@@ -123,7 +104,7 @@ func parseIntentLine(line []byte) (intentEntry, bool) {
 		return e, false
 	}
 	switch {
-	case e.Rec != nil && e.Clear == "" && validateID(e.Rec.ID) == nil:
+	case e.Rec != nil && e.Clear == "" && l.validKey(e.Rec.Key()) == nil:
 		return e, true
 	case e.Rec == nil && e.Clear != "":
 		return e, true
@@ -134,13 +115,10 @@ func parseIntentLine(line []byte) (intentEntry, bool) {
 // openIntents opens (creating) the journal in stateDir and reads it: the
 // intents in place, and a description of each piece of it that does not
 // decode.
-func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
-	l := &intentLog{path: filepath.Join(stateDir, intentLogName), live: map[string]liveIntent{}}
+func openIntents[R any, P Entry[R]](stateDir string, validKey func(string) error) (*intentLog[R, P], []P, []string, error) {
+	l := &intentLog[R, P]{path: filepath.Join(stateDir, intentLogName), validKey: validKey, live: map[string]liveIntent{}}
 	os.Remove(l.path + ".tmp") // a rewrite cut short: the file itself is whole
-	legacy, bad, err := readLegacyIntents(filepath.Join(stateDir, intentDir))
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	var bad []string
 	b, err := os.ReadFile(l.path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
@@ -151,7 +129,7 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 			continue
 		}
 		entry++
-		e, ok := parseIntentLine(line)
+		e, ok := l.parseIntentLine(line)
 		if !ok {
 			bad = append(bad, fmt.Sprintf("%s entry %d", intentLogName, entry))
 			continue
@@ -162,73 +140,19 @@ func openIntents(stateDir string) (*intentLog, []*Record, []string, error) {
 	if l.f, err = os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
 		return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
 	}
-	// The intents of an earlier version's journal go into the file, which
-	// then holds the whole journal: synced before the directory goes.
-	for _, r := range legacy {
-		if in, ok := l.live[r.ID]; ok && in.seq >= r.Seq {
-			continue // the file has this one or a later one
-		}
-		if err := l.write(r); err != nil {
-			l.f.Close()
-			return nil, nil, nil, err
-		}
-	}
-	if len(legacy) > 0 {
-		if err := l.sync(); err != nil {
-			l.f.Close()
-			return nil, nil, nil, fmt.Errorf("intent journal: %w", err)
-		}
-	}
-	if err := os.RemoveAll(filepath.Join(stateDir, intentDir)); err != nil {
-		l.f.Close()
-		return nil, nil, nil, fmt.Errorf("intent journal of an earlier version: %w", err)
-	}
-	var recs []*Record // nil when there is none (store.load)
+	var recs []P // nil when there is none (Store.Load)
 	for _, in := range l.live {
-		e, _ := parseIntentLine(in.line[1:])
+		e, _ := l.parseIntentLine(in.line[1:])
 		recs = append(recs, e.Rec)
 	}
 	return l, recs, bad, nil
 }
 
-// readLegacyIntents reads the journal of an earlier version, one file per
-// intent in dir (none: no such directory).
-func readLegacyIntents(dir string) (recs []*Record, bad []string, err error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("intent journal %s: %w", dir, err)
-	}
-	for _, e := range ents {
-		name := e.Name()
-		if strings.HasPrefix(name, sparePrefix) {
-			continue // a spare: no intent
-		}
-		if strings.HasPrefix(name, tmpPrefix) {
-			bad = append(bad, filepath.Join(intentDir, name)) // never renamed into place: its step never began
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, nil, fmt.Errorf("intent journal: %w", err)
-		}
-		r := new(Record)
-		if err := json.Unmarshal(b, r); err != nil || r.ID != name || validateID(name) != nil {
-			bad = append(bad, filepath.Join(intentDir, name))
-			continue
-		}
-		recs = append(recs, r)
-	}
-	return recs, bad, nil
-}
-
 // apply applies entry e, read from line, to the intents in place.
-func (l *intentLog) apply(e intentEntry, line []byte) {
+func (l *intentLog[R, P]) apply(e intentEntry[P], line []byte) {
 	if e.Rec != nil {
-		l.drop(e.Rec.ID)
-		l.live[e.Rec.ID] = liveIntent{seq: e.Rec.Seq, line: line}
+		l.drop(e.Rec.Key())
+		l.live[e.Rec.Key()] = liveIntent{seq: e.Rec.Sequence(), line: line}
 		l.liveBytes += int64(len(line))
 		return
 	}
@@ -238,7 +162,7 @@ func (l *intentLog) apply(e intentEntry, line []byte) {
 }
 
 // drop forgets id's intent in place, if any.
-func (l *intentLog) drop(id string) {
+func (l *intentLog[R, P]) drop(id string) {
 	if cur, ok := l.live[id]; ok {
 		l.liveBytes -= int64(len(cur.line))
 		delete(l.live, id)
@@ -246,8 +170,8 @@ func (l *intentLog) drop(id string) {
 }
 
 // write records r as its container's intent, replacing any earlier one.
-func (l *intentLog) write(r *Record) error {
-	b, err := json.Marshal(intentEntry{Rec: r})
+func (l *intentLog[R, P]) write(r P) error {
+	b, err := json.Marshal(intentEntry[P]{Rec: r})
 	if err != nil {
 		return err
 	}
@@ -255,23 +179,23 @@ func (l *intentLog) write(r *Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.append(line); err != nil {
-		return fmt.Errorf("write intent of %s: %w", r.ID, err)
+		return fmt.Errorf("write intent of %s: %w", r.Key(), err)
 	}
-	l.apply(intentEntry{Rec: r}, line)
+	l.apply(intentEntry[P]{Rec: r}, line)
 	l.compactIfLarge()
 	return nil
 }
 
 // clear removes id's intent, if it has one numbered seq (0: any). Calls
 // for one container are serialised by the caller.
-func (l *intentLog) clear(id string, seq uint64) error {
+func (l *intentLog[R, P]) clear(id string, seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur, has := l.live[id]
 	if !has || (seq != 0 && cur.seq != seq) {
 		return nil
 	}
-	b, err := json.Marshal(intentEntry{Clear: id, Seq: cur.seq})
+	b, err := json.Marshal(intentEntry[P]{Clear: id, Seq: cur.seq})
 	if err != nil {
 		return err
 	}
@@ -286,7 +210,7 @@ func (l *intentLog) clear(id string, seq uint64) error {
 // append writes line at the end of the file. A write that fails part way
 // is cut off again where it can be (its line would be skipped anyway);
 // the size is read back, whatever is left.
-func (l *intentLog) append(line []byte) error {
+func (l *intentLog[R, P]) append(line []byte) error {
 	n, err := l.f.Write(line)
 	if err != nil {
 		if n > 0 {
@@ -306,7 +230,7 @@ func (l *intentLog) append(line []byte) error {
 // holding the journal's lock meanwhile: intents are written on answer
 // paths, syncs are made by the database's commits (commitBatch), before
 // a record's removal.
-func (l *intentLog) sync() error {
+func (l *intentLog[R, P]) sync() error {
 	for range 3 {
 		l.mu.Lock()
 		f, upTo := l.f, l.appended
@@ -315,17 +239,7 @@ func (l *intentLog) sync() error {
 		if done {
 			return nil
 		}
-		rc, err := f.SyscallConn()
-		if err == nil {
-			cerr := rc.Control(func(fd uintptr) {
-				for {
-					if err = unix.Fdatasync(int(fd)); err != unix.EINTR {
-						return
-					}
-				}
-			})
-			err = errors.Join(cerr, err)
-		}
+		err := fdatasync(f)
 		l.mu.Lock()
 		if l.f != f {
 			l.mu.Unlock()
@@ -343,7 +257,7 @@ func (l *intentLog) sync() error {
 // compactIfLarge rewrites the file with only the intents in place once it
 // has grown past compactMinBytes and four times their size. A failed
 // rewrite leaves the file as it was (tried again at the next write).
-func (l *intentLog) compactIfLarge() {
+func (l *intentLog[R, P]) compactIfLarge() {
 	if l.size < compactMinBytes || l.size < 4*l.liveBytes || l.size < l.retryAt {
 		return
 	}
@@ -359,7 +273,7 @@ func (l *intentLog) compactIfLarge() {
 // replace makes b the whole content of the file: written to a temporary
 // file, synced, and renamed over it, so that a kill or a power loss in
 // between leaves the old one (and a power loss after, the new one whole).
-func (l *intentLog) replace(b []byte) error {
+func (l *intentLog[R, P]) replace(b []byte) error {
 	tmp := l.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -385,7 +299,7 @@ func (l *intentLog) replace(b []byte) error {
 }
 
 // clearAll empties the journal (once recovery resolved every intent).
-func (l *intentLog) clearAll() error {
+func (l *intentLog[R, P]) clearAll() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.replace(nil); err != nil {
@@ -397,8 +311,30 @@ func (l *intentLog) clearAll() error {
 }
 
 // close closes the file.
-func (l *intentLog) close() error {
+func (l *intentLog[R, P]) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.f.Close()
+}
+
+// Intents reads the intents in place in dir's journal, by key, as the
+// next start would, without opening the journal for writing (tests and
+// tools).
+func Intents[R any, P Entry[R]](dir string, validKey func(string) error) (map[string]P, error) {
+	b, err := os.ReadFile(filepath.Join(dir, intentLogName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	l := &intentLog[R, P]{validKey: validKey, live: map[string]liveIntent{}}
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		if e, ok := l.parseIntentLine(line); ok {
+			l.apply(e, append([]byte{'\n'}, line...))
+		}
+	}
+	out := make(map[string]P, len(l.live))
+	for id, in := range l.live {
+		e, _ := l.parseIntentLine(in.line[1:])
+		out[id] = e.Rec
+	}
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package isolator
+package store
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ func TestGroupCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
+	defer st.Close()
 	bad := errors.New("bad write")
 	const n = 64
 	errs := make([]error, n)
@@ -31,7 +31,7 @@ func TestGroupCommit(t *testing.T) {
 				errs[i] = st.update(func(*bolt.Tx) error { return bad })
 				return
 			}
-			errs[i] = st.put(&Record{ID: fmt.Sprintf("c%02d", i), State: StatePrepared})
+			errs[i] = st.Put(&rec{ID: fmt.Sprintf("c%02d", i), State: statePrepared})
 		}()
 	}
 	wg.Wait()
@@ -44,7 +44,7 @@ func TestGroupCommit(t *testing.T) {
 			t.Errorf("write %d: %v", i, err)
 		}
 	}
-	recs, err := st.load()
+	recs, err := st.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +56,14 @@ func TestGroupCommit(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := st.del(fmt.Sprintf("c%02d", i)); err != nil {
+				if err := st.Del(fmt.Sprintf("c%02d", i)); err != nil {
 					t.Error(err)
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	if recs, _ = st.load(); len(recs) != n-n/16-n/2 {
+	if recs, _ = st.Load(); len(recs) != n-n/16-n/2 {
 		t.Errorf("%d records after deleting the even ones, want %d", len(recs), n-n/16-n/2)
 	}
 }

@@ -1,9 +1,9 @@
-package isolator
+package store
 
 // The intent journal. Before a lifecycle step touches the kernel (isolate,
 // update of an isolated container's ports, cleanup of an isolated one) it
 // records its intent: the record in its transitional state. The journal
-// is one append-only file, <state-dir>/intents.log (intentlog.go): an
+// is one append-only file, <state-dir>/intents.log (journal.go): an
 // intent is one line appended with one write, and its removal another (a
 // tombstone); the file is fsynced only before a record's removal is
 // committed (see below), off the answer path. The outcome goes to the database
@@ -40,7 +40,7 @@ package isolator
 // the tombstones written before its removals.
 //
 // Every write of a record, to the database or to the journal, carries a
-// sequence number from one counter that only grows (store.nextSeq, started
+// sequence number from one counter that only grows (Store.nextSeq, started
 // above every number on disk at open). At load an intent replaces the
 // database's record only if that record exists and is older: an intent
 // whose outcome reached the database before it was removed (a kill in
@@ -54,22 +54,23 @@ package isolator
 
 // overlay replaces each record of recs by its container's intent when the
 // intent is newer, and adds the intent of a container with no record when
-// it is prepared or isolating: its Prepare's commit had not landed. Such
-// an intent is never stale: a cleanup replaces an isolating intent by its
-// own, and removes a prepared one before the record. It returns the
-// records and the IDs of those added (in the journal only).
-func overlay(recs, intents []*Record) (_ []*Record, added []string) {
+// it says so (Entry.LoadAlone; the lifecycle's: prepared or isolating, its
+// Prepare's commit had not landed). Such an intent is never stale: a
+// cleanup replaces an isolating intent by its own, and removes a prepared
+// one before the record. It returns the records and the IDs of those
+// added (in the journal only).
+func overlay[R any, P Entry[R]](recs, intents []P) (_ []P, added []string) {
 	byID := make(map[string]int, len(recs))
 	for i, r := range recs {
-		byID[r.ID] = i
+		byID[r.Key()] = i
 	}
 	for _, in := range intents {
-		i, ok := byID[in.ID]
+		i, ok := byID[in.Key()]
 		switch {
-		case !ok && (in.State == StatePrepared || in.State == StateIsolating):
+		case !ok && in.LoadAlone():
 			recs = append(recs, in)
-			added = append(added, in.ID)
-		case !ok || in.Seq <= recs[i].Seq:
+			added = append(added, in.Key())
+		case !ok || in.Sequence() <= recs[i].Sequence():
 			continue // stale: its outcome is in the database, or its container is gone
 		default:
 			recs[i] = in

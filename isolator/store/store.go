@@ -1,4 +1,15 @@
-package isolator
+// Package store is isolatord's persistence: an embedded bbolt database in
+// the state directory holding one JSON record per container, and beside it
+// the intent journal (intents.go, journal.go). Every lifecycle step that
+// touches the kernel writes the record before (the intent: a transitional
+// state, in the journal) and after (the outcome, in the database), so a
+// daemon killed at any point finds, for each container, either a stable
+// state or an intent that recovery completes or rolls back. Writes of
+// concurrent calls share transactions (batch.go).
+//
+// The store knows its records only as Entry values: a key, a sequence
+// number and whether a journal entry alone stands for a record.
+package store
 
 import (
 	"encoding/json"
@@ -18,58 +29,69 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// The store is an embedded bbolt database in the state directory holding one
-// JSON record per container, and beside it the intent journal (intents.go).
-// Every lifecycle step that touches the kernel writes the record before (the
-// intent: a transitional state, in the journal) and after (the outcome, in
-// the database), so a daemon killed at any point finds, for each container,
-// either a stable state or an intent that recovery completes or rolls back.
-
 var (
 	bucketContainers = []byte("containers")
 	bucketMeta       = []byte("meta")
 )
 
+// schemaVersion is the layout of the database, written in its meta bucket.
 const schemaVersion = "1"
 
-type store struct {
+// Entry is what a Store keeps: a pointer to a record type that encodes as
+// JSON, with a key (the container ID) and a sequence number that the store
+// sets at every write (intents.go).
+type Entry[R any] interface {
+	*R
+	Key() string
+	Sequence() uint64
+	SetSequence(uint64)
+	// LoadAlone reports whether this record, found in the journal with
+	// no record of its key in the database, is a record whose first
+	// commit had not landed (loaded) rather than the leftover of a
+	// removed one (ignored).
+	LoadAlone() bool
+}
+
+// Store is the database and the intent journal of one state directory.
+type Store[R any, P Entry[R]] struct {
 	db   *bolt.DB
 	path string
+	log  *slog.Logger
 	// loaded holds the records read (and so checked) at open, for the
 	// first load.
-	loaded []*Record
+	loaded []P
 	// movedAside is where a corrupt state file was moved at open ("" if
 	// none); fault is what was wrong with it.
 	movedAside, fault string
-	group             groupCommit // storebatch.go
+	group             groupCommit // batch.go
 	// intents is the intent journal; pending are the intents read at
 	// open, for the first load.
-	intents *intentLog
-	pending []*Record
-	// journalOnly are the containers load found in the journal alone
-	// (their Prepare's commit had not landed): recovery commits them.
+	intents *intentLog[R, P]
+	pending []P
+	// journalOnly are the keys load found in the journal alone (their
+	// first commit had not landed): recovery commits them.
 	journalOnly map[string]bool
-	// prepared are the prepared records whose commit is queued
-	// (preparequeue.go).
-	prepared preparedQueue
 	// seq numbers the writes of records (intents.go).
 	seq atomic.Uint64
-	// later counts the writes queued by delLater not yet committed.
+	// later counts the writes queued by DelLater and PutLater not yet
+	// committed.
 	later sync.WaitGroup
 }
 
 // nextSeq is the sequence number of a record's next write.
-func (s *store) nextSeq() uint64 { return s.seq.Add(1) }
+func (s *Store[R, P]) nextSeq() uint64 { return s.seq.Add(1) }
 
-// openStore opens the database (openDB) and the intent journal beside it.
-func openStore(dir string, log *slog.Logger) (*store, error) {
-	st, err := openDB(dir, log)
+// Open opens the database (openDB) and the intent journal beside it in
+// dir (created if missing). validKey checks the key of a journal entry: an
+// entry whose key it refuses is damaged.
+func Open[R any, P Entry[R]](dir string, log *slog.Logger, validKey func(string) error) (*Store[R, P], error) {
+	st, err := openDB[R, P](dir, log)
 	if err != nil {
 		return nil, err
 	}
-	l, intents, bad, err := openIntents(dir)
+	l, intents, bad, err := openIntents[R, P](dir, validKey)
 	if err != nil {
-		st.close()
+		st.Close()
 		return nil, err
 	}
 	for _, name := range bad {
@@ -78,7 +100,7 @@ func openStore(dir string, log *slog.Logger) (*store, error) {
 	st.intents, st.pending = l, intents
 	var top uint64
 	for _, r := range append(st.loaded, intents...) {
-		top = max(top, r.Seq)
+		top = max(top, r.Sequence())
 	}
 	st.seq.Store(top)
 	return st, nil
@@ -91,13 +113,16 @@ func openStore(dir string, log *slog.Logger) (*store, error) {
 // created, which recovery then rebuilds from the kernel. Errors of the file
 // system (permissions, read-only, no space) and bbolt's lock held by
 // another process are returned as they are: nothing is moved.
-func openDB(dir string, log *slog.Logger) (*store, error) {
+func openDB[R any, P Entry[R]](dir string, log *slog.Logger) (*Store[R, P], error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "isolatord.db")
-	st, err := openChecked(path)
+	st, err := openChecked[R, P](path)
 	if err == nil || !isCorrupt(err) {
+		if st != nil {
+			st.log = log
+		}
 		return st, err
 	}
 	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000Z"))
@@ -105,11 +130,11 @@ func openDB(dir string, log *slog.Logger) (*store, error) {
 		return nil, fmt.Errorf("state %s is corrupt (%v) and could not be moved aside: %w", path, err, rerr)
 	}
 	log.Error("state file corrupt: moved aside; rebuilding the state from the kernel", "file", path, "fault", err.Error(), "moved_to", aside)
-	st, err2 := openChecked(path)
+	st, err2 := openChecked[R, P](path)
 	if err2 != nil {
 		return nil, fmt.Errorf("new state %s after moving the corrupt one aside: %w", path, err2)
 	}
-	st.movedAside, st.fault = aside, err.Error()
+	st.movedAside, st.fault, st.log = aside, err.Error(), log
 	return st, nil
 }
 
@@ -126,7 +151,7 @@ func isCorrupt(err error) bool {
 
 // openChecked opens path and reads all of it, with bbolt's panics and
 // memory faults (a truncated or damaged mapping) turned into errors.
-func openChecked(path string) (st *store, err error) {
+func openChecked[R any, P Entry[R]](path string) (st *Store[R, P], err error) {
 	var db *bolt.DB
 	defer func() {
 		if err != nil && db != nil {
@@ -176,9 +201,9 @@ func openChecked(path string) (st *store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("init state %s: %w", path, err)
 	}
-	st = &store{db: db, path: path}
+	st = &Store[R, P]{db: db, path: path}
 	err = guard(func() error {
-		recs, err := st.read()
+		recs, err := st.Read()
 		if err != nil {
 			return corruptError{err}
 		}
@@ -252,8 +277,9 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
-// close waits for the writes queued by delLater, then closes the database.
-func (s *store) close() error {
+// Close waits for the writes queued by DelLater and PutLater, then closes
+// the database and the journal.
+func (s *Store[R, P]) Close() error {
 	s.later.Wait()
 	err := s.db.Close()
 	if s.intents != nil {
@@ -262,8 +288,20 @@ func (s *store) close() error {
 	return err
 }
 
-// put writes one record (setting its sequence number).
-func (s *store) put(r *Record) error {
+// MovedAside is where a corrupt state file was moved at open ("" if
+// none; the log says what was wrong with it).
+func (s *Store[R, P]) MovedAside() string { return s.movedAside }
+
+// DB is the database, for tests that hold its writer or count its
+// transactions.
+func (s *Store[R, P]) DB() *bolt.DB { return s.db }
+
+// WaitQueued waits until the writes queued by DelLater and PutLater so
+// far have ended.
+func (s *Store[R, P]) WaitQueued() { s.later.Wait() }
+
+// Put writes one record (setting its sequence number).
+func (s *Store[R, P]) Put(r P) error {
 	w, err := s.putRecord(r)
 	if err != nil {
 		return err
@@ -272,27 +310,27 @@ func (s *store) put(r *Record) error {
 }
 
 // putRecord numbers r and returns the write that stores it as it is now.
-func (s *store) putRecord(r *Record) (func(*bolt.Tx) error, error) {
-	r.Seq = s.nextSeq()
+func (s *Store[R, P]) putRecord(r P) (func(*bolt.Tx) error, error) {
+	r.SetSequence(s.nextSeq())
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
-	id := []byte(r.ID)
+	id := []byte(r.Key())
 	return func(tx *bolt.Tx) error { return tx.Bucket(bucketContainers).Put(id, b) }, nil
 }
 
-// putAll writes records in one transaction.
-func (s *store) putAll(rs []*Record) error {
+// PutAll writes records in one transaction.
+func (s *Store[R, P]) PutAll(rs []P) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketContainers)
 		for _, r := range rs {
-			r.Seq = s.nextSeq()
+			r.SetSequence(s.nextSeq())
 			v, err := json.Marshal(r)
 			if err != nil {
 				return err
 			}
-			if err := b.Put([]byte(r.ID), v); err != nil {
+			if err := b.Put([]byte(r.Key()), v); err != nil {
 				return err
 			}
 		}
@@ -300,8 +338,8 @@ func (s *store) putAll(rs []*Record) error {
 	})
 }
 
-// del removes one record; removing a missing record is not an error.
-func (s *store) del(id string) error {
+// Del removes one record; removing a missing record is not an error.
+func (s *Store[R, P]) Del(id string) error {
 	return <-s.enqueueWrite(&write{fn: delRecord(id), del: true})
 }
 
@@ -312,11 +350,11 @@ func delRecord(id string) func(*bolt.Tx) error {
 	}
 }
 
-// load returns every record (the first time: those read at open, with
+// Load returns every record (the first time: those read at open, with
 // the newer intents of the journal in place of their records).
-func (s *store) load() ([]*Record, error) {
+func (s *Store[R, P]) Load() ([]P, error) {
 	if s.loaded != nil || s.pending != nil {
-		out, added := overlay(s.loaded, s.pending)
+		out, added := overlay[R, P](s.loaded, s.pending)
 		s.journalOnly = make(map[string]bool, len(added))
 		for _, id := range added {
 			s.journalOnly[id] = true
@@ -324,44 +362,46 @@ func (s *store) load() ([]*Record, error) {
 		s.loaded, s.pending = nil, nil
 		return out, nil
 	}
-	return s.read()
+	return s.Read()
 }
 
-// intend writes r as its container's intent (setting its sequence number).
-func (s *store) intend(r *Record) error {
-	r.Seq = s.nextSeq()
+// JournalOnly reports whether the first Load found id's record in the
+// journal alone (its first commit had not landed).
+func (s *Store[R, P]) JournalOnly(id string) bool { return s.journalOnly[id] }
+
+// Intend writes r as its key's intent (setting its sequence number).
+func (s *Store[R, P]) Intend(r P) error {
+	r.SetSequence(s.nextSeq())
 	return s.intents.write(r)
 }
 
-// settled removes id's intent once its outcome is in the database (only
+// Settled removes id's intent once its outcome is in the database (only
 // the intent numbered seq; 0: whichever it has). A failure leaves a stale
 // intent, which the next load ignores (its sequence number is below the
-// outcome's).
-func (s *store) settled(id string, seq uint64, log *slog.Logger) {
-	if err := s.unintend(id, seq); err != nil {
-		log.Warn("intent journal: a stale intent is left (ignored at the next start)", "container_id", id, "err", err.Error())
+// outcome's): it is logged.
+func (s *Store[R, P]) Settled(id string, seq uint64) {
+	if err := s.Unintend(id, seq); err != nil {
+		s.log.Warn("intent journal: a stale intent is left (ignored at the next start)", "container_id", id, "err", err.Error())
 	}
 }
 
-// unintend removes id's intent (only the one numbered seq; 0: whichever
+// Unintend removes id's intent (only the one numbered seq; 0: whichever
 // it has) and reports a failure.
-func (s *store) unintend(id string, seq uint64) error {
+func (s *Store[R, P]) Unintend(id string, seq uint64) error {
 	return s.intents.clear(id, seq)
 }
 
-func (s *store) read() ([]*Record, error) {
-	var out []*Record
+// ClearJournal empties the journal (once recovery resolved every intent).
+func (s *Store[R, P]) ClearJournal() error { return s.intents.clearAll() }
+
+// Read returns the records in the database (not the journal's).
+func (s *Store[R, P]) Read() ([]P, error) {
+	var out []P
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketContainers).ForEach(func(k, v []byte) error {
-			r := new(Record)
+			r := P(new(R))
 			if err := json.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("record %q: %w", k, err)
-			}
-			var owned struct {
-				PinOwned *bool `json:"pin_owned"`
-			}
-			if json.Unmarshal(v, &owned) == nil && owned.PinOwned == nil {
-				r.PinOwned = true // written before pin ownership was recorded: isolatord took every pin as its own
 			}
 			out = append(out, r)
 			return nil
