@@ -212,7 +212,7 @@ func (x *HostDemux) pruneTable(fs []*netlink.U32, prio uint16, htid uint32, want
 // dropARP removes the ARP classifier of an older layout from eth0 (a root
 // node linking to the ARP fan-out table TableARPFan, one mirror per
 // container): root nodes, then the table, then the priority, so that no
-// orphaned table is left (see the package doc on deleting priorities).
+// orphaned table is left (see "Kernel behaviour" in docs/datapath.md).
 // With x.mu held.
 func (x *HostDemux) dropARP(fs []*netlink.U32) (changed bool, err error) {
 	found := false
