@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/nshandle/nstest"
+	"github.com/isolatord/isolatord/test/wait"
 	"github.com/isolatord/isolatord/veth"
 )
 
@@ -120,17 +121,13 @@ func TestPeerCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after Counters
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.Until(2*time.Second, func() bool {
 		after, err = PeerCounters(hh, idx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after.TxPackets-before.TxPackets >= n {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return after.TxPackets-before.TxPackets >= n
+	})
 	if d := after.TxPackets - before.TxPackets; d < n {
 		t.Fatalf("container tx packets grew by %d, want >= %d (rx/tx not swapped?)", d, n)
 	}
