@@ -157,33 +157,16 @@ func arpBody(op uint16, sha net.HardwareAddr, spa net.IP, tha net.HardwareAddr, 
 	return append(b, tpa.To4()...)
 }
 
-// rawSender sends frames out of a container's eth0 through a packet socket.
-type rawSender struct {
-	fd, ifindex int
-}
-
-func openRawSender(t *testing.T, ns doer) *rawSender {
+// openRawSender opens a frame sender on a container's eth0 (inside ns),
+// closed when the test ends.
+func openRawSender(t *testing.T, ns doer) *traffic.FrameSender {
 	t.Helper()
-	s := &rawSender{fd: -1}
-	err := ns.Do(func() error {
-		ifi, err := net.InterfaceByName(ContainerEth0)
-		if err != nil {
-			return err
-		}
-		s.ifindex = ifi.Index
-		s.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		return err
-	})
-	if err != nil {
+	var s *traffic.FrameSender
+	if err := ns.Do(func() (err error) { s, err = traffic.OpenFrameSender(ContainerEth0); return err }); err != nil {
 		t.Fatalf("raw socket in container: %v", err)
 	}
-	t.Cleanup(func() { unix.Close(s.fd) })
+	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-func (s *rawSender) send(f []byte) error {
-	typ := binary.BigEndian.Uint16(f[12:14])
-	return unix.Sendto(s.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: s.ifindex, Protocol: htons(typ), Halen: 6})
 }
 
 func newMarker(t *testing.T, kind string) []byte {
@@ -198,7 +181,7 @@ func newMarker(t *testing.T, kind string) []byte {
 type attackBed struct {
 	e                      *env
 	a, b                   ctr
-	raw                    *rawSender
+	raw                    *traffic.FrameSender
 	client, hostLo, inB    *traffic.Capture
 	hostUDP                *udpSink
 	hostMAC, clientMAC     net.HardwareAddr
@@ -348,7 +331,7 @@ func TestAttackSuite(t *testing.T) {
 
 	t.Run("control/raw-frames-of-an-owner-get-out", func(t *testing.T) {
 		m := newMarker(t, "ok")
-		if err := x.raw.send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{})); err != nil {
+		if err := x.raw.Send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{})); err != nil {
 			t.Fatal(err)
 		}
 		if !x.client.WaitFor(m, 5*time.Second) {
@@ -358,7 +341,7 @@ func TestAttackSuite(t *testing.T) {
 		m2 := newMarker(t, "okicmp")
 		quoted := ipv4(x.clientIP, x.hostIP, unix.IPPROTO_UDP, udp(5555, bedOwnPort, m2), ipOpts{})
 		f := eth(x.clientMAC, x.hostMAC, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, append(make([]byte, 4), quoted...)), ipOpts{}))
-		if err := x.raw.send(f); err != nil {
+		if err := x.raw.Send(f); err != nil {
 			t.Fatal(err)
 		}
 		if !x.client.WaitFor(m2, 5*time.Second) {
@@ -367,7 +350,7 @@ func TestAttackSuite(t *testing.T) {
 		// An ARP request in the host's name.
 		m3 := newMarker(t, "okarp")
 		bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-		if err := x.raw.send(eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, hm, x.hostIP, make(net.HardwareAddr, 6), x.clientIP), m3)); err != nil {
+		if err := x.raw.Send(eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, hm, x.hostIP, make(net.HardwareAddr, 6), x.clientIP), m3)); err != nil {
 			t.Fatal(err)
 		}
 		if !x.client.WaitFor(m3, 5*time.Second) {
@@ -558,13 +541,13 @@ func TestAttackSuite(t *testing.T) {
 			if c.name == "fragments/later-part-claims-another-protocol" {
 				// the first part: A's own port, allowed out
 				first := x.udpFrame(hm, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, []byte("first-part-12345"), ipOpts{mf: true, id: 777})
-				if err := x.raw.send(first); err != nil {
+				if err := x.raw.Send(first); err != nil {
 					t.Fatal(err)
 				}
 			}
 			fs := c.frames(m)
 			for _, f := range fs {
-				if err := x.raw.send(f); err != nil {
+				if err := x.raw.Send(f); err != nil {
 					t.Fatalf("send: %v", err)
 				}
 			}
@@ -718,7 +701,7 @@ func TestARPFloodIsShaped(t *testing.T) {
 	const n = 5000 // ~330 KB at 66 bytes: ~16 s at 20 kB/s
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		if err := raw.send(f); err != nil && !errors.Is(err, unix.ENOBUFS) {
+		if err := raw.Send(f); err != nil && !errors.Is(err, unix.ENOBUFS) {
 			t.Fatal(err)
 		}
 	}

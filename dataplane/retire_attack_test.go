@@ -65,7 +65,7 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 
 	// Control: before the teardown a raw frame of A's own port gets out.
 	m0 := newMarker(t, "before")
-	if err := x.raw.send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m0, ipOpts{})); err != nil {
+	if err := x.raw.Send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m0, ipOpts{})); err != nil {
 		t.Fatal(err)
 	}
 	if !x.client.WaitFor(m0, 5*time.Second) || !hostEth0.WaitFor(m0, 5*time.Second) {
@@ -123,7 +123,7 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 		eth(x.clientMAC, hm, unix.ETH_P_8021AD, []byte{0, 5, 0x81, 0x00, 0, 6, 0x08, 0x00}, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})),
 	}
 	for i, f := range frames {
-		if err := x.raw.send(f); err != nil {
+		if err := x.raw.Send(f); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
 	}
