@@ -36,8 +36,6 @@ import (
 	"github.com/isolatord/isolatord/test/wait"
 )
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 // udpSink is a UDP socket of the host that records what it receives.
 type udpSink struct {
 	mu   sync.Mutex
