@@ -11,7 +11,7 @@ PKGS        := ./...
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
-.PHONY: all build deb test test-nomad lint bench demo proto generate fuzz deps clean
+.PHONY: all build deb test test-unit test-nomad lint bench demo proto generate fuzz deps clean
 
 all: build
 
@@ -44,6 +44,17 @@ deps:
 # -p 1: kernel tests of different packages would otherwise compete for the CPUs and time out.
 test: deps build
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# test-unit runs the tests that need neither root nor a kernel sandbox, in seconds: every
+# package whose code and tests import no namespace helper (test/sandbox, nstest,
+# test/daemonproc, vishvananda/netns), found by go list so that it follows packages that
+# move, run with -short. The convention: a test in such a package that needs root, or takes
+# more than a few seconds, skips under testing.Short().
+UNIT_PKGS = $$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PKGS) | \
+	awk '{ for (i = 1; i <= NF; i++) if ($$i ~ /\/(test\/sandbox|nstest|test\/daemonproc|test\/e2e|vishvananda\/netns)$$/) next; print $$1 }')
+
+test-unit:
+	$(GO) test -short -count=1 -timeout 5m $(UNIT_PKGS)
 
 # test-nomad builds a Nomad 1.6.0 agent (MPL-2.0; minutes, cached; scripts/build-nomad.sh refuses
 # the BSL-licensed 1.7.0 and later) and runs the Nomad end-to-end test (test/e2e/nomad_test.go).

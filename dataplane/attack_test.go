@@ -37,85 +37,6 @@ import (
 	"github.com/isolatord/isolatord/test/wait"
 )
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// capture collects the frames one AF_PACKET socket sees.
-type capture struct {
-	name   string
-	fd     int
-	mu     sync.Mutex
-	frames [][]byte
-	done   chan struct{}
-}
-
-// startCapture opens a packet socket on ifname inside ns (the socket stays
-// in that namespace) and reads until the test ends.
-func startCapture(t *testing.T, ns doer, ifname, name string) *capture {
-	t.Helper()
-	c := &capture{name: name, fd: -1, done: make(chan struct{})}
-	err := ns.Do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		c.fd = fd
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
-			return err
-		}
-		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 50000})
-	})
-	if err != nil {
-		if c.fd >= 0 {
-			unix.Close(c.fd)
-		}
-		t.Fatalf("capture on %s: %v", name, err)
-	}
-	stop := make(chan struct{})
-	go func() {
-		defer close(c.done)
-		buf := make([]byte, 70000)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, _, err := unix.Recvfrom(c.fd, buf, 0)
-			if err != nil || n <= 0 {
-				continue
-			}
-			c.mu.Lock()
-			if len(c.frames) < 200000 {
-				c.frames = append(c.frames, bytes.Clone(buf[:n]))
-			}
-			c.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-c.done; unix.Close(c.fd) })
-	return c
-}
-
-func (c *capture) count(marker []byte) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, f := range c.frames {
-		if bytes.Contains(f, marker) {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFor waits until the capture has seen marker (bounded by d).
-func (c *capture) waitFor(marker []byte, d time.Duration) bool {
-	return wait.Until(d, func() bool { return c.count(marker) > 0 })
-}
-
 // udpSink is a UDP socket of the host that records what it receives.
 type udpSink struct {
 	mu   sync.Mutex
@@ -235,33 +156,16 @@ func arpBody(op uint16, sha net.HardwareAddr, spa net.IP, tha net.HardwareAddr, 
 	return append(b, tpa.To4()...)
 }
 
-// rawSender sends frames out of a container's eth0 through a packet socket.
-type rawSender struct {
-	fd, ifindex int
-}
-
-func openRawSender(t *testing.T, ns doer) *rawSender {
+// openRawSender opens a frame sender on a container's eth0 (inside ns),
+// closed when the test ends.
+func openRawSender(t *testing.T, ns doer) *traffic.FrameSender {
 	t.Helper()
-	s := &rawSender{fd: -1}
-	err := ns.Do(func() error {
-		ifi, err := net.InterfaceByName(ContainerEth0)
-		if err != nil {
-			return err
-		}
-		s.ifindex = ifi.Index
-		s.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		return err
-	})
-	if err != nil {
+	var s *traffic.FrameSender
+	if err := ns.Do(func() (err error) { s, err = traffic.OpenFrameSender(ContainerEth0); return err }); err != nil {
 		t.Fatalf("raw socket in container: %v", err)
 	}
-	t.Cleanup(func() { unix.Close(s.fd) })
+	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-func (s *rawSender) send(f []byte) error {
-	typ := binary.BigEndian.Uint16(f[12:14])
-	return unix.Sendto(s.fd, f, 0, &unix.SockaddrLinklayer{Ifindex: s.ifindex, Protocol: htons(typ), Halen: 6})
 }
 
 func newMarker(t *testing.T, kind string) []byte {
@@ -276,8 +180,8 @@ func newMarker(t *testing.T, kind string) []byte {
 type attackBed struct {
 	e                      *env
 	a, b                   ctr
-	raw                    *rawSender
-	client, hostLo, inB    *capture
+	raw                    *traffic.FrameSender
+	client, hostLo, inB    *traffic.Capture
 	hostUDP                *udpSink
 	hostMAC, clientMAC     net.HardwareAddr
 	hostIP, clientIP, ip77 net.IP
@@ -306,9 +210,9 @@ func newAttackBed(t *testing.T) *attackBed {
 	x.a = e.start("A", 1, "40960-41983", "31000-31009", "", bedOwnPort+1)
 	x.b = e.start("B", 2, "41984-43007", "31010-31019", "", bedBPort+1)
 	x.raw = openRawSender(t, x.a.proc)
-	x.client = startCapture(t, e.sb.Client, "eth0", "client")
-	x.hostLo = startCapture(t, e.sb.Host, "lo", "host lo")
-	x.inB = startCapture(t, x.b.proc, ContainerEth0, "container B")
+	x.client = traffic.StartCapture(t, e.sb.Client.Do, "eth0", "client")
+	x.hostLo = traffic.StartCapture(t, e.sb.Host.Do, "lo", "host lo")
+	x.inB = traffic.StartCapture(t, x.b.proc.Do, ContainerEth0, "container B")
 	x.hostUDP = startUDPSink(t, e.sb.Host, bedHostPort)
 	startUDPSink(t, x.b.proc, bedBPort) // B's port is open: a leak would not even be refused
 	err := e.sb.Client.Do(func() error {
@@ -361,9 +265,9 @@ func (x *attackBed) canaries(t *testing.T) {
 	for _, d := range []string{clientAddr(bedClientPort), hostAddr(bedHostPort), hostAddr(bedBPort)} {
 		x.sendUDP(t, nil, d, m)
 	}
-	for _, c := range []*capture{x.client, x.hostLo, x.inB} {
-		if !c.waitFor(m, 5*time.Second) {
-			t.Fatalf("canary never reached %s: the bed is broken", c.name)
+	for _, c := range []*traffic.Capture{x.client, x.hostLo, x.inB} {
+		if !c.WaitFor(m, 5*time.Second) {
+			t.Fatalf("canary never reached %s: the bed is broken", c.Name)
 		}
 	}
 	wait.For(t, 5*time.Second, "the canary reaches the host's socket", func() bool { return x.hostUDP.count(m) > 0 })
@@ -387,9 +291,9 @@ func (x *attackBed) dropsOf(t *testing.T, c ctr) map[string]uint64 {
 func (x *attackBed) nothingReached(t *testing.T, m []byte) {
 	t.Helper()
 	x.canaries(t)
-	for _, c := range []*capture{x.client, x.hostLo, x.inB} {
-		if n := c.count(m); n > 0 {
-			t.Errorf("%d frame(s) of the attack reached %s", n, c.name)
+	for _, c := range []*traffic.Capture{x.client, x.hostLo, x.inB} {
+		if n := c.Count(m); n > 0 {
+			t.Errorf("%d frame(s) of the attack reached %s", n, c.Name)
 		}
 	}
 	if n := x.hostUDP.count(m); n > 0 {
@@ -426,29 +330,29 @@ func TestAttackSuite(t *testing.T) {
 
 	t.Run("control/raw-frames-of-an-owner-get-out", func(t *testing.T) {
 		m := newMarker(t, "ok")
-		if err := x.raw.send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{})); err != nil {
+		if err := x.raw.Send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m, ipOpts{})); err != nil {
 			t.Fatal(err)
 		}
-		if !x.client.waitFor(m, 5*time.Second) {
+		if !x.client.WaitFor(m, 5*time.Second) {
 			t.Fatal("a legitimate raw frame did not reach the client: the suite would prove nothing")
 		}
 		// An ICMP error about a flow of A's own port, quoted with IHL 5.
 		m2 := newMarker(t, "okicmp")
 		quoted := ipv4(x.clientIP, x.hostIP, unix.IPPROTO_UDP, udp(5555, bedOwnPort, m2), ipOpts{})
 		f := eth(x.clientMAC, x.hostMAC, unix.ETH_P_IP, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_ICMP, icmpMsg(3, 3, append(make([]byte, 4), quoted...)), ipOpts{}))
-		if err := x.raw.send(f); err != nil {
+		if err := x.raw.Send(f); err != nil {
 			t.Fatal(err)
 		}
-		if !x.client.waitFor(m2, 5*time.Second) {
+		if !x.client.WaitFor(m2, 5*time.Second) {
 			t.Error("a port unreachable about A's own port did not reach the client")
 		}
 		// An ARP request in the host's name.
 		m3 := newMarker(t, "okarp")
 		bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-		if err := x.raw.send(eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, hm, x.hostIP, make(net.HardwareAddr, 6), x.clientIP), m3)); err != nil {
+		if err := x.raw.Send(eth(bcast, hm, unix.ETH_P_ARP, arpBody(1, hm, x.hostIP, make(net.HardwareAddr, 6), x.clientIP), m3)); err != nil {
 			t.Fatal(err)
 		}
-		if !x.client.waitFor(m3, 5*time.Second) {
+		if !x.client.WaitFor(m3, 5*time.Second) {
 			t.Error("an ARP request in the host's name did not reach the client")
 		}
 	})
@@ -636,13 +540,13 @@ func TestAttackSuite(t *testing.T) {
 			if c.name == "fragments/later-part-claims-another-protocol" {
 				// the first part: A's own port, allowed out
 				first := x.udpFrame(hm, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, []byte("first-part-12345"), ipOpts{mf: true, id: 777})
-				if err := x.raw.send(first); err != nil {
+				if err := x.raw.Send(first); err != nil {
 					t.Fatal(err)
 				}
 			}
 			fs := c.frames(m)
 			for _, f := range fs {
-				if err := x.raw.send(f); err != nil {
+				if err := x.raw.Send(f); err != nil {
 					t.Fatalf("send: %v", err)
 				}
 			}
@@ -785,7 +689,7 @@ func TestARPFloodIsShaped(t *testing.T) {
 	c.Egress = Limit{Rate: 20000}
 	e.setup(c)
 	raw := openRawSender(t, p)
-	client := startCapture(t, e.sb.Client, "eth0", "client")
+	client := traffic.StartCapture(t, e.sb.Client.Do, "eth0", "client")
 	m := newMarker(t, "flood")
 	bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	f := eth(bcast, e.info.MAC, unix.ETH_P_ARP, arpBody(1, e.info.MAC, sandbox.HostIP, make(net.HardwareAddr, 6), sandbox.ClientIP), m)
@@ -796,7 +700,7 @@ func TestARPFloodIsShaped(t *testing.T) {
 	const n = 5000 // ~330 KB at 66 bytes: ~16 s at 20 kB/s
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		if err := raw.send(f); err != nil && !errors.Is(err, unix.ENOBUFS) {
+		if err := raw.Send(f); err != nil && !errors.Is(err, unix.ENOBUFS) {
 			t.Fatal(err)
 		}
 	}
@@ -816,7 +720,7 @@ func TestARPFloodIsShaped(t *testing.T) {
 		t.Errorf("the shaper saw %d of %d ARP frames", got, n)
 	}
 	elapsed := time.Since(start)
-	got := client.count(m)
+	got := client.Count(m)
 	// What may have left: the burst plus the rate over the time so far.
 	allowed := (c.Egress.EffectiveBurst() + uint64(elapsed.Seconds()*float64(c.Egress.Rate))) / uint64(len(f))
 	if uint64(got) > allowed+10 {

@@ -165,7 +165,7 @@ func TestEchoHijackFails(t *testing.T) {
 	}
 	v := e.start("V", 1, "40960-41983", "31000-31009", "", 31001)
 	h := e.start("H", 2, "41984-43007", "31010-31019", "", 31011)
-	inH := startCapture(t, h.proc, ContainerEth0, "container H")
+	inH := traffic.StartCapture(t, h.proc.Do, ContainerEth0, "container H")
 	for _, fam := range []struct {
 		name       string
 		v6         bool
@@ -204,7 +204,7 @@ func TestEchoHijackFails(t *testing.T) {
 			}
 			canary := []byte("canary-" + fam.name)
 			ph.send(t, fam.peer, 0x5c01, 2, canary)
-			if !inH.waitFor(canary, 5*time.Second) {
+			if !inH.WaitFor(canary, 5*time.Second) {
 				t.Fatal("H's capture never saw its own reply")
 			}
 			for seq := uint16(0); seq <= 10; seq++ {
@@ -215,7 +215,7 @@ func TestEchoHijackFails(t *testing.T) {
 			if n, m := ph.replies(fam.idV), ph.replies(fam.idHst); n != 0 || m != 0 {
 				t.Errorf("H received %d of V's replies and %d of the host's, want none", n, m)
 			}
-			if n, m := inH.count(mV), inH.count(mHost); n != 0 || m != 0 {
+			if n, m := inH.Count(mV), inH.Count(mHost); n != 0 || m != 0 {
 				t.Errorf("H's eth0 saw %d frames with V's payload and %d with the host's, want none", n, m)
 			}
 			if n := pv.carrying(mH) + pHost.carrying(mH) + ph.carrying(mH); n != 0 {

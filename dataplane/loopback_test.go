@@ -9,6 +9,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestHostLoopbackPorts: with the daemon's port space (ContainerPorts), a
@@ -97,13 +98,10 @@ func TestHostLoopbackPorts(t *testing.T) {
 			t.Fatalf("adopt %s: %v", c.c.ID, err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Until(10*time.Second, func() bool {
 		got, err := echo(a.proc, "tcp", loAddr(7001))
-		if err == nil && got == "h7001" || time.Now().After(deadline) {
-			break
-		}
-	}
+		return err == nil && got == "h7001"
+	}) // mustEcho below fails the test naming what came back
 	mustEcho(t, a.proc, "udp", loAddr(7001), "h7001")
 	closed(a.proc, "127.0.0.53:7002")
 }

@@ -55,7 +55,7 @@ func ingressDrops(t *testing.T, h *netlink.Handle, idx int) uint32 {
 func TestTornDownTenantSendsNothing(t *testing.T) {
 	checkRootUnchanged(t)
 	x := newAttackBed(t)
-	hostEth0 := startCapture(t, x.e.sb.Host, x.e.sb.HostEth0, "host eth0")
+	hostEth0 := traffic.StartCapture(t, x.e.sb.Host.Do, x.e.sb.HostEth0, "host eth0")
 	hm := x.hostMAC
 	l, err := x.e.d.h.LinkByName(VethName(x.a.c.ID))
 	if err != nil {
@@ -65,10 +65,10 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 
 	// Control: before the teardown a raw frame of A's own port gets out.
 	m0 := newMarker(t, "before")
-	if err := x.raw.send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m0, ipOpts{})); err != nil {
+	if err := x.raw.Send(x.udpFrame(x.clientMAC, x.hostIP, bedOwnPort, x.clientIP, bedClientPort, m0, ipOpts{})); err != nil {
 		t.Fatal(err)
 	}
-	if !x.client.waitFor(m0, 5*time.Second) || !hostEth0.waitFor(m0, 5*time.Second) {
+	if !x.client.WaitFor(m0, 5*time.Second) || !hostEth0.WaitFor(m0, 5*time.Second) {
 		t.Fatal("a legitimate raw frame did not reach the client through host eth0: the test would prove nothing")
 	}
 
@@ -123,7 +123,7 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 		eth(x.clientMAC, hm, unix.ETH_P_8021AD, []byte{0, 5, 0x81, 0x00, 0, 6, 0x08, 0x00}, ipv4(x.hostIP, x.clientIP, unix.IPPROTO_UDP, udp(bedOwnPort, bedClientPort, m), ipOpts{})),
 	}
 	for i, f := range frames {
-		if err := x.raw.send(f); err != nil {
+		if err := x.raw.Send(f); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
 	}
@@ -174,14 +174,14 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cp := range []*capture{x.client, hostEth0, x.hostLo} {
-		if !cp.waitFor(canary, 5*time.Second) {
-			t.Fatalf("B's canary never reached %s", cp.name)
+	for _, cp := range []*traffic.Capture{x.client, hostEth0, x.hostLo} {
+		if !cp.WaitFor(canary, 5*time.Second) {
+			t.Fatalf("B's canary never reached %s", cp.Name)
 		}
 	}
-	for _, cp := range []*capture{x.client, hostEth0, x.hostLo, x.inB} {
-		if n := cp.count(m); n > 0 {
-			t.Errorf("%d frame(s) of the torn-down tenant reached %s", n, cp.name)
+	for _, cp := range []*traffic.Capture{x.client, hostEth0, x.hostLo, x.inB} {
+		if n := cp.Count(m); n > 0 {
+			t.Errorf("%d frame(s) of the torn-down tenant reached %s", n, cp.Name)
 		}
 	}
 	if n := x.hostUDP.count(m); n > 0 {

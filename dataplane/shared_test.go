@@ -158,21 +158,17 @@ func TestSharedJoinLeaveKeepsFlows(t *testing.T) {
 	for _, f := range flows {
 		f.c.Close()
 	}
-	for pass := 1; ; pass++ {
+	pass := 0
+	wait.For(t, 2*time.Second, "the port settled by reconciler passes", func() bool {
+		pass++
 		e.d.mu.Lock()
 		changed, unsettled, err := e.d.reconcileShared()
 		e.d.mu.Unlock()
 		if err != nil || changed > 1 || unsettled > 1 {
 			t.Fatalf("reconciler pass %d: changed %d, unsettled %d, %v", pass, changed, unsettled, err)
 		}
-		if unsettled == 0 {
-			break
-		}
-		if pass == 20 {
-			t.Fatal("not settled after 20 passes")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return unsettled == 0
+	})
 	if st, _ := e.d.Shared(port); !st.Settled || len(st.Holders) != 3 {
 		t.Fatalf("not settled after the flows ended: %d pins", len(st.Spread.Pins))
 	}

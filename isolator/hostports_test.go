@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // fakeHostPorts is the host namespace as HostPorts sees it: ports host
@@ -240,12 +241,8 @@ func TestHostPortsRetakenAtRestart(t *testing.T) {
 	hp2.mu.Lock()
 	delete(hp2.host, 31001)
 	hp2.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(s2.Status(bg).HostPorts.Conflicts) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("conflict not cleared 5s after the squatter left: %+v", s2.Status(bg).HostPorts)
-		}
-		time.Sleep(time.Millisecond)
+	if !wait.Until(5*time.Second, func() bool { return len(s2.Status(bg).HostPorts.Conflicts) == 0 }) {
+		t.Fatalf("conflict not cleared 5s after the squatter left: %+v", s2.Status(bg).HostPorts)
 	}
 	wantReserved(t, s2, hp2, "31000-31002,31010")
 	if err := s2.Cleanup(bg, "c1"); err != nil {

@@ -1,11 +1,12 @@
 package isolator
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestKilledBeforeRemovalPortTakenByUpdate: a container cleaned up (its
@@ -37,15 +38,10 @@ func TestKilledBeforeRemovalPortTakenByUpdate(t *testing.T) {
 	updated := make(chan error, 1)
 	go func() { _, err := s.Update(bg, "c1", ports("31000,31001")); updated <- err }()
 	crashed := t.TempDir()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if r, err := s.Get(bg, "c1"); err == nil && r.State == StateUpdating {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("c1's update intent not published within 10 s")
-		}
-		runtime.Gosched()
-	}
+	wait.For(t, 10*time.Second, "c1's update intent published", func() bool {
+		r, err := s.Get(bg, "c1")
+		return err == nil && r.State == StateUpdating
+	})
 	copyDir(t, dir, crashed)
 	close(hold)
 	if err := <-updated; err != nil {

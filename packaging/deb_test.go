@@ -47,6 +47,9 @@ var mountNamespaceOptions = map[string][]string{
 }
 
 func TestDebPackage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root (dpkg -i, purge): not a unit test (-short)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the package is installed with dpkg -i and purged")
 	}

@@ -1,5 +1,8 @@
 package tcfilter
 
+// The container's own lo and eth0, IPv6 twins of the IPv4 nodes
+// (ContainerFilters).
+
 import (
 	"net"
 

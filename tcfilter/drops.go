@@ -1,5 +1,9 @@
 package tcfilter
 
+// Drop reasons and the per-container drop counts read from the sinks'
+// count map (the sinks themselves: dropsinks.go; docs/datapath.md,
+// "Drops").
+
 import "github.com/vishvananda/netlink"
 
 // Drop reasons: why a container's frame was dropped on its host veth.

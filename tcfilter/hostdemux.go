@@ -1,5 +1,12 @@
 package tcfilter
 
+// The host demux (HostDemux) on host eth0 and host lo ingress: TCP/UDP
+// by destination port to the owning container's veth in a constant
+// number of steps (root node, eat the IHL, L hashes dport>>8 into H1,
+// small ranges link to H2 tables hashed on bits 4..7). The type and its
+// in-memory index live here; its methods in hostdemux_*.go, one file per
+// concern. Layout: docs/datapath.md, "Host demux".
+
 import (
 	"net"
 	"sync"
@@ -17,7 +24,7 @@ import (
 // keeps an in-memory index of its own nodes (rebuilt from the kernel by
 // Init) so that adds and deletes never dump the filter table; every method
 // is safe for concurrent use. Its methods live in the hostdemux_*.go files,
-// one per concern (see "Files" in the package documentation).
+// one per concern (see the file map in doc.go).
 type HostDemux struct {
 	d   dev
 	c   *nlbatch.Conn // batches (SetConn); nil: one request at a time

@@ -1,5 +1,13 @@
 package tcfilter
 
+// The IPv6 classifier of a host demux (PrioIP6): root nodes per host
+// address match TCP, UDP (transport header right after the fixed 40 bytes)
+// and ICMPv6, eat 40 and link into the IPv4 classifier's port tables, so
+// one set of per-container nodes serves both families. Packets with
+// extension headers stay with the host, counted on eth0 by a mirror to
+// the sink (IPv6ToHost). ICMPv6 errors go by quoted source port through
+// TablePort; echo replies by identifier. docs/datapath.md, "IPv6".
+
 import (
 	"errors"
 	"fmt"
@@ -9,8 +17,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 )
 
-// IPv6Demux is the IPv6 part of a host demux (see "IPv6" in the package
-// documentation).
+// IPv6Demux is the IPv6 part of a host demux (see "IPv6" in docs/datapath.md).
 type IPv6Demux struct {
 	// Addrs are the host's IPv6 addresses (global and link-local) matched
 	// as destination on eth0; ignored on lo, where every local TCP/UDP

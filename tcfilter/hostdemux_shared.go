@@ -1,5 +1,15 @@
 package tcfilter
 
+// Shared ports (SetSpread, Unshare): the port's node in its H2 bucket
+// links to a spread table of its own, hashed on source-port bits 1..8
+// into spread.Buckets buckets; each bucket ends with one redirect to its
+// holder and may hold pins (one node per pinned client source port).
+// Changes add pins, then replace bucket nodes, then delete pins, so a
+// pinned flow never meets its moved bucket unpinned. Which holder gets
+// which bucket is package spread's (pure). Unsharing unlinks the port's
+// node, then deletes the table (or leaves it empty on the stale list).
+// Why the source address is not hashed: docs/datapath.md, "Host demux".
+
 import (
 	"errors"
 	"fmt"

@@ -1,5 +1,8 @@
 package tcfilter
 
+// IPv6's priority, tables, node ids and match keys (offsets from the
+// network header: next header at 6, source at 8, destination at 24).
+
 import (
 	"fmt"
 	"net"

@@ -1,12 +1,10 @@
 package tcfilter
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"maps"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,73 +12,6 @@ import (
 
 	"github.com/isolatord/isolatord/test/traffic"
 )
-
-// sniffer collects the frames an AF_PACKET socket on one device sees.
-type sniffer struct {
-	fd     int
-	mu     sync.Mutex
-	frames [][]byte
-}
-
-func sniff(t *testing.T, do func(func() error) error, ifname string) *sniffer {
-	t.Helper()
-	s := &sniffer{fd: -1}
-	if err := do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		s.fd = fd
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
-			return err
-		}
-		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 50000})
-	}); err != nil {
-		if s.fd >= 0 {
-			unix.Close(s.fd)
-		}
-		t.Fatalf("sniff %s: %v", ifname, err)
-	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 70000)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, _, err := unix.Recvfrom(s.fd, buf, 0)
-			if err != nil || n <= 0 {
-				continue
-			}
-			s.mu.Lock()
-			if len(s.frames) < 100000 {
-				s.frames = append(s.frames, bytes.Clone(buf[:n]))
-			}
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done; unix.Close(s.fd) })
-	return s
-}
-
-func (s *sniffer) count(marker []byte) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, f := range s.frames {
-		if bytes.Contains(f, marker) {
-			n++
-		}
-	}
-	return n
-}
 
 // frame6 builds an Ethernet frame carrying an IPv6 packet (hop limit 255)
 // whose next header is nh and payload p.
@@ -135,8 +66,8 @@ func TestIPv6Attacks(t *testing.T) {
 	w := newWire6(t)
 	a := w.plumb6(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
 	b := w.plumb(t, "cb", 2, rg(33792, 34047)) // attacks nothing, IPv4 only: counts nothing
-	onWire := sniff(t, w.s.Client.Do, "eth0")
-	onLo := sniff(t, w.s.Host.Do, "lo")
+	onWire := traffic.StartCapture(t, w.s.Client.Do, "eth0", "the wire")
+	onLo := traffic.StartCapture(t, w.s.Host.Do, "lo", "host lo")
 	var snd *traffic.FrameSender
 	if err := a.c.Do(func() error {
 		var err error
@@ -261,7 +192,7 @@ func TestIPv6Attacks(t *testing.T) {
 		if err := snd.Send(frame6(w.mac, w.mac, host6, host6, ipprotoUDP, udp6(20001, 7000, m))); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the canaries", 3*time.Second, func() bool { return onWire.count(m) > 0 && onLo.count(m) > 0 })
+		waitFor(t, "the canaries", 3*time.Second, func() bool { return onWire.Count(m) > 0 && onLo.Count(m) > 0 })
 	}
 	canaries() // the legitimate paths work
 	for _, tc := range cases {
@@ -277,7 +208,7 @@ func TestIPv6Attacks(t *testing.T) {
 			}
 		}
 		canaries()
-		if n, l := onWire.count(m), onLo.count(m); n+l > 0 {
+		if n, l := onWire.Count(m), onLo.Count(m); n+l > 0 {
 			t.Errorf("%s: %d frames reached the client, %d the host's lo", tc.name, n, l)
 		}
 		after, err := a.vf.Drops()
@@ -321,6 +252,6 @@ func TestIPv6Attacks(t *testing.T) {
 		if err := snd.Send(tc.frame(m)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, tc.name+" on the wire", 3*time.Second, func() bool { return onWire.count(m) > 0 })
+		waitFor(t, tc.name+" on the wire", 3*time.Second, func() bool { return onWire.Count(m) > 0 })
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // Sandbox IPv6 addresses (2001:db8::/32, documentation only).
@@ -41,16 +42,13 @@ func addAddr6(t testing.TB, h *netlink.Handle, ifindex int, ip net.IP) {
 // in deferred work, which a busy machine runs seconds later.
 func waitLocal6(t testing.TB, h *netlink.Handle, ip net.IP) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rs, err := h.RouteGet(ip)
-		if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v not a local address after 10s (%v %v)", ip, rs, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var rs []netlink.Route
+	var err error
+	if !wait.Until(10*time.Second, func() bool {
+		rs, err = h.RouteGet(ip)
+		return err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL
+	}) {
+		t.Fatalf("%v not a local address after 10s (%v %v)", ip, rs, err)
 	}
 }
 

@@ -1,5 +1,16 @@
 package tcfilter
 
+// The handle scheme every device shares: priorities, table ids, node ids,
+// classids and match keys (docs/datapath.md, "Priorities, parents,
+// handles, classids"). Every device gets at most three u32 classifiers at
+// parent ffff:fff2 (PrioARP 1, PrioIP 2, PrioIP6 4); nodes have explicit
+// handles htid:bucket:node, never automatic ids (they wrap at 0x7ff);
+// our table ids stay below 0x800, where the kernel numbers each
+// priority's root table. A container's node carries classid 1:slot, so a
+// restarted daemon maps kernel objects back to containers. Port-range node
+// ids follow from the range alone (RangeNodeID), so deletion needs no
+// saved state and a container's old and new ranges may coexist.
+
 import (
 	"errors"
 	"fmt"

@@ -1,5 +1,11 @@
 package tcfilter
 
+// One filter operation: build a node's netlink struct (fresh for every
+// request: netlink's U32.RedirIndex prepends a mirred action each time a
+// struct is reused), add, replace, delete, dump, each observed per op
+// (Observer, for metrics); and the clsact/ingress hook of a device.
+// FilterReplace keeps a node's keys, so keys are never changed in place.
+
 import (
 	"errors"
 	"fmt"

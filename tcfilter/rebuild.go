@@ -1,5 +1,8 @@
 package tcfilter
 
+// Reading a container's record back from its veth's filters (ReadVeth),
+// for the rebuild from the kernel (docs/recovery-trust.md).
+
 import (
 	"sort"
 

@@ -1,5 +1,10 @@
 package tcfilter
 
+// The exit (B) of a limited container's egress shaper pair: A carries the
+// HTB (package shaping), B's ingress forwards by destination without
+// checking, since only the veth's redirects feed A. Why a veth pair and
+// not an ifb: docs/datapath.md, "Bandwidth limits".
+
 import (
 	"fmt"
 	"net"

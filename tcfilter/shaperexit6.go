@@ -1,5 +1,7 @@
 package tcfilter
 
+// The shaper exit's IPv6 nodes.
+
 import (
 	"net"
 

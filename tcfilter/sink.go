@@ -1,5 +1,8 @@
 package tcfilter
 
+// The one drop sink of earlier layouts, which the IPv6 demux's counting
+// mirrors still copy to (a program that only drops).
+
 import (
 	"fmt"
 
@@ -14,7 +17,7 @@ import (
 // now go to the sink of their reason (DropSinkName).
 const SinkName = "drop.isolatord"
 
-// Sink is the device SinkName (see "Drops" in the package documentation).
+// Sink is the device SinkName (see "Drops" in docs/datapath.md).
 type Sink struct {
 	Index int  // ifindex
 	BPF   bool // up with the dropping program on its egress; false: kept down (mirred drops)

@@ -1,5 +1,15 @@
 package tcfilter
 
+// The host-side veth's ingress (VethFilters: what a container may send)
+// and the container's own lo and eth0 (ContainerFilters). The veth's rule:
+// a frame leaves only if a host process owning exactly the container's
+// ports could have sent it; everything else is redirected to the sink of
+// its drop reason. Its hook: prio 1 the VLAN check (cls_bpf), 2 IPv4 u32,
+// 3 ARP u32, 4 IPv6 u32 (veth6.go), 5 a match-all drop (DropEthertype).
+// Per packet a constant number of key checks, whatever the number of
+// containers. Tables 010..01d and the node layout: docs/datapath.md,
+// "Host-side veth ingress" and "Inside the container".
+
 import (
 	"errors"
 	"fmt"
@@ -116,7 +126,7 @@ func (s rangeSet) apply(add, del []ephemeral.Range) error {
 // VethFilters are the filters on the ingress of a container's host-side
 // veth: what the container sends. They let out only what a host process
 // owning exactly the container's ports could send (see "Host-side veth
-// ingress" in the package documentation); everything else is redirected to
+// ingress" in docs/datapath.md); everything else is redirected to
 // the drop sink of a reason by a node that names the reason (Drop*), and
 // counted there per veth.
 // TCP and UDP from owned source ports go to host lo when the destination is

@@ -1,5 +1,14 @@
 package tcfilter
 
+// The veth's IPv6 classifier (only with host IPv6 addresses; without,
+// IPv6 falls to the catch-all, DropEthertype): source a host address (or
+// ::1 to ::1), TCP/UDP from owned ports through the IPv4 classifier's
+// port tables, ICMPv6 echo and errors about the container's own flows,
+// neighbour discovery only in the host's name (else DropNDP), extension
+// headers dropped (DropIPv6Ext) except the container kernel's MLD reports
+// (DropMLD, mld6.go), fragments like IPv4's. docs/datapath.md,
+// "Host-side veth ingress, IPv6".
+
 import (
 	"net"
 	"slices"
@@ -31,7 +40,7 @@ var vethTables6 = []tableSpec{
 // dropped as DropEthertype). TCP and UDP link into the IPv4 classifier's
 // source-port tables, ICMPv6 errors into its quoted-port table, so the
 // container's ranges need no IPv6 node of their own. See "Host-side veth
-// ingress, IPv6" in the package documentation.
+// ingress, IPv6" in docs/datapath.md.
 func (v VethFilters) ip6Nodes() []node {
 	if len(v.HostIP6) == 0 {
 		return nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestBoundWrites: at most n writes run at once, reads pass while every
@@ -48,12 +49,8 @@ func TestBoundWrites(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for running.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes running, want %d", running.Load(), n)
-		}
-		time.Sleep(time.Millisecond) // poll interval of a condition with a deadline
+	if !wait.Until(10*time.Second, func() bool { return running.Load() >= n }) {
+		t.Fatalf("%d writes running, want %d", running.Load(), n)
 	}
 
 	// Every slot held: a read passes at once.

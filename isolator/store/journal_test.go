@@ -14,6 +14,9 @@ import (
 // rewrites and a reopen; a rewrite a kill cut short leaves a temporary
 // file that is never read.
 func TestIntentLogCompacts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("8,000 journal writes, tens of seconds on a busy machine: skipped with -short")
+	}
 	dir := t.TempDir()
 	st, err := openStore(dir, quietLogger())
 	if err != nil {

@@ -14,6 +14,9 @@ import (
 // opens as an empty state (to be rebuilt from the kernel), without a
 // panic, with the bad file moved aside and the fault named.
 func TestCorruptStateMovedAside(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens a dozen corrupt databases, ~10 s on a busy machine: skipped with -short")
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	faults := map[string]func(t *testing.T, path string){
 		"truncated": func(t *testing.T, path string) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/netns/nshandle/nstest"
 	"github.com/isolatord/isolatord/netns/veth"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 var testMAC = net.HardwareAddr{0x02, 0x18, 0x00, 0x00, 0x00, 0x01}
@@ -120,17 +121,13 @@ func TestPeerCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after Counters
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.Until(2*time.Second, func() bool {
 		after, err = PeerCounters(hh, idx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after.TxPackets-before.TxPackets >= n {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return after.TxPackets-before.TxPackets >= n
+	})
 	if d := after.TxPackets - before.TxPackets; d < n {
 		t.Fatalf("container tx packets grew by %d, want >= %d (rx/tx not swapped?)", d, n)
 	}

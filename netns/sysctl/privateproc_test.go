@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/netns/nshandle/nstest"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 func TestDisableIPv6(t *testing.T) {
@@ -143,11 +144,7 @@ func TestInstancesMadeAndReleased(t *testing.T) {
 			t.Errorf("instance %p served %d Dirs, more than %d", in, n, instanceUses)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for n := fds(); n > before; n = fds() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d descriptors open 10 s after the Dirs closed, %d before", n, before)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { return fds() <= before }) {
+		t.Fatalf("%d descriptors open 10 s after the Dirs closed, %d before", fds(), before)
 	}
 }

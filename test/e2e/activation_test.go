@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // socketHolder plays systemd's part: it listens on the daemon's socket
@@ -111,17 +112,15 @@ func TestSocketActivationRestartIsInvisible(t *testing.T) {
 			}
 		}()
 		// The plugin's connection waits in the backlog while nobody serves.
-		deadline := time.Now().Add(10 * time.Second)
-		for pending(t, d.Socket) == 0 {
+		if !wait.Until(10*time.Second, func() bool {
 			select {
 			case err := <-done:
 				t.Fatalf("%s returned while isolatord was down: %v", verb, err)
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no connection queued on %s within 10s", verb, d.Socket)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return pending(t, d.Socket) > 0
+		}) {
+			t.Fatalf("%s: no connection queued on %s within 10s", verb, d.Socket)
 		}
 		d.Start()
 		select {
@@ -159,12 +158,13 @@ func TestSystemdSocketActivate(t *testing.T) {
 		cmd.Path = tool
 		// The first connection starts the daemon.
 		go func() {
-			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if c, err := net.Dial("unix", d.Socket); err == nil {
+			wait.Until(20*time.Second, func() bool {
+				c, err := net.Dial("unix", d.Socket)
+				if err == nil {
 					c.Close()
-					return
 				}
-			}
+				return err == nil
+			})
 		}()
 	}})
 	if !strings.Contains(d.Log(), "socket activation") {

@@ -228,6 +228,9 @@ func TestBenchmarkLoops(t *testing.T) {
 }
 
 func TestPingLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root (raw ICMP socket): not a unit test (-short)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: opens a raw ICMP socket")
 	}

@@ -159,6 +159,9 @@ func TestEchoFromSource(t *testing.T) {
 }
 
 func TestPing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root (raw ICMP socket): not a unit test (-short)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: raw ICMP socket")
 	}
