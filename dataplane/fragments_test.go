@@ -1,0 +1,75 @@
+package dataplane
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/isolatord/isolatord/test/traffic"
+)
+
+// bigMsg is a single-line message of n bytes whose content depends on
+// its size and a tag (a reply from a mixed-up reassembly cannot match).
+func bigMsg(tag string, n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(tag)
+		b.WriteByte('-')
+	}
+	return b.String()[:n]
+}
+
+// mustEchoBig sends msg as one datagram from ns and wants the whole of it
+// back from server want (the echo servers answer "<name> <msg>").
+func mustEchoBig(t testing.TB, ns doer, network, addr, want, msg string) {
+	t.Helper()
+	var reply string
+	err := ns.Do(func() (err error) {
+		reply, err = traffic.Echo(context.Background(), network, addr, msg, traffic.WithTimeout(3*time.Second))
+		return err
+	})
+	switch {
+	case err != nil:
+		t.Errorf("%s %s, %d bytes: %v (want the reply of %s)", network, addr, len(msg), err, want)
+	case reply != want+" "+msg:
+		t.Errorf("%s %s, %d bytes: reply of %d bytes starting %.40q, want %s's echo of the message", network, addr, len(msg), len(reply), reply, want)
+	}
+}
+
+// fragSizes are the datagram sizes the fragment tests send: a few
+// fragments, and as many as a UDP datagram can have.
+var fragSizes = []int{4000, 65000}
+
+// TestFragmentsFromOutside: datagrams larger than the MTU, sent by the
+// client namespace to containers' ports over IPv4 and IPv6, reach their
+// owner whole (the first fragment by its port, the later ones after it);
+// one to a port nobody owns still reaches the host.
+func TestFragmentsFromOutside(t *testing.T) {
+	checkRootUnchanged(t)
+	e := steeredEnv6(t)
+	if e.d.frag == nil {
+		t.Fatal("fragment steering is off: the kernel could not run the programs")
+	}
+	e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
+	e.start("B", 2, "41984-43007", "31010-31019", "", 31010)
+	serveIn(t, e.sb.Host, "[::]:8000", "host")
+	for _, n := range fragSizes {
+		for _, fam := range []struct{ nw, a, b, h string }{
+			{"udp4", hostAddr(31000), hostAddr(31010), hostAddr(8000)},
+			{"udp6", host6Addr(e, 31000), host6Addr(e, 31010), host6Addr(e, 8000)},
+		} {
+			mustEchoBig(t, e.sb.Client, fam.nw, fam.a, "A", bigMsg("a", n))
+			mustEchoBig(t, e.sb.Client, fam.nw, fam.b, "B", bigMsg("b", n))
+			mustEchoBig(t, e.sb.Client, fam.nw, fam.h, "host", bigMsg("h", n))
+		}
+	}
+	st, err := e.d.Fragments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fragments: %+v", st)
+	if st.Steered4 == 0 || st.Steered6 == 0 || st.Learned == 0 {
+		t.Errorf("counters say nothing was steered: %+v", st)
+	}
+}
