@@ -73,3 +73,44 @@ func TestFragmentsFromOutside(t *testing.T) {
 		t.Errorf("counters say nothing was steered: %+v", st)
 	}
 }
+
+// TestFragmentsAcrossRestart: with the data plane gone the attached
+// programs keep steering; a restarted one keeps the tables (and their
+// counters) and re-attaches its programs to eth0, lo and an adopted
+// container's veth.
+func TestFragmentsAcrossRestart(t *testing.T) {
+	checkRootUnchanged(t)
+	e := steeredEnv6(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
+	check := func(when string) {
+		t.Helper()
+		for _, addr := range []string{hostAddr(31000), host6Addr(e, 31000)} {
+			mustEchoBig(t, e.sb.Client, "udp", addr, "A", bigMsg(when, 4000))
+		}
+	}
+	check("running")
+	before := fragStats(t, e)
+	e.d.Close()
+	check("gone")
+	ctx := context.Background()
+	d2 := e.newDataPlane()
+	if _, err := d2.PrepareHost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Adopt(ctx, a.c); err != nil {
+		t.Fatal(err)
+	}
+	e.d = d2
+	check("adopted")
+	after := fragStats(t, e)
+	if !after.Adopted {
+		t.Error("the restarted data plane did not keep the fragment tables")
+	}
+	// running: 2 datagrams of 3 fragments, gone and adopted: 2 more each
+	if got, want := after.Steered()-before.Steered(), uint64(8); got != want {
+		t.Errorf("fragments steered across the restart: %d, want %d (%+v, then %+v)", got, want, before, after)
+	}
+	if !d2.frag.Attached(d2.ctrs[a.c.ID].veth, false) {
+		t.Error("no learn program on the adopted container's veth")
+	}
+}
