@@ -114,3 +114,42 @@ func TestFragmentsAcrossRestart(t *testing.T) {
 		t.Error("no learn program on the adopted container's veth")
 	}
 }
+
+// TestFragmentsBetweenContainers: a container's datagrams larger than
+// the MTU to another container's port and to its own ports through the
+// host IP and a host IPv6 address: fragmented in the container (its lo
+// has the host's MTU), every fragment goes out through the host, the
+// first to the port's owner, the later ones after it. (Through 127.0.0.1
+// and ::1 they stay lost, and the host's replies larger than the veth's
+// MTU do not reach a container: docs/fragments.md.)
+func TestFragmentsBetweenContainers(t *testing.T) {
+	checkRootUnchanged(t)
+	e := steeredEnv6(t)
+	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
+	b := e.start("B", 2, "41984-43007", "31010-31019", "", 31010)
+	for _, n := range fragSizes {
+		msg := bigMsg("between", n)
+		for _, c := range []struct {
+			from doer
+			addr string
+			want string
+		}{
+			{b.proc, hostAddr(31000), "A"},
+			{b.proc, host6Addr(e, 31000), "A"},
+			{a.proc, hostAddr(31010), "B"},
+			{a.proc, host6Addr(e, 31010), "B"},
+			{a.proc, hostAddr(31000), "A"},
+			{a.proc, host6Addr(e, 31000), "A"},
+		} {
+			mustEchoBig(t, c.from, "udp", c.addr, c.want, msg)
+		}
+	}
+	// unfragmented traffic to its own port stays inside (as before)
+	for _, nw := range []string{"udp", "tcp"} {
+		mustEcho(t, a.proc, nw, hostAddr(31000), "A")
+		mustEcho(t, a.proc, nw, loAddr(31000), "A")
+		mustEcho(t, a.proc, nw, host6Addr(e, 31000), "A")
+		mustEcho(t, a.proc, nw, lo6Addr(31000), "A")
+		mustEcho(t, b.proc, nw, lo6Addr(31000), "A")
+	}
+}

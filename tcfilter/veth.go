@@ -608,16 +608,17 @@ func (c ContainerFilters) loRoot() []node {
 	l4 := func(proto uint8, dst nl.TcU32Key) *nl.TcU32Sel {
 		return eatIHL(sel(0, protoKey(proto), firstFragKey(), dst))
 	}
-	return append(withKinds([]node{
+	return append(append(withKinds([]node{
 		{prio: PrioIP, handle: 1, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), hip), kind: KindICMP},
 		{prio: PrioIP, handle: 2, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), dstLoopbackKey()), kind: KindICMP},
-		{prio: PrioIP, handle: 3, sel: l4(ipprotoTCP, hip), link: ctrLo.hashTable},
-		{prio: PrioIP, handle: 4, sel: l4(ipprotoUDP, hip), link: ctrLo.hashTable},
+		// (to the host IP, a fragment goes out even to an own port: containerfrag.go)
+		{prio: PrioIP, handle: 3, sel: eatIHL(sel(0, protoKey(ipprotoTCP), notFragKey(), hip)), link: ctrLo.hashTable},
+		{prio: PrioIP, handle: 4, sel: eatIHL(sel(0, protoKey(ipprotoUDP), notFragKey(), hip)), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 5, sel: l4(ipprotoTCP, dstLoopbackKey()), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 6, sel: l4(ipprotoUDP, dstLoopbackKey()), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 7, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey(), hip), act: actRedirect, target: c.Eth0},
 		{prio: PrioIP, handle: 8, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey(), dstLoopbackKey()), act: actRedirect, target: c.Eth0},
-	}), c.loRoot6()...)
+	}), c.loFragNodes()...), c.loRoot6()...)
 }
 
 func (c ContainerFilters) eth0Root() []node {
