@@ -420,9 +420,10 @@
 // fragments to the host IP or 127/8 whose destination port is the
 // container's own stay local (terminal, no action); every other first
 // fragment to the host IP or 127/8 is redirected to eth0, i.e. leaves to the
-// host or another container. Non-first fragments stay local: fragmented
-// datagrams inside the container work, while those to the host or other
-// containers cannot be demultiplexed anyway (see below). eth0: TCP/UDP to
+// host or another container. Every fragment of TCP/UDP to the host IP or a
+// host IPv6 address leaves the same way, to an own port too (the host
+// brings it back; containerfrag.go); fragments to 127/8 and ::1 stay
+// local. eth0: TCP/UDP to
 // 127/8 with an own destination port (coming back from the host's lo) is
 // redirected to lo.
 //
@@ -470,11 +471,12 @@
 //
 // # Limits
 //
-//   - Non-first IPv4 fragments have no ports: the host demux leaves them to
-//     the host, so fragmented UDP towards a container does not work (TCP
-//     sets DF). Mesos had the same limit, worse (it classified payload bytes).
-//   - IPv6 packets with extension headers (fragments included) are never
-//     demultiplexed: they go to the host (counted on eth0), and a
+//   - Non-first fragments have no ports: the host demux leaves them to the
+//     host, and package fragbpf (BPF at the tcx hooks, before these
+//     filters) steers them after their first fragment (docs/fragments.md).
+//   - IPv6 packets with extension headers are not demultiplexed, except a
+//     first fragment whose fragment header follows the fixed header
+//     (hostdemux6_frag.go): they go to the host (counted on eth0), and a
 //     container cannot send them (DropIPv6Ext; its own MLD reports are
 //     DropMLD).
 //   - VLAN-tagged frames

@@ -561,7 +561,8 @@ func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 // local, TCP/UDP to the container's own ports stays local, and every other
 // first fragment to the host IP or 127.0.0.0/8 is redirected to eth0, out
 // to the host (and from there to the host's processes or another
-// container). Non-first fragments stay local. On eth0: TCP/UDP to
+// container). Fragments to the host IP go out too, to own ports as well
+// (containerfrag.go); others stay local. On eth0: TCP/UDP to
 // 127.0.0.0/8 and an own port (coming back from the host) is redirected to
 // lo.
 type ContainerFilters struct {
