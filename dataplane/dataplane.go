@@ -49,6 +49,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/isolatord/isolatord/tcfilter/fragbpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -113,6 +114,10 @@ type Config struct {
 	// HostLoopbackPorts are host loopback ports opened to every container
 	// (--host-loopback-ports); SetHostLoopbackPorts changes them.
 	HostLoopbackPorts ephemeral.Set
+	// FragmentTableSize is how many fragmented datagrams per family the
+	// fragment steering remembers (fragments.go); 0 = fragbpf.DefaultSize,
+	// negative = no fragment steering.
+	FragmentTableSize int
 }
 
 // ContainerEth0 is the name of the veth peer inside every container.
@@ -154,7 +159,8 @@ type DataPlane struct {
 	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
-	sink     tcfilter.Sink // the drop sink of the IPv6 demux's counting mirrors
+	frag     *fragbpf.Steering // fragment steering (fragments.go); nil: off
+	sink     tcfilter.Sink     // the drop sink of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).
 	drops *tcfilter.DropSinks
@@ -350,6 +356,10 @@ func (d *DataPlane) Close() error {
 func (d *DataPlane) closeLocked() error {
 	if d.retired != nil {
 		d.retired.close()
+	}
+	if d.frag != nil { // (its programs stay attached)
+		d.frag.Close()
+		d.frag = nil
 	}
 	if d.prepared {
 		if err := d.flush(); err != nil {

@@ -292,6 +292,7 @@ func (d *DataPlane) remakeEth0Demux() error {
 		return fmt.Errorf("%s demux: %w", d.links.Eth0, err)
 	}
 	d.eth0 = x
+	d.fragEth0(d.links.Eth0Index)
 	if err := x.EchoSteering(); err != nil {
 		d.log.Warn("echo replies to the host IP are not steered by learning (cls_bpf on eth0)", "err", err)
 	}

@@ -458,6 +458,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 			}
 		}
 	}
+	d.fragLearn(c.ID, veth)
 	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin, in: d.hostNow}
 	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
 	d.ctrs[c.ID] = rec

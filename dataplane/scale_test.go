@@ -191,6 +191,15 @@ func TestThousandContainersFiltersRestore(t *testing.T) {
 	if len(es) < 3*n { // ranges (2 per container) + ARP + ICMP
 		t.Fatalf("only %d eth0 entries after adding %d containers", len(es), n)
 	}
+	// A real container among them gets its fragmented datagrams whole
+	// (fragment steering's cost does not grow with the containers).
+	f := e.start("F", 2000, "49152-50175", "31000-31009", "", 31000)
+	for _, size := range fragSizes {
+		mustEchoBig(t, e.sb.Client, "udp", hostAddr(31000), "F", bigMsg("fleet", size))
+	}
+	if _, err := e.d.Teardown(context.Background(), f.c); err != nil {
+		t.Fatal(err)
+	}
 	start = time.Now()
 	for i := 0; i < n; i++ {
 		slot := uint16(i + 1)

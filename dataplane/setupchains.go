@@ -163,6 +163,7 @@ func (d *DataPlane) hostChain(ch *chain, c Container, name string, vethIdx int, 
 	if err := vf.Install(all); err != nil {
 		return 0, fmt.Errorf("container %s: filters on %s: %w", c.ID, name, err)
 	}
+	d.fragLearn(c.ID, vethIdx)
 	if err := ch.step("veth filters"); err != nil {
 		return 0, err
 	}

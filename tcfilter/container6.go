@@ -40,7 +40,7 @@ func (c ContainerFilters) loRoot6() []node {
 				sel: sel(nl.TC_U32_TERMINAL, append([]nl.TcU32Key{nextHdrKey(p)}, addr6Keys(ip6Dst, a)...)...)})
 		}
 	}
-	return withKinds(ns)
+	return append(withKinds(ns), c.loFragNodes6(id)...)
 }
 
 // eth0Root6 is the twin of eth0Root: TCP/UDP to ::1 with an own

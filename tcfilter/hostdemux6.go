@@ -147,7 +147,7 @@ func (x *HostDemux) rootNodes6() []node {
 			sel: eat40(sel(nl.TC_U32_TERMINAL, append([]nl.TcU32Key{nextHdrKey(proto)}, dst...)...))}
 	}
 	if x.dst == nil {
-		return []node{l4(1, ipprotoTCP, TableL, nil), l4(2, ipprotoUDP, TableL, nil)}
+		return append([]node{l4(1, ipprotoTCP, TableL, nil), l4(2, ipprotoUDP, TableL, nil)}, rootNodes6Frag(0, nil)...)
 	}
 	var ns []node
 	for i, a := range x.ip6.Addrs {
@@ -157,6 +157,7 @@ func (x *HostDemux) rootNodes6() []node {
 			l4(base, ipprotoTCP, TableL, dst),
 			l4(base+1, ipprotoUDP, TableL, dst),
 			withKind(l4(base+2, ipprotoICMPv6, TableICMP6, dst), KindICMP))
+		ns = append(ns, rootNodes6Frag(i, a)...)
 	}
 	if x.ip6.Sink > 0 {
 		for i, a := range x.ip6.Addrs {

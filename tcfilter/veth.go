@@ -541,7 +541,8 @@ func (v VethFilters) Retarget(rs []ephemeral.Range) error {
 // local, TCP/UDP to the container's own ports stays local, and every other
 // first fragment to the host IP or 127.0.0.0/8 is redirected to eth0, out
 // to the host (and from there to the host's processes or another
-// container). Non-first fragments stay local. On eth0: TCP/UDP to
+// container). Fragments to the host IP go out too, to own ports as well
+// (containerfrag.go); others stay local. On eth0: TCP/UDP to
 // 127.0.0.0/8 and an own port (coming back from the host) is redirected to
 // lo.
 type ContainerFilters struct {
@@ -588,16 +589,17 @@ func (c ContainerFilters) loRoot() []node {
 	l4 := func(proto uint8, dst nl.TcU32Key) *nl.TcU32Sel {
 		return eatIHL(sel(0, protoKey(proto), firstFragKey(), dst))
 	}
-	return append(withKinds([]node{
+	return append(append(withKinds([]node{
 		{prio: PrioIP, handle: 1, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), hip), kind: KindICMP},
 		{prio: PrioIP, handle: 2, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, protoKey(ipprotoICMP), dstLoopbackKey()), kind: KindICMP},
-		{prio: PrioIP, handle: 3, sel: l4(ipprotoTCP, hip), link: ctrLo.hashTable},
-		{prio: PrioIP, handle: 4, sel: l4(ipprotoUDP, hip), link: ctrLo.hashTable},
+		// (to the host IP, a fragment goes out even to an own port: containerfrag.go)
+		{prio: PrioIP, handle: 3, sel: eatIHL(sel(0, protoKey(ipprotoTCP), notFragKey(), hip)), link: ctrLo.hashTable},
+		{prio: PrioIP, handle: 4, sel: eatIHL(sel(0, protoKey(ipprotoUDP), notFragKey(), hip)), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 5, sel: l4(ipprotoTCP, dstLoopbackKey()), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 6, sel: l4(ipprotoUDP, dstLoopbackKey()), link: ctrLo.hashTable},
 		{prio: PrioIP, handle: 7, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey(), hip), act: actRedirect, target: c.Eth0},
 		{prio: PrioIP, handle: 8, classid: ClassStop, sel: sel(nl.TC_U32_TERMINAL, firstFragKey(), dstLoopbackKey()), act: actRedirect, target: c.Eth0},
-	}), c.loRoot6()...)
+	}), c.loFragNodes()...), c.loRoot6()...)
 }
 
 func (c ContainerFilters) eth0Root() []node {

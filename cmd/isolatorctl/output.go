@@ -362,6 +362,7 @@ func (r statusResult) writeTable(w io.Writer) error {
 	writeHostPorts(tw, s.GetHostPorts())
 	writeRecovery(tw, s)
 	fmt.Fprintf(tw, "Orphans reclaimed:\t%d\n", s.GetOrphansReclaimed())
+	writeFragments(tw, s.GetFragments())
 	return tw.Flush()
 }
 

@@ -41,6 +41,7 @@ type options struct {
 	eth0, lo, netnsDir, hostNetNS string
 	ports, ephemeralPorts         string
 	blockSize                     int
+	fragTableSize                 int
 	allowUIDs                     string
 	logLevel                      string
 	config                        string // the --config file of the settings that change at run time (reload.go)
@@ -97,6 +98,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ingressCeil, "ingress-ceil", "0", "peak rate of the default ingress limit while bursting (0 = line speed)")
 	fs.BoolVar(&o.followHost, "follow-host", true, "follow the host interface at run time: containers get the host's new addresses, gateways, MTU and MAC within seconds, and a recreated interface its filters again")
 	fs.StringVar(&o.hostLoopbackPorts, keyHostLoopbackPorts, "", "ports of host services on 127.0.0.0/8 and ::1 every container may reach, e.g. 53,8125 (default none: a container reaches no host-only service; containers still reach each other through 127.0.0.1)")
+	fs.IntVar(&o.fragTableSize, "fragment-table-size", 0, "datagrams per family whose later fragments are steered to the container their first fragment went to (0 = 8192; negative = off: later fragments stay with the host)")
 	fs.BoolVar(&o.showVersion, "version", false, "print isolatord's version and exit")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	return fs
@@ -292,7 +294,8 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	defer hp.Close()
 	cfg.HostPorts = hp
 	dp, err := dataplane.New(dataplane.Config{HostNS: o.hostNetNS, Eth0: o.eth0, Lo: o.lo, NetNSDir: o.netnsDir, IPv6: o.ipv6.mode, Follow: o.followHost, Logger: log, Observer: m.FilterOp,
-		ContainerPorts: cfg.ManagedPorts.Union(cfg.EphemeralPool), HostLoopbackPorts: rl.cur.loopback})
+		ContainerPorts: cfg.ManagedPorts.Union(cfg.EphemeralPool), HostLoopbackPorts: rl.cur.loopback,
+		FragmentTableSize: o.fragTableSize})
 	if err != nil {
 		return err
 	}
@@ -310,6 +313,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	m.WatchDrops(dp, dataplane.DropReasons)
 	m.WatchIPv6ToHost(dp.IPv6ToHost)
+	m.WatchFragments(fragmentMetrics(dp))
 	m.WatchRecovery(iso)
 
 	// Metrics first, so that a long recovery is visible.
@@ -342,7 +346,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	if ownSocket { // a socket systemd passed stays: it queues calls for the next start
 		defer os.Remove(o.socket)
 	}
-	gs, hs := newGRPCServer(iso, rl.uids, log, m, func() string { return dp.HostLoopbackPorts().String() })
+	gs, hs := newGRPCServer(iso, rl.uids, log, m, func() string { return dp.HostLoopbackPorts().String() }, fragmentStatus(dp))
 	spareProcs(log)
 	rl.iso = iso
 	rl.loopback = func(s ephemeral.Set) error { return dp.SetHostLoopbackPorts(ctx, s) }
@@ -378,13 +382,13 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 
 // newGRPCServer builds the gRPC server: peer-credential transport, uid
 // authorization, call logging, the Isolator service and the health service.
-func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m *metrics.Metrics, loopback func() string) (*grpc.Server, *health.Server) {
+func newGRPCServer(iso *isolator.Isolator, allowed *uidSet, log *slog.Logger, m *metrics.Metrics, loopback func() string, fragments ...fragmentsFn) (*grpc.Server, *health.Server) {
 	// Metrics first, so refused calls count as PermissionDenied with the caller's uid.
 	gs := grpc.NewServer(
 		grpc.Creds(peerCreds{}),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(uidLabel), logCalls(log), authorize(allowed), boundWrites(defaultWrites())),
 	)
-	pbgrpc.RegisterIsolatorServer(gs, &server{iso: iso, log: log, loopback: loopback})
+	pbgrpc.RegisterIsolatorServer(gs, &server{iso: iso, log: log, loopback: loopback, fragments: fragments})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -27,6 +27,8 @@ type server struct {
 	// loopback, when set, says which host loopback ports are open to every
 	// container (--host-loopback-ports, as last reloaded).
 	loopback func() string
+	// fragments, when set, reads the fragment steering's counters.
+	fragments []fragmentsFn
 }
 
 func portSpecs(ps []*pb.PortRange) []isolator.PortSpec {
@@ -269,6 +271,9 @@ func (s *server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		resp.Containers += uint32(n)
 	}
 	resp.HostPorts = hostPortsToProto(st.HostPorts)
+	for _, f := range s.fragments {
+		resp.Fragments = f()
+	}
 	return resp, nil
 }
 

@@ -253,7 +253,7 @@ func readLine(r *bufio.Reader) (string, error) {
 }
 
 // ServeUDP listens on addr and answers each datagram R with "<name> R\n" (a
-// datagram of the single byte ModeRR is echoed unchanged). It runs until ctx
+// datagram beginning with the byte ModeRR is answered with that one byte). It runs until ctx
 // is done or Close is called.
 func ServeUDP(ctx context.Context, addr, name string, opts ...ServeOption) (*Server, error) {
 	lc := listenConfig(opts)
@@ -274,7 +274,7 @@ func ServeUDP(ctx context.Context, addr, name string, opts ...ServeOption) (*Ser
 				}
 				continue
 			}
-			if n == 1 && buf[0] == ModeRR {
+			if n >= 1 && buf[0] == ModeRR { // (FragRequestResponse: a large request, a 1-byte reply)
 				pc.WriteTo(buf[:1], from)
 				continue
 			}

@@ -2067,8 +2067,11 @@ type StatusResponse struct {
 	// (containers still reach each other through 127.0.0.1 and ::1; TCP/UDP
 	// to any other loopback port is dropped and counted as "loopback").
 	HostLoopbackPorts string `protobuf:"bytes,91,opt,name=host_loopback_ports,json=hostLoopbackPorts,proto3" json:"host_loopback_ports,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Fragmented datagrams to containers (issue 32): how their later
+	// fragments were steered; unset by a daemon that predates it.
+	Fragments     *FragmentSteering `protobuf:"bytes,92,opt,name=fragments,proto3" json:"fragments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2276,6 +2279,123 @@ func (x *StatusResponse) GetHostLoopbackPorts() string {
 	return ""
 }
 
+func (x *StatusResponse) GetFragments() *FragmentSteering {
+	if x != nil {
+		return x.Fragments
+	}
+	return nil
+}
+
+// FragmentSteering: a datagram's later fragments carry no ports; the
+// daemon sends them where its first fragment went (learned in a table of
+// table_size datagrams per family, least recently used dropped first).
+type FragmentSteering struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the kernel cannot run the programs (fragments of datagrams
+	// to containers then stay with the host).
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Later fragments sent to the container their first fragment went to.
+	SteeredIpv4 uint64 `protobuf:"varint,2,opt,name=steered_ipv4,json=steeredIpv4,proto3" json:"steered_ipv4,omitempty"`
+	SteeredIpv6 uint64 `protobuf:"varint,3,opt,name=steered_ipv6,json=steeredIpv6,proto3" json:"steered_ipv6,omitempty"`
+	// Later fragments whose first fragment no container got (the host's own
+	// datagrams, or the first fragment not seen yet): left to the host.
+	ToHostIpv4 uint64 `protobuf:"varint,4,opt,name=to_host_ipv4,json=toHostIpv4,proto3" json:"to_host_ipv4,omitempty"`
+	ToHostIpv6 uint64 `protobuf:"varint,5,opt,name=to_host_ipv6,json=toHostIpv6,proto3" json:"to_host_ipv6,omitempty"`
+	// Datagrams dropped from a full table to make room.
+	TableEvictions uint64 `protobuf:"varint,6,opt,name=table_evictions,json=tableEvictions,proto3" json:"table_evictions,omitempty"`
+	// Datagrams in the tables now, and each table's size.
+	TableEntries  uint64 `protobuf:"varint,7,opt,name=table_entries,json=tableEntries,proto3" json:"table_entries,omitempty"`
+	TableSize     uint32 `protobuf:"varint,8,opt,name=table_size,json=tableSize,proto3" json:"table_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FragmentSteering) Reset() {
+	*x = FragmentSteering{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FragmentSteering) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FragmentSteering) ProtoMessage() {}
+
+func (x *FragmentSteering) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FragmentSteering.ProtoReflect.Descriptor instead.
+func (*FragmentSteering) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *FragmentSteering) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *FragmentSteering) GetSteeredIpv4() uint64 {
+	if x != nil {
+		return x.SteeredIpv4
+	}
+	return 0
+}
+
+func (x *FragmentSteering) GetSteeredIpv6() uint64 {
+	if x != nil {
+		return x.SteeredIpv6
+	}
+	return 0
+}
+
+func (x *FragmentSteering) GetToHostIpv4() uint64 {
+	if x != nil {
+		return x.ToHostIpv4
+	}
+	return 0
+}
+
+func (x *FragmentSteering) GetToHostIpv6() uint64 {
+	if x != nil {
+		return x.ToHostIpv6
+	}
+	return 0
+}
+
+func (x *FragmentSteering) GetTableEvictions() uint64 {
+	if x != nil {
+		return x.TableEvictions
+	}
+	return 0
+}
+
+func (x *FragmentSteering) GetTableEntries() uint64 {
+	if x != nil {
+		return x.TableEntries
+	}
+	return 0
+}
+
+func (x *FragmentSteering) GetTableSize() uint32 {
+	if x != nil {
+		return x.TableSize
+	}
+	return 0
+}
+
 // HostPortReservations: what StatusResponse says of the host port
 // reservations.
 type HostPortReservations struct {
@@ -2293,7 +2413,7 @@ type HostPortReservations struct {
 
 func (x *HostPortReservations) Reset() {
 	*x = HostPortReservations{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2425,7 @@ func (x *HostPortReservations) String() string {
 func (*HostPortReservations) ProtoMessage() {}
 
 func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2438,7 @@ func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPortReservations.ProtoReflect.Descriptor instead.
 func (*HostPortReservations) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HostPortReservations) GetEnabled() bool {
@@ -2355,7 +2475,7 @@ type HostPortConflict struct {
 
 func (x *HostPortConflict) Reset() {
 	*x = HostPortConflict{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2487,7 @@ func (x *HostPortConflict) String() string {
 func (*HostPortConflict) ProtoMessage() {}
 
 func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2500,7 @@ func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPortConflict.ProtoReflect.Descriptor instead.
 func (*HostPortConflict) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HostPortConflict) GetPort() uint32 {
@@ -2405,7 +2525,7 @@ type RemoveUnattributedRequest struct {
 
 func (x *RemoveUnattributedRequest) Reset() {
 	*x = RemoveUnattributedRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2537,7 @@ func (x *RemoveUnattributedRequest) String() string {
 func (*RemoveUnattributedRequest) ProtoMessage() {}
 
 func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2550,7 @@ func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnattributedRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnattributedRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{29}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{30}
 }
 
 type RemoveUnattributedResponse struct {
@@ -2443,7 +2563,7 @@ type RemoveUnattributedResponse struct {
 
 func (x *RemoveUnattributedResponse) Reset() {
 	*x = RemoveUnattributedResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2575,7 @@ func (x *RemoveUnattributedResponse) String() string {
 func (*RemoveUnattributedResponse) ProtoMessage() {}
 
 func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2588,7 @@ func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnattributedResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnattributedResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{30}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveUnattributedResponse) GetRemoved() []string {
@@ -2498,7 +2618,7 @@ type AttachResponse_Interface struct {
 
 func (x *AttachResponse_Interface) Reset() {
 	*x = AttachResponse_Interface{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[40]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2630,7 @@ func (x *AttachResponse_Interface) String() string {
 func (*AttachResponse_Interface) ProtoMessage() {}
 
 func (x *AttachResponse_Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[40]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2863,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.isolatord.v1.ContainerR\n" +
 	"containers\"\x0f\n" +
-	"\rStatusRequest\"\xbf\n" +
+	"\rStatusRequest\"\xfd\n" +
 	"\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12%\n" +
@@ -2775,13 +2895,26 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"host_ports\x18< \x01(\v2\".isolatord.v1.HostPortReservationsR\thostPorts\x12+\n" +
 	"\x11orphans_reclaimed\x18( \x01(\x04R\x10orphansReclaimed\x12\x1b\n" +
 	"\thost_ipv6\x18Z \x03(\tR\bhostIpv6\x12.\n" +
-	"\x13host_loopback_ports\x18[ \x01(\tR\x11hostLoopbackPorts\x1a;\n" +
+	"\x13host_loopback_ports\x18[ \x01(\tR\x11hostLoopbackPorts\x12<\n" +
+	"\tfragments\x18\\ \x01(\v2\x1e.isolatord.v1.FragmentSteeringR\tfragments\x1a;\n" +
 	"\rFeaturesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aD\n" +
 	"\x16ContainersByStateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8a\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xa3\x02\n" +
+	"\x10FragmentSteering\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12!\n" +
+	"\fsteered_ipv4\x18\x02 \x01(\x04R\vsteeredIpv4\x12!\n" +
+	"\fsteered_ipv6\x18\x03 \x01(\x04R\vsteeredIpv6\x12 \n" +
+	"\fto_host_ipv4\x18\x04 \x01(\x04R\n" +
+	"toHostIpv4\x12 \n" +
+	"\fto_host_ipv6\x18\x05 \x01(\x04R\n" +
+	"toHostIpv6\x12'\n" +
+	"\x0ftable_evictions\x18\x06 \x01(\x04R\x0etableEvictions\x12#\n" +
+	"\rtable_entries\x18\a \x01(\x04R\ftableEntries\x12\x1d\n" +
+	"\n" +
+	"table_size\x18\b \x01(\rR\ttableSize\"\x8a\x01\n" +
 	"\x14HostPortReservations\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\rR\breserved\x12<\n" +
@@ -2810,7 +2943,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),                // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),                  // 1: isolatord.v1.PortRange
@@ -2840,37 +2973,38 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(*ListResponse)(nil),               // 25: isolatord.v1.ListResponse
 	(*StatusRequest)(nil),              // 26: isolatord.v1.StatusRequest
 	(*StatusResponse)(nil),             // 27: isolatord.v1.StatusResponse
-	(*HostPortReservations)(nil),       // 28: isolatord.v1.HostPortReservations
-	(*HostPortConflict)(nil),           // 29: isolatord.v1.HostPortConflict
-	(*RemoveUnattributedRequest)(nil),  // 30: isolatord.v1.RemoveUnattributedRequest
-	(*RemoveUnattributedResponse)(nil), // 31: isolatord.v1.RemoveUnattributedResponse
-	nil,                                // 32: isolatord.v1.Container.LabelsEntry
-	nil,                                // 33: isolatord.v1.PrepareRequest.LabelsEntry
-	nil,                                // 34: isolatord.v1.SnmpStats.IpEntry
-	nil,                                // 35: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                                // 36: isolatord.v1.SnmpStats.TcpEntry
-	nil,                                // 37: isolatord.v1.SnmpStats.UdpEntry
-	nil,                                // 38: isolatord.v1.UsageResponse.DroppedPacketsEntry
-	nil,                                // 39: isolatord.v1.CleanupRequest.RequireLabelsEntry
-	nil,                                // 40: isolatord.v1.AttachRequest.RequireLabelsEntry
-	(*AttachResponse_Interface)(nil),   // 41: isolatord.v1.AttachResponse.Interface
-	nil,                                // 42: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                                // 43: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
+	(*FragmentSteering)(nil),           // 28: isolatord.v1.FragmentSteering
+	(*HostPortReservations)(nil),       // 29: isolatord.v1.HostPortReservations
+	(*HostPortConflict)(nil),           // 30: isolatord.v1.HostPortConflict
+	(*RemoveUnattributedRequest)(nil),  // 31: isolatord.v1.RemoveUnattributedRequest
+	(*RemoveUnattributedResponse)(nil), // 32: isolatord.v1.RemoveUnattributedResponse
+	nil,                                // 33: isolatord.v1.Container.LabelsEntry
+	nil,                                // 34: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                                // 35: isolatord.v1.SnmpStats.IpEntry
+	nil,                                // 36: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                                // 37: isolatord.v1.SnmpStats.TcpEntry
+	nil,                                // 38: isolatord.v1.SnmpStats.UdpEntry
+	nil,                                // 39: isolatord.v1.UsageResponse.DroppedPacketsEntry
+	nil,                                // 40: isolatord.v1.CleanupRequest.RequireLabelsEntry
+	nil,                                // 41: isolatord.v1.AttachRequest.RequireLabelsEntry
+	(*AttachResponse_Interface)(nil),   // 42: isolatord.v1.AttachResponse.Interface
+	nil,                                // 43: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                                // 44: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	44, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	44, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	32, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	45, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	45, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	33, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	1,  // 8: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
 	2,  // 9: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 10: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	33, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	34, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
 	4,  // 12: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
 	4,  // 13: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
 	1,  // 14: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
@@ -2878,10 +3012,10 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	2,  // 16: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
 	4,  // 17: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
 	13, // 18: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	34, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	35, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	36, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	37, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	35, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	36, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	37, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	38, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
 	2,  // 23: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
 	3,  // 24: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	12, // 25: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
@@ -2889,26 +3023,27 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
 	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
 	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	44, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	38, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
-	39, // 32: isolatord.v1.CleanupRequest.require_labels:type_name -> isolatord.v1.CleanupRequest.RequireLabelsEntry
+	45, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	39, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
+	40, // 32: isolatord.v1.CleanupRequest.require_labels:type_name -> isolatord.v1.CleanupRequest.RequireLabelsEntry
 	5,  // 33: isolatord.v1.AttachRequest.prepare:type_name -> isolatord.v1.PrepareRequest
-	40, // 34: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
+	41, // 34: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
 	4,  // 35: isolatord.v1.AttachResponse.container:type_name -> isolatord.v1.Container
-	41, // 36: isolatord.v1.AttachResponse.eth0:type_name -> isolatord.v1.AttachResponse.Interface
+	42, // 36: isolatord.v1.AttachResponse.eth0:type_name -> isolatord.v1.AttachResponse.Interface
 	4,  // 37: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
 	4,  // 38: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	42, // 39: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	43, // 40: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	43, // 39: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	44, // 40: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
 	2,  // 41: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 42: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	28, // 43: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
-	29, // 44: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	29, // 43: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	28, // 44: isolatord.v1.StatusResponse.fragments:type_name -> isolatord.v1.FragmentSteering
+	30, // 45: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -2930,7 +3065,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -251,7 +251,7 @@ func (b *bench) prepare(ctx context.Context) error {
 	}{{caseA, b.sbA, "host-a"}, {caseD, b.sbN, "host-d"}} {
 		srv := &daemon{
 			Bin: b.o.isotraffic, HostNS: h.sb.Host.Path, Ready: "ready",
-			Args: []string{"serve", "--tcp", ":" + strconv.Itoa(hostServerPort), "--name", h.name},
+			Args: []string{"serve", "--tcp", ":" + strconv.Itoa(hostServerPort), "--udp", ":" + strconv.Itoa(hostServerPort), "--name", h.name},
 		}
 		if _, err := srv.Start(10 * time.Second); err != nil {
 			b.fail("host server %s: %v", h.name, err)
@@ -460,7 +460,7 @@ func (b *bench) phaseOne(ctx context.Context) error {
 // isolates it by pid and registers it as the target of case c (over both
 // families).
 func (b *bench) serverContainer(ctx context.Context, sb *sandbox.Sandbox, cl pbgrpc.IsolatorClient, c, name string, port int) error {
-	ctr, err := sb.Spawn(name, b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(port), "--name", name)
+	ctr, err := sb.Spawn(name, b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(port), "--udp", ":"+strconv.Itoa(port), "--name", name)
 	if err != nil {
 		return err
 	}
@@ -563,7 +563,7 @@ func (b *bench) phaseN(ctx context.Context) error {
 
 	// The server container is made first but set up last, so that its
 	// filters are the last ones added.
-	ctr, err := b.sbN.Spawn("ctr-c", b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(firstStatic+n-1), "--name", "ctr-c")
+	ctr, err := b.sbN.Spawn("ctr-c", b.o.isotraffic, "serve", "--tcp", ":"+strconv.Itoa(firstStatic+n-1), "--udp", ":"+strconv.Itoa(firstStatic+n-1), "--name", "ctr-c")
 	if err != nil {
 		return err
 	}
@@ -635,6 +635,8 @@ func (b *bench) measure(ctx context.Context, metric string, t *target, dur time.
 			v, err = traffic.ConnectRate(ctx, t.addr, dur)
 		case metricBulk:
 			v, err = traffic.Bulk(ctx, t.addr, dur)
+		case metricFragRR:
+			v, err = traffic.FragRequestResponse(ctx, t.addr, fragRequest, dur)
 		default:
 			err = fmt.Errorf("unknown metric %q", metric)
 		}

@@ -32,8 +32,8 @@ func TestIPv6Rows(t *testing.T) {
 			t.Errorf("%s: %q, want %s", name, got, st)
 		}
 	}
-	if n := len(r.Targets); n != 25 { // 9 of the control plane, 8 per family
-		t.Errorf("%d targets, want 25", n)
+	if n := len(r.Targets); n != 31 { // 9 of the control plane, 11 per family
+		t.Errorf("%d targets, want 31", n)
 	}
 	var b bytes.Buffer
 	r.Date = "2026-01-02T03:04:05Z"

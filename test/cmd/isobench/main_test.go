@@ -153,8 +153,8 @@ func checkFields(t *testing.T, doc map[string]any) {
 		}
 	}
 	targets, _ := doc["targets"].([]any)
-	if len(targets) != 37 { // 17, 8 of the IPv6 data plane and 12 of the control phase
-		t.Errorf("%d targets, want 37", len(targets))
+	if len(targets) != 43 { // 20, 11 of the IPv6 data plane and 12 of the control phase
+		t.Errorf("%d targets, want 43", len(targets))
 	}
 	for _, x := range targets {
 		tg, _ := x.(map[string]any)
@@ -293,6 +293,9 @@ func TestEvaluate(t *testing.T) {
 		"bulk (c)/(b)":                      "NOT MEASURED",
 		"new connections (c)/(b)":           "NOT MEASURED",
 		"bulk (d)/(a)":                      "NOT MEASURED",
+		fragLabel + " (b)/(a)":              "NOT MEASURED",
+		fragLabel + " (c)/(b)":              "NOT MEASURED",
+		fragLabel + " (d)/(a)":              "NOT MEASURED",
 	}
 	if len(r.Targets) != len(want) {
 		t.Errorf("%d targets, want %d", len(r.Targets), len(want))

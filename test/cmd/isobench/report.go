@@ -140,9 +140,12 @@ const (
 	metricRR   = "rr"   // TCP request/response, transactions/s
 	metricCRR  = "crr"  // TCP connect/request/response, connections/s
 	metricBulk = "bulk" // one TCP stream, bytes/s
+	// metricFragRR: UDP request/response, a request of fragRequest bytes
+	// (fragmented) and a 1-byte reply, transactions/s (fragrr.go)
+	metricFragRR = "frag_rr"
 )
 
-var metrics = []string{metricRR, metricCRR, metricBulk}
+var metrics = []string{metricRR, metricCRR, metricBulk, metricFragRR}
 
 // Rate is one case of one metric: every round's sample, their median, the
 // best round and the spread (interquartile range / median), which says how
@@ -196,7 +199,7 @@ type MicroBenchmark struct {
 func newDataPlane(f family) DataPlane {
 	over := " over " + f.label()
 	dp := DataPlane{
-		Units:        map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s"},
+		Units:        map[string]string{metricRR: "transactions/s", metricCRR: "connections/s", metricBulk: "bytes/s", metricFragRR: "transactions/s"},
 		Rates:        map[string]map[string]*Rate{},
 		Ratios:       map[string]map[string]*float64{},
 		RatiosPaired: map[string]map[string]*float64{},
@@ -387,6 +390,7 @@ func (r *Results) evaluate() {
 		dr, sfx := dp.Ratios, f.targetSuffix()
 		add("request/response (b)/(a)"+sfx, dr[metricRR]["b/a"], "x", false, 0.95)
 		add("bulk (b)/(a)"+sfx, dr[metricBulk]["b/a"], "x", false, 0.95)
+		add(metricLabel(metricFragRR)+" (b)/(a)"+sfx, dr[metricFragRR]["b/a"], "x", false, 0.9)
 		for _, m := range metrics {
 			add(metricLabel(m)+" (c)/(b)"+sfx, dr[m]["c/b"], "x", false, 0.9)
 		}
@@ -404,6 +408,8 @@ func metricLabel(m string) string {
 		return "new connections"
 	case metricBulk:
 		return "bulk"
+	case metricFragRR:
+		return fragLabel
 	}
 	return m
 }
