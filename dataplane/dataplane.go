@@ -747,47 +747,6 @@ func (d *DataPlane) rollback(id string, undo *undoStack, err *error) {
 	}
 }
 
-// claim reserves c's ID and slot for a Setup in progress (checked against
-// the plumbed containers and the other setups in progress).
-func (d *DataPlane) claim(c Container) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid
-	if err := d.ready(); err != nil {
-		return err
-	}
-	if _, ok := d.ctrs[c.ID]; ok {
-		return fmt.Errorf("%w: %s", ErrExists, c.ID)
-	}
-	if _, ok := d.settingUp[c.ID]; ok {
-		return fmt.Errorf("%w: %s (being set up)", ErrExists, c.ID)
-	}
-	if other, ok := d.slots[c.Slot]; ok {
-		return fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
-	}
-	for other, slot := range d.settingUp {
-		if slot == c.Slot {
-			return fmt.Errorf("%w: slot %d is used by container %s (being set up)", ErrExists, c.Slot, other)
-		}
-	}
-	if err := d.checkLimits(c.Egress, c.Ingress); err != nil {
-		return err
-	}
-	if d.settingUp == nil {
-		d.settingUp = map[string]uint16{}
-	}
-	d.settingUp[c.ID] = c.Slot
-	d.retired.touch()
-	return nil
-}
-
-// unclaim ends a Setup in progress.
-func (d *DataPlane) unclaim(id string) {
-	d.mu.Lock()
-	delete(d.settingUp, id)
-	d.mu.Unlock()
-}
-
 // hostLinkSettings gives host link (idx, name) no forwarding of stray
 // packets and no IPv6 (the shared MAC would give every link the same
 // link-local address); call it inside withHostSysctls.
@@ -802,17 +761,6 @@ func hostLinkSettings(sd *sysctl.Dir, idx int, name string) error {
 // open from one call to the next.
 func (d *DataPlane) withHostSysctls(fn func(*sysctl.Dir) error) error {
 	return d.hostNS.Do(func() error { return fn(d.hostSysctl) })
-}
-
-// delIngress removes the ingress qdisc Setup adds, and with it every
-// filter, of a link.
-func delIngress(h *netlink.Handle, idx int) error {
-	attrs := netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}
-	err := h.QdiscDel(&netlink.Ingress{QdiscAttrs: attrs})
-	if err != nil && !veth.IsNotFound(err) {
-		return fmt.Errorf("delete ingress qdisc of link %d: %w", idx, err)
-	}
-	return nil
 }
 
 // flush waits until the host demuxes have deleted the hash tables the

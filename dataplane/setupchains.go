@@ -34,6 +34,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/netns/nshandle"
@@ -225,4 +227,15 @@ func (d *DataPlane) containerChain(ch *chain, c Container, ns *nshandle.NS, all 
 	}
 	ch.undo.push("neighbour sync", func() error { d.dropNeigh(c.ID); return nil })
 	return ch.step("neighbours")
+}
+
+// delIngress removes the ingress qdisc Setup adds, and with it every
+// filter, of a link.
+func delIngress(h *netlink.Handle, idx int) error {
+	attrs := netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}
+	err := h.QdiscDel(&netlink.Ingress{QdiscAttrs: attrs})
+	if err != nil && !veth.IsNotFound(err) {
+		return fmt.Errorf("delete ingress qdisc of link %d: %w", idx, err)
+	}
+	return nil
 }

@@ -76,7 +76,7 @@ func (s *Isolator) cleanup(ctx context.Context, r *Record) error {
 		return nil
 	}
 	// The prepared intent first: one left after the removal would bring
-	// the container back at the next start (intents.go). When it cannot
+	// the container back at the next start (store/intents.go). When it cannot
 	// be removed (a full disk: a removal is a line appended), the record
 	// stays too.
 	if err := s.store.Unintend(r.ID, 0); err != nil {

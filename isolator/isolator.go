@@ -118,7 +118,7 @@ type Record struct {
 	Lost []string `json:"lost,omitempty"`
 
 	// Seq numbers the record's writes: an intent replaces the database's
-	// record at load only if newer (intents.go).
+	// record at load only if newer (store/intents.go).
 	Seq uint64 `json:"seq,omitempty"`
 }
 

@@ -3,7 +3,7 @@ package isolator
 import "sync"
 
 // Prepared records whose commit is queued. A Prepare answers with its
-// record in the journal only (intents.go); the journal's record of a
+// record in the journal only (store/intents.go); the journal's record of a
 // container with none in the database is loaded at the next start when it
 // is prepared or isolating, never when it is cleaning or updating (such an
 // intent outlives its record: its removal committed, or a kill before it

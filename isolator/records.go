@@ -12,7 +12,7 @@ import (
 // before the commit finds the intent at its next start and, the plumbing
 // being complete, records the container as isolated (the answer it gave);
 // a machine that loses power loses the intent and the kernel objects alike
-// (see intents.go) and comes back with the prepared record, nothing in the
+// (see store/intents.go) and comes back with the prepared record, nothing in the
 // kernel. The write was queued before the answer, so every later write of
 // the container is committed with it or after it. The intent is removed
 // under the container's lock unless a newer one replaced it; after a
@@ -24,7 +24,7 @@ func (s *Isolator) isolatedStored(id string, intent uint64, err error) {
 // preparedStored is called once the prepared record of container id,
 // whose prepared intent is numbered intent, is committed. The caller was
 // answered before, with the record in the journal: a daemon killed before
-// the commit finds it there at its next start (intents.go). The intent is
+// the commit finds it there at its next start (store/intents.go). The intent is
 // removed under the container's lock unless a newer one (an Isolate's)
 // replaced it; after a failed commit it stays, for the next start.
 func (s *Isolator) preparedStored(id string, intent uint64, err error) {
@@ -57,7 +57,7 @@ func (s *Isolator) commit(r *Record) error {
 }
 
 // intend persists r, a transitional state written before the kernel is
-// touched, in the intent journal (intents.go), and publishes it in memory.
+// touched, in the intent journal (store/intents.go), and publishes it in memory.
 func (s *Isolator) intend(r *Record) error {
 	if r.State != StateIsolating {
 		s.waitPrepared(r.ID) // (preparequeue.go)

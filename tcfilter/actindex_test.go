@@ -169,11 +169,11 @@ func TestVethActionsShared(t *testing.T) {
 	dropOne(t, w, b, a)
 }
 
-// TestInstallSharesOldActions: Install (a restarted daemon's Adopt) brings
+// TestInstallSharesActions: Install (a restarted daemon's Adopt) brings
 // a veth whose nodes each have a mirred action of their own back to the
 // shared actions without a packet going unmatched, and the container's
 // traffic and drop counts stay right.
-func TestInstallSharesOldActions(t *testing.T) {
+func TestInstallSharesActions(t *testing.T) {
 	w := newWire(t)
 	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
 	serve(t, w.s.Client.Do, "client", 9000)
