@@ -158,7 +158,7 @@ func requestedPorts(pbs []portBinding, shared ephemeral.Set) ([]isolator.PortSpe
 			end = pb.HostPort
 		}
 		if pb.HostPort != 0 && (pb.Port < pb.HostPort || pb.Port > end) {
-			return nil, fmt.Errorf("port mapping %s refused: the isolator driver gives containers the host's own address and does no NAT, so a container's port %d is host port %d; publish it as -p %d:%d (and have the program listen on the host port it is given)",
+			return nil, fmt.Errorf("port mapping %s refused: the isolator driver gives containers the host's own address and does no NAT, so a container's port %d is host port %d; publish it as -p %d:%d",
 				bindingString(pb), pb.Port, pb.Port, pb.Port, pb.Port)
 		}
 		p := ephemeral.NewSet(ephemeral.Range{Begin: uint16(pb.Port), End: uint16(pb.Port)})

@@ -108,3 +108,76 @@ func TestDockerRunPublishesPorts(t *testing.T) {
 		return dockerLeftovers(t, e.sb, e.d) == ""
 	})
 }
+
+// dockerFails runs docker args, which must fail, and returns its output.
+func (e *dockerEnv) dockerFails(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.k.run(90*time.Second, args...)
+	if err == nil {
+		t.Fatalf("docker %s succeeded, want a refusal:\n%s", strings.Join(args, " "), out)
+	}
+	return out
+}
+
+// mustSay fails unless out has every one of wants.
+func mustSay(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Fatalf("%s: output lacks %q:\n%s", what, w, out)
+		}
+	}
+	t.Logf("%s: %s", what, strings.TrimSpace(out))
+}
+
+func TestDockerRefusals(t *testing.T) {
+	e := newDockerEnv(t)
+	k := e.k
+
+	// Networks: Docker's default IPAM and unknown options are refused.
+	out := e.dockerFails(t, "network", "create", "-d", e.driver, "badipam")
+	mustSay(t, "network without --ipam-driver null", out, "--ipam-driver null")
+	out = e.dockerFails(t, "network", "create", "-d", e.driver, "--ipam-driver", "null", "-o", "colour=blue", "badopt")
+	mustSay(t, "network with an unknown option", out, `"colour"`, "unknown")
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "-o", "shared-ports=31005", "isonet")
+
+	// NAT is refused, saying why; nothing is left in isolatord.
+	out = e.dockerFails(t, append([]string{"run", "-d", "--name", "nat", "--network", "isonet", "-p", "8080:80"}, e.serveArgs("nat", 80)...)...)
+	mustSay(t, "-p 8080:80", out, "8080:80/tcp refused", "no NAT")
+	k.must("rm", "-f", "nat")
+	if left := dockerLeftovers(t, e.sb, e.d); left != "" {
+		t.Fatalf("after the refused NAT mapping: %s", left)
+	}
+
+	// A port held by another container names it.
+	k.must(append([]string{"run", "-d", "--name", "ca", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("ca", 31001)...)...)
+	e.echoWithin(t, "tcp", 31001, "ca")
+	holder := e.ctlByEndpoint(t, "ca", "isonet").ContainerID
+	out = e.dockerFails(t, append([]string{"run", "-d", "--name", "cb", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("cb", 31001)...)...)
+	mustSay(t, "a port of another container", out, "31001", holder)
+	k.must("rm", "-f", "cb")
+
+	// A port held by a host service names the process.
+	hs := e.sb.StartHostProcess(t, "ready", staticIsotraffic(t), "serve", "--tcp", ":31002", "--name", "hostsvc")
+	out = e.dockerFails(t, append([]string{"run", "-d", "--name", "cc", "--network", "isonet", "-p", "31002:31002"}, e.serveArgs("cc", 31002)...)...)
+	mustSay(t, "a port of a host service", out, "31002", "isotraffic")
+	k.must("rm", "-f", "cc")
+	hs.Stop()
+
+	// Shared ports (the network's shared-ports option): two containers
+	// serve 31005 with SO_REUSEPORT.
+	for _, n := range []string{"s1", "s2"} {
+		k.must("run", "-d", "--name", n, "--network", "isonet", "-p", "31005:31005", e.image, "/isotraffic", "serve", "--tcp", ":31005", "--name", n, "--reuseport")
+	}
+	seen := map[string]bool{}
+	wait.For(t, 20*time.Second, "both holders of shared port 31005 to answer", func() bool {
+		if got, err := echoFromClient(e.sb, "tcp", 31005); err == nil {
+			seen[got] = true
+		}
+		return seen["s1"] && seen["s2"]
+	})
+
+	k.must("rm", "-f", "ca", "s1", "s2")
+	k.must("network", "rm", "isonet")
+	wait.For(t, 20*time.Second, "nothing left", func() bool { return dockerLeftovers(t, e.sb, e.d) == "" })
+}
