@@ -181,3 +181,57 @@ func TestDockerRefusals(t *testing.T) {
 	k.must("network", "rm", "isonet")
 	wait.For(t, 20*time.Second, "nothing left", func() bool { return dockerLeftovers(t, e.sb, e.d) == "" })
 }
+
+// TestDockerRestarts: isolatord killed with -9 while a container serves
+// (traffic keeps flowing, Docker's calls during its restart wait and
+// succeed), isolatord restarted (its networks come back from its state),
+// dockerd restarted (the network is kept and usable), and nothing left.
+func TestDockerRestarts(t *testing.T) {
+	e := newDockerEnv(t)
+	k := e.k
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "isonet")
+	k.must(append([]string{"run", "-d", "--name", "web", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("web", 31001)...)...)
+	e.echoWithin(t, "tcp", 31001, "web")
+
+	// kill -9: the container keeps its traffic while isolatord is down.
+	e.d.Kill()
+	mustEcho(t, e.sb, "tcp", 31001, "web")
+	mustEcho(t, e.sb, "udp", 31001, "web")
+	// A docker call made while isolatord is down waits for it (Docker
+	// retries a plugin it cannot reach) and succeeds once it is back.
+	type result struct {
+		out string
+		err error
+	}
+	rm := make(chan result, 1)
+	go func() {
+		out, err := k.run(90*time.Second, "rm", "-f", "web")
+		rm <- result{out, err}
+	}()
+	e.d.Start()
+	if r := <-rm; r.err != nil {
+		t.Fatalf("docker rm -f web across isolatord's restart: %v\n%s", r.err, r.out)
+	}
+	wait.For(t, 20*time.Second, "docker rm across the restart to leave nothing", func() bool {
+		return dockerLeftovers(t, e.sb, e.d) == ""
+	})
+
+	// isolatord stopped and started: the network comes back from its state.
+	e.d.Stop()
+	e.d.Start()
+	k.must(append([]string{"run", "-d", "--name", "web2", "--network", "isonet", "-p", "31002:31002", "-p", "31002:31002/udp"}, e.serveArgs("web2", 31002)...)...)
+	e.echoWithin(t, "udp", 31002, "web2")
+
+	// dockerd restarted: it stops web2 (no live restore), which releases
+	// its endpoint; the network is kept and a new container on it works.
+	k.restart()
+	wait.For(t, 20*time.Second, "dockerd's shutdown to release web2's endpoint", func() bool {
+		return dockerLeftovers(t, e.sb, e.d) == ""
+	})
+	k.must("network", "inspect", "isonet")
+	k.must("start", "web2")
+	e.echoWithin(t, "tcp", 31002, "web2")
+	k.must("rm", "-f", "web2")
+	k.must("network", "rm", "isonet")
+	wait.For(t, 20*time.Second, "nothing left", func() bool { return dockerLeftovers(t, e.sb, e.d) == "" })
+}
