@@ -68,6 +68,7 @@ func startDockerd(t *testing.T, sb *sandbox.Sandbox) *dockerd {
 			t.Logf("dockerd log (tail):\n%s", daemonproc.Indent(daemonproc.Tail(string(b), 40), "    "))
 		}
 		k.stop()
+		k.endShims()
 	})
 	k.start()
 	return k
@@ -138,6 +139,66 @@ func (k *dockerd) stop() {
 		<-k.done
 	}
 	k.log.Close()
+}
+
+// kill kills dockerd with SIGKILL: its containerd dies with it (dockerd
+// starts it with a parent-death signal), its containers outlive it in
+// their shims. The containerd pid file is removed once its process is
+// gone: a new process may take the pid, and dockerd would wait for it.
+func (k *dockerd) kill() {
+	_ = k.cmd.Process.Kill()
+	<-k.done
+	k.log.Close()
+	pidfile := filepath.Join(k.dir, "exec", "containerd", "containerd.pid")
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return
+	}
+	if !wait.Until(10*time.Second, func() bool { return !ourProcess(pid, k.dir) }) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		wait.Until(10*time.Second, func() bool { return !ourProcess(pid, k.dir) })
+	}
+	os.Remove(pidfile)
+}
+
+// ourProcess reports whether pid is a live process whose command line
+// names dir (one this dockerd started: its containerd or a shim).
+func ourProcess(pid int, dir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err == nil {
+		if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+			return false
+		}
+	}
+	return strings.Contains(string(b), dir+"/")
+}
+
+// endShims kills what this dockerd left running after it stopped:
+// processes whose command line names its directory (shims whose
+// containerd died with a killed dockerd).
+func (k *dockerd) endShims() {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if ourProcess(pid, k.dir) {
+			k.t.Logf("killing pid %d left by the test's dockerd", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // restart stops dockerd and starts it again on the same roots.

@@ -9,7 +9,9 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,12 +27,12 @@ type dockerEnv struct {
 	image  string
 }
 
-func newDockerEnv(t *testing.T) *dockerEnv {
+func newDockerEnv(t *testing.T, extra ...string) *dockerEnv {
 	t.Helper()
 	needDocker(t)
 	sb := sandbox.New(t)
 	sock, driver := pluginSocket(t, sb)
-	d := StartDaemon(t, sb, DaemonOptions{Extra: []string{"--docker-plugin", sock}})
+	d := StartDaemon(t, sb, DaemonOptions{Extra: append([]string{"--docker-plugin", sock}, extra...)})
 	k := startDockerd(t, sb)
 	e := &dockerEnv{sb: sb, d: d, k: k, driver: driver, image: "isot-busybox"}
 	k.importImage(e.image)
@@ -234,4 +236,50 @@ func TestDockerRestarts(t *testing.T) {
 	k.must("rm", "-f", "web2")
 	k.must("network", "rm", "isonet")
 	wait.For(t, 20*time.Second, "nothing left", func() bool { return dockerLeftovers(t, e.sb, e.d) == "" })
+}
+
+// TestDockerContainerDiesWhileDockerdDown: dockerd killed with -9, the
+// container's process killed while it is down; once dockerd is back, the
+// dead container's endpoint is reclaimed and nothing is left. Docker 20.10
+// drops its namespace pin at its start but does not delete the endpoint
+// (until docker rm), so isolatord's orphan reclamation does it: the
+// namespace has no process and no pin but isolatord's (--orphan-grace, 5s
+// here).
+func TestDockerContainerDiesWhileDockerdDown(t *testing.T) {
+	e := newDockerEnv(t, "--orphan-grace", "5s")
+	k := e.k
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "isonet")
+	k.must(append([]string{"run", "-d", "--name", "web", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("web", 31001)...)...)
+	e.echoWithin(t, "tcp", 31001, "web")
+	pid, err := strconv.Atoi(k.must("inspect", "-f", "{{.State.Pid}}", "web"))
+	if err != nil || pid <= 1 {
+		t.Fatalf("web's pid: %v", err)
+	}
+
+	k.kill()
+	// The container outlives dockerd (its shim holds it); then it dies.
+	mustEcho(t, e.sb, "tcp", 31001, "web")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	k.start()
+	wait.For(t, 60*time.Second, "the dead container's endpoint to be reclaimed", func() bool {
+		return dockerLeftovers(t, e.sb, e.d) == ""
+	})
+	t.Logf("reclaimed %v after dockerd's start began", time.Since(began).Round(time.Millisecond))
+	for _, l := range strings.Split(e.d.Log(), "\n") {
+		if strings.Contains(l, "docker endpoint deleted") || strings.Contains(l, "orphan") {
+			t.Log(l)
+		}
+	}
+	if _, err := echoFromClient(e.sb, "tcp", 31001); err == nil {
+		t.Fatal("port 31001 still answers")
+	}
+	// The network still works.
+	k.must("rm", "-f", "web")
+	k.must(append([]string{"run", "-d", "--name", "web2", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("web2", 31001)...)...)
+	e.echoWithin(t, "tcp", 31001, "web2")
+	k.must("rm", "-f", "web2")
+	k.must("network", "rm", "isonet")
 }
