@@ -151,6 +151,10 @@ type DataPlane struct {
 	// statsVeth: container ID -> host veth ifindex of the containers in
 	// ctrs, for Stats (admit.go).
 	statsVeth sync.Map
+	// staged are the veth pairs Stage made that no Setup adopted yet
+	// (staged.go), under smu.
+	smu    sync.Mutex
+	staged map[string]stagedVeth
 
 	mu       sync.Mutex
 	prepared bool
@@ -641,8 +645,14 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	// with the host MAC and MTU.
 	p.Veth = VethName(c.ID)
 	spec := veth.Spec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
-	p.VethIndex, err = veth.Create(d.h, ns, spec)
-	if errors.Is(err, unix.EEXIST) {
+	// A pair Stage made for a runtime that moved its peer in is adopted
+	// (staged.go).
+	var staged bool
+	p.VethIndex, staged, err = d.adoptStaged(c.ID, ns)
+	if !staged {
+		p.VethIndex, err = veth.Create(d.h, ns, spec)
+	}
+	if !staged && errors.Is(err, unix.EEXIST) {
 		// A retired pair of this namespace still holds eth0 (retire.go).
 		d.retired.wait()
 		p.VethIndex, err = veth.Create(d.h, ns, spec)

@@ -2,7 +2,8 @@
 # Installs the system tools isolatord's tests, demo and benchmarks use, only when missing:
 # ip/tc (iproute2), nsenter/unshare (util-linux), ss (iproute2), and the container runtimes
 # the real-runtime tests drive (test/runtimes): podman, containerd (ctr), runc, a static
-# busybox for the containers' rootfs and the standard CNI plugins (loopback), and lintian for
+# busybox for the containers' rootfs and the standard CNI plugins (loopback), Docker Engine
+# (docker.io, whose services are not started), and lintian for
 # the package test. Debian packages (apt-get update first).
 # With the argument "bpf" (make generate) it installs instead what regenerating the BPF objects
 # (tcfilter/bpfprog) needs: clang, llvm (llvm-strip), libbpf-dev (<bpf/bpf_helpers.h>) and the
@@ -32,6 +33,8 @@ test_tools() {
     command -v runc >/dev/null 2>&1 || need+=(runc)
     [ -x /bin/busybox ] || need+=(busybox-static)
     [ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
+    # Docker Engine 20.10 for the Docker driver tests (test/e2e/docker_test.go).
+    [ -x /usr/sbin/dockerd ] || need+=(docker.io)
   fi
 }
 if [ "${1:-}" = "bpf" ]; then bpf_toolchain; else test_tools; fi
@@ -44,4 +47,15 @@ mapfile -t pkgs < <(printf '%s\n' "${need[@]}" | sort -u)
 echo "install-deps: installing ${pkgs[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# docker.io's maintainer scripts would start the system's dockerd, which
+# puts its bridge and iptables rules in the root namespace: the tests run
+# dockerds of their own in sandboxes, so no service is started while
+# installing (policy-rc.d, unless the machine has one of its own).
+policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  policy=/usr/sbin/policy-rc.d
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${pkgs[@]}"

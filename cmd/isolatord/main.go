@@ -54,6 +54,7 @@ type options struct {
 	ipv6                                   ipv6Flag
 	followHost                             bool
 	hostLoopbackPorts                      string // host loopback ports open to every container (loopback)
+	dockerPlugin                           string // socket of the Docker network driver ("" = none; docker.go)
 	showVersion                            bool
 }
 
@@ -99,6 +100,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.followHost, "follow-host", true, "follow the host interface at run time: containers get the host's new addresses, gateways, MTU and MAC within seconds, and a recreated interface its filters again")
 	fs.StringVar(&o.hostLoopbackPorts, keyHostLoopbackPorts, "", "ports of host services on 127.0.0.0/8 and ::1 every container may reach, e.g. 53,8125 (default none: a container reaches no host-only service; containers still reach each other through 127.0.0.1)")
 	fs.IntVar(&o.fragTableSize, "fragment-table-size", 0, "datagrams per family whose later fragments are steered to the container their first fragment went to (0 = 8192; negative = off: later fragments stay with the host)")
+	fs.StringVar(&o.dockerPlugin, "docker-plugin", "", "serve Docker's remote network driver on this unix socket, e.g. /run/docker/plugins/isolator.sock (the file name is the driver's name; empty disables; docs/docker.md)")
 	fs.BoolVar(&o.showVersion, "version", false, "print isolatord's version and exit")
 	fs.Var(&o.ipv6, "ipv6", "containers share the host's IPv6 addresses: true, false, or auto (the default: on when the host interface has a global IPv6 address)")
 	return fs
@@ -352,6 +354,12 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	rl.loopback = func(s ephemeral.Set) error { return dp.SetHostLoopbackPorts(ctx, s) }
 	rl.newUIDs = func(uids []uint32) { m.InitRPC(gs, uidLabels(uids)...) }
 	go rl.serve(ctx, reloads)
+
+	dockerDone, err := serveDocker(ctx, o, iso, dp, log)
+	if err != nil {
+		return err
+	}
+	defer dockerDone()
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()

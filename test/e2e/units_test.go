@@ -46,7 +46,7 @@ func TestSystemdUnits(t *testing.T) {
 	if err != nil && t.Failed() {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
-	for _, want := range []string{"containerd.service", "podman.service", "nomad.service"} {
+	for _, want := range []string{"containerd.service", "podman.service", "nomad.service", "docker.service"} {
 		if !regexp.MustCompile(`(?m)^Before=.*\b` + regexp.QuoteMeta(want)).Match(svc) {
 			t.Errorf("isolatord.service is not ordered Before=%s", want)
 		}

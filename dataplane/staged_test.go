@@ -1,0 +1,164 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// dockerMoves does to the staged peer what Docker 20.10's SetKey does:
+// move it into the namespace at nsPath, down, rename it eth0, give it the
+// MAC and address, up.
+func dockerMoves(t *testing.T, e *env, peer, nsPath string, addr net.IPNet, mac net.HardwareAddr) {
+	t.Helper()
+	hh, err := e.sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	l, err := hh.LinkByName(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := hh.LinkSetNsFd(l, int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := netlinkAtPath(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if l, err = ch.LinkByName(peer); err != nil {
+		t.Fatal(err)
+	}
+	steps := []func() error{
+		func() error { return ch.LinkSetDown(l) },
+		func() error { return ch.LinkSetName(l, ContainerEth0) },
+		func() error { return ch.LinkSetHardwareAddr(l, mac) },
+		func() error { return ch.AddrAdd(l, &netlink.Addr{IPNet: &addr}) },
+		func() error { return ch.LinkSetUp(l) },
+	}
+	for i, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("docker's step %d: %v", i, err)
+		}
+	}
+}
+
+func netlinkAtPath(path string) (*netlink.Handle, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return netlink.NewHandleAt(netns.NsHandle(int(f.Fd())), unix.NETLINK_ROUTE)
+}
+
+// TestStagedVethAdoptedBySetup: a pair staged in the host namespace, its
+// peer moved in and configured the way Docker does it, carries nothing
+// until Setup adopted it (the host end is down, the container's eth0 has
+// no carrier); AwaitStaged returns once the runtime is done with it; Setup
+// adopts it and the container gets its port range and its traffic.
+func TestStagedVethAdoptedBySetup(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := e.spawn("stg", []uint16{31001}, false)
+	c := e.spec("stg", p, 1, "40960-41983", "31001", "")
+
+	peer, err := e.d.Stage(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.d.Unstage(c.ID) })
+	if peer != StagedPeerName(c.ID) || !e.hasLink(peer) || !e.hasLink(VethName(c.ID)) {
+		t.Fatalf("Stage: peer %q; host links %v", peer, e.hostLinks())
+	}
+	if again, err := e.d.Stage(ctx, c.ID); err != nil || again != peer {
+		t.Fatalf("Stage again: %q, %v", again, err)
+	}
+
+	// AwaitStaged waits for the runtime: not done before it moved the peer.
+	awaited := make(chan error, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		awaited <- e.d.AwaitStaged(actx, c.ID, p.NetNS)
+	}()
+	select {
+	case err := <-awaited:
+		t.Fatalf("AwaitStaged returned before the peer moved: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	dockerMoves(t, e, peer, p.NetNS, e.info.IP, e.info.MAC)
+	if err := <-awaited; err != nil {
+		t.Fatalf("AwaitStaged: %v", err)
+	}
+
+	// Until Setup: the host end is down, the container's eth0 without carrier.
+	for _, a := range e.hostLinkAttrs() {
+		if a.Name == VethName(c.ID) && a.Flags&net.FlagUp != 0 {
+			t.Fatalf("host end %s is up before Setup", a.Name)
+		}
+	}
+	ch, err := netlinkAtPath(p.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	l, err := ch.LinkByName(ContainerEth0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
+		t.Fatalf("the container's eth0 has a carrier before Setup")
+	}
+	if _, err := echo(e.sb.Client, "tcp", fmt.Sprintf("%s:31001", e.sb.HostIP)); err == nil {
+		t.Fatal("port 31001 answers before Setup")
+	}
+
+	pl := e.setup(c)
+	if pl.Veth != VethName(c.ID) || pl.VethIndex != l.Attrs().ParentIndex {
+		t.Fatalf("Setup did not adopt the staged pair: %+v (staged host end %d)", pl, l.Attrs().ParentIndex)
+	}
+	if had, err := e.d.Unstage(c.ID); had || err != nil {
+		t.Fatalf("Unstage after Setup: %v, %v (the pair is Setup's now)", had, err)
+	}
+	v, err := p.Sysctl("net.ipv4.ip_local_port_range")
+	if err != nil || strings.Join(strings.Fields(v), " ") != "40960 41983" {
+		t.Fatalf("ip_local_port_range = %q, %v", v, err)
+	}
+	mustEcho(t, e.sb.Client, "tcp", fmt.Sprintf("%s:31001", e.sb.HostIP), "stg")
+	mustEcho(t, e.sb.Client, "udp", fmt.Sprintf("%s:31001", e.sb.HostIP), "stg")
+}
+
+// TestUnstageRemovesThePair: a pair no Setup adopted is deleted by Unstage.
+func TestUnstageRemovesThePair(t *testing.T) {
+	e := newEnv(t)
+	id := e.uniqueID("uns")
+	peer, err := e.d.Stage(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if had, err := e.d.Unstage(id); !had || err != nil {
+		t.Fatalf("Unstage: %v, %v", had, err)
+	}
+	if e.hasLink(peer) || e.hasLink(VethName(id)) {
+		t.Fatalf("links left: %v", e.hostLinks())
+	}
+	if had, err := e.d.Unstage(id); had || err != nil {
+		t.Fatalf("second Unstage: %v, %v", had, err)
+	}
+}
