@@ -3,9 +3,6 @@ package tcfilter
 import (
 	"maps"
 	"net"
-	"regexp"
-	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -213,77 +210,4 @@ func TestInstallSharesOldActions(t *testing.T) {
 		t.Fatalf("owned port after the upgrade: %q %v", got, err)
 	}
 	dropOne(t, w, a)
-}
-
-// TestInstallUpgradesLayout4: Install (a restarted daemon's Adopt) moves
-// the drop nodes of a layout-4 veth (one drop action per reason of its
-// own, to the one sink SinkName) to the host's actions, carries what the
-// old actions counted into the count map, and the kernel deletes the old
-// actions once no node uses them; another container's counts stay 0.
-func TestInstallUpgradesLayout4(t *testing.T) {
-	w := newWire(t)
-	a := w.plumb(t, "ca", 1, rg(32768, 33791), rg(20000, 20015))
-	b := w.plumb(t, "cb", 2, rg(33792, 34047))
-	serve(t, w.s.Client.Do, "client", 9000)
-	reason := a.vf.dropReasons()
-	fs, err := a.vf.dev().list()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := map[uint32]bool{}
-	for _, f := range fs {
-		r, ok := reason[keyOf(f)]
-		if !ok {
-			continue
-		}
-		idx := dropIndexBase | uint32(a.veth)<<4 | uint32(slices.Index(DropReasons, r)) // layout 4, bank 0
-		f.Actions = redirect(w.sink)
-		f.Actions[0].Attrs().Index = int(idx)
-		f.RedirIndex = 0 // set by the dump: it would add a second redirect
-		if err := w.h.FilterReplace(f); err != nil {
-			t.Fatalf("layout 4 drop node %s: %v", FormatHandle(f.Handle), err)
-		}
-		old[idx] = true
-	}
-	oldActions := func() int {
-		n := 0
-		for _, m := range regexp.MustCompile(`index (\d+) `).FindAllStringSubmatch(w.s.Host.Run(t, "tc", "actions", "ls", "action", "mirred"), -1) {
-			if i, _ := strconv.ParseUint(m[1], 10, 32); old[uint32(i)] {
-				n++
-			}
-		}
-		return n
-	}
-	if n := oldActions(); n != len(old) || n < 9 {
-		t.Fatalf("layout 4 not built: %d of %d old drop actions", n, len(old))
-	}
-	// one datagram from an unowned port: counted by the old action only
-	sendUnowned(t, w, a)
-	if !wait.Until(5*time.Second, func() bool {
-		fs, err := a.vf.dev().list()
-		return err == nil && a.vf.legacyDrops(fs)[DropPort] == 1
-	}) {
-		t.Fatal("the layout-4 port drop action did not count the datagram")
-	}
-	if m, _ := a.vf.Drops(); m[DropPort] != 0 {
-		t.Fatalf("a layout-4 drop counted in the map: %v", m)
-	}
-	if err := a.vf.Install(a.ranges); err != nil {
-		t.Fatal(err)
-	}
-	checkShared(t, w, a)
-	if m, err := a.vf.Drops(); err != nil || m[DropPort] != 1 {
-		t.Errorf("after the upgrade port drops = %d (%v), want the old action's 1", m[DropPort], err)
-	}
-	if !wait.Until(5*time.Second, func() bool { return oldActions() == 0 }) {
-		t.Errorf("%d old drop actions left after the upgrade", oldActions())
-	}
-	client := net.JoinHostPort(w.s.ClientIP.String(), "9000")
-	if got, err := echo(a.c.Do, "udp", client); err != nil || got != "client" {
-		t.Fatalf("owned port after the upgrade: %q %v", got, err)
-	}
-	dropOne(t, w, a, b)
-	if m, err := b.vf.Drops(); err != nil || m[DropPort] != 0 {
-		t.Errorf("the other container's port drops = %d (%v), want 0", m[DropPort], err)
-	}
 }

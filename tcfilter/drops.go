@@ -34,32 +34,6 @@ func (v VethFilters) Drops() (map[string]uint64, error) {
 	return v.Sinks.Counts(v.Veth)
 }
 
-// legacyDrops reads, from a dump fs of the veth's filters, what its drop
-// nodes counted in actions of their own that do not lead to a counting
-// sink (a veth of a layout before 5: one action per reason, or per node,
-// to the one sink SinkName), each action counted once.
-func (v VethFilters) legacyDrops(fs []*netlink.U32) map[string]uint64 {
-	out := map[string]uint64{}
-	reason := v.dropReasons()
-	counted := map[int]bool{}
-	for _, f := range fs {
-		r, ok := reason[keyOf(f)]
-		if !ok || isHostDropIndex(mirredIndex(f)) || v.Sinks.isSink(mirredTarget(f)) {
-			continue
-		}
-		for _, a := range f.Actions {
-			if _, ok := a.(*netlink.MirredAction); !ok || counted[a.Attrs().Index] {
-				continue
-			}
-			counted[a.Attrs().Index] = true
-			if s := a.Attrs().Statistics; s != nil && s.Basic != nil {
-				out[r] += uint64(s.Basic.Packets)
-			}
-		}
-	}
-	return out
-}
-
 // nodeKey names a node of a device: priority and handle, the node id
 // alone for root nodes (the kernel numbers root tables itself).
 type nodeKey struct {

@@ -1,18 +1,17 @@
 package tcfilter
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
-	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/tcfilter/bpfprog"
 )
 
 // Drop sinks and counts (see "Drops" in the package documentation).
@@ -23,7 +22,7 @@ import (
 // cls_bpf program that adds one to the entry {skb_iif, reason} of the
 // count map and drops the packet. mirred sets skb_iif to the device it ran
 // on, the container's veth, so the map holds per-container, per-reason
-// counts that a bpf(2) lookup reads: no netlink dump, no rtnl, and no
+// counts that a map lookup reads: no netlink dump, no rtnl, and no
 // mirred action of a container's own (the kernel walks every mirred action
 // each time any device goes away).
 //
@@ -55,8 +54,8 @@ var ErrNoDropCounts = errors.New("per-container drop counts unavailable: the ker
 // DropSinks are the host's per-reason drop sinks, their shared mirred
 // actions and the count map.
 type DropSinks struct {
-	index  []int   // sink ifindex by reason code (the index in DropReasons)
-	counts *bpfMap // nil: not counted (no cls_bpf)
+	index  []int     // sink ifindex by reason code (the index in DropReasons)
+	counts *ebpf.Map // nil: not counted (no cls_bpf)
 }
 
 // BPF reports whether drops are counted per container.
@@ -78,7 +77,7 @@ func (s *DropSinks) isSink(ifindex int) bool {
 // Close releases the map's descriptor (the programs keep the map).
 func (s *DropSinks) Close() {
 	if s != nil && s.counts != nil {
-		s.counts.close()
+		s.counts.Close()
 		s.counts = nil
 	}
 }
@@ -152,66 +151,11 @@ func (s *DropSinks) ensureActions() error {
 	return nil
 }
 
-// Stack slots of the counting program.
-const (
-	stkCountKey = -8  // 8: skb_iif (4), reason code (4)
-	stkCountOne = -16 // 8: the value 1
-)
-
-const (
-	opAtomicDW    = 0xdb // STX ATOMIC DW, imm BPF_ADD: lock *(u64 *)(dst + off) += src
-	bpfNoExist    = 1    // BPF_NOEXIST
-	bpfNoPrealloc = 1    // BPF_F_NO_PREALLOC
-)
-
-// addCount adds one to map fd's u64 value under the key at stack offset
-// key (the 8-byte value 1 at stack offset one), inserting the entry when
-// it is missing; when another CPU inserted it first the insert fails and
-// the count goes to its entry. It ends at label done, which it places.
-func addCount(a *asm, fd int, key, one int32, done string) {
-	add := func(miss string) {
-		a.ldMap(r1, fd)
-		a.movReg(r2, r10)
-		a.addImm(r2, key)
-		a.call(helperMapLookup)
-		a.jmp(opJeqImm, r0, 0, miss)
-		a.movImm(r1, 1)
-		a.emit(opAtomicDW, r0, r1, 0, 0)
-		a.jmp(opJa, 0, 0, done)
-	}
-	add(done + "_insert")
-	a.label(done + "_insert")
-	mapUpdateFlags(a, fd, key, one, bpfNoExist)
-	a.jmp(opJeqImm, r0, 0, done)
-	add(done)
-	a.label(done)
-}
-
-// countProgram counts a packet under {skb_iif, code} in map fd and drops
-// it. A missing entry is inserted; when another CPU inserted it first the
-// insert fails and the count goes to its entry.
-func countProgram(fd int, code int) ([]byte, error) {
-	a := newAsm()
-	a.ldxW(r1, r1, 36) // __sk_buff.ingress_ifindex (skb_iif)
-	a.stxW(r10, r1, stkCountKey)
-	a.stW(r10, stkCountKey+4, int32(code))
-	a.emit(bpfStDW, r10, 0, stkCountOne, 1)
-	addCount(a, fd, stkCountKey, stkCountOne, "shot")
-	a.movImm(r0, tcActShot)
-	a.exit()
-	return a.assemble()
-}
-
 // countFilterName is the name of the sink filter of reason code r: a
-// digest of its program's code (map reference zeroed), so that a name
-// match means the same code.
-func countFilterName(r int) (string, error) {
-	code, err := countProgram(0, r)
-	if err != nil {
-		return "", err
-	}
-	d := sha256.Sum256(code)
-	return fmt.Sprintf("%s%s-%x", dropFilterPrefix, DropReasons[r], d[:6]), nil
+// digest of its program's object and r, so that a name match means the
+// same code.
+func countFilterName(r int) string {
+	return filterName(dropFilterPrefix+DropReasons[r]+"-", "count", []byte{byte(r), byte(r >> 8)})
 }
 
 // sinkFilter returns the counting filter on the egress of sink (nil:
@@ -230,25 +174,20 @@ func sinkFilter(h *netlink.Handle, sink int) (*netlink.BpfFilter, error) {
 }
 
 // countMapOf opens the count map a program uses (nil: none).
-func countMapOf(progID int) *bpfMap {
-	fd, err := fdByID(unix.BPF_PROG_GET_FD_BY_ID, progID)
+func countMapOf(progID int) *ebpf.Map {
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(progID))
 	if err != nil {
 		return nil
 	}
-	defer unix.Close(fd)
-	for _, id := range progMapIDs(fd) {
-		mfd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
-		if err != nil {
-			continue
-		}
-		info := make([]byte, 128)
-		// bpf_map_info: type, id, key_size, value_size, max_entries, map_flags, name
-		if objInfo(mfd, info) == nil && unix.ByteSliceToString(info[24:40]) == dropMapName &&
-			binary.NativeEndian.Uint32(info[8:]) == 8 && binary.NativeEndian.Uint32(info[12:]) == 8 {
-			return &bpfMap{fd: mfd}
-		}
-		unix.Close(mfd)
+	defer p.Close()
+	ms := takeMaps(progMaps(p), dropMapName)
+	if ms == nil {
+		return nil
 	}
+	if m := ms[0]; m.KeySize() == 8 && m.ValueSize() == 8 {
+		return m
+	}
+	ms[0].Close()
 	return nil
 }
 
@@ -268,24 +207,13 @@ func (s *DropSinks) attachCounters(h *netlink.Handle) error {
 			s.counts = countMapOf(f.Id)
 		}
 	}
-	if s.counts == nil {
-		m, err := newBPFMapFlags(unix.BPF_MAP_TYPE_HASH, 8, 8, dropCountEntries, bpfNoPrealloc, dropMapName)
-		if err != nil {
-			return err
-		}
-		s.counts = m
-	}
-	id := mapID(s.counts.fd)
+	id := mapID(s.counts)
 	for i, idx := range s.index {
-		name, err := countFilterName(i)
-		if err != nil {
-			s.Close()
-			return err
-		}
-		if f := have[i]; f != nil && f.Name == name {
+		name := countFilterName(i)
+		if f := have[i]; s.counts != nil && f != nil && f.Name == name {
 			if m := countMapOf(f.Id); m != nil {
-				same := mapID(m.fd) == id
-				m.close()
+				same := mapID(m) == id
+				m.Close()
 				if same {
 					continue
 				}
@@ -299,22 +227,28 @@ func (s *DropSinks) attachCounters(h *netlink.Handle) error {
 	return nil
 }
 
-// attachCounter loads the program of reason code r and puts it on the
-// egress of sink (replacing what is there).
+// attachCounter loads the program of reason code r on the count map (the
+// first load creates it) and puts it on the egress of sink (replacing what
+// is there).
 func (s *DropSinks) attachCounter(h *netlink.Handle, sink, r int, name string) error {
-	code, err := countProgram(s.counts.fd, r)
-	if err != nil {
+	var o bpfprog.CountObjects
+	var replace map[string]*ebpf.Map
+	if s.counts != nil {
+		replace = map[string]*ebpf.Map{bpfprog.CountMapIsoDrops: s.counts}
+	}
+	if err := loadObjects(bpfprog.LoadCount, &o, map[string]any{bpfprog.CountVarDropReason: uint32(r)}, replace); err != nil {
 		return err
 	}
-	fd, err := loadSchedCls(dropProgName, code)
-	if err != nil {
-		return err
+	defer o.IsoDropCount.Close()
+	if s.counts == nil {
+		s.counts = o.IsoDrops
+	} else {
+		o.IsoDrops.Close()
 	}
-	defer unix.Close(fd)
-	err = h.FilterReplace(&netlink.BpfFilter{
+	err := h.FilterReplace(&netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: sink, Parent: netlink.HANDLE_MIN_EGRESS, Priority: PrioSinkShot,
 			Protocol: unix.ETH_P_ALL, Handle: 1},
-		Fd: fd, Name: name, DirectAction: true,
+		Fd: o.IsoDropCount.FD(), Name: name, DirectAction: true,
 	})
 	if err != nil {
 		return fmt.Errorf("attach bpf %s to drop sink %d: %w", name, sink, err)
@@ -324,11 +258,8 @@ func (s *DropSinks) attachCounter(h *netlink.Handle, sink, r int, name string) e
 
 // ---- counts ----
 
-func countKey(veth, r int) []byte {
-	k := make([]byte, 8)
-	binary.NativeEndian.PutUint32(k, uint32(veth))
-	binary.NativeEndian.PutUint32(k[4:], uint32(r))
-	return k
+func countKey(veth, r int) bpfprog.CountDropKey {
+	return bpfprog.CountDropKey{Veth: uint32(veth), Reason: uint32(r)}
 }
 
 func zeroCounts() map[string]uint64 {
@@ -346,13 +277,13 @@ func (s *DropSinks) Counts(veth int) (map[string]uint64, error) {
 	if !s.BPF() {
 		return out, ErrNoDropCounts
 	}
-	v := make([]byte, 8)
 	for r, name := range DropReasons {
-		err := s.counts.lookup(countKey(veth, r), v)
+		var n uint64
+		err := s.counts.Lookup(countKey(veth, r), &n)
 		switch {
 		case err == nil:
-			out[name] = binary.NativeEndian.Uint64(v)
-		case !errors.Is(err, unix.ENOENT):
+			out[name] = n
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
 			return out, fmt.Errorf("drop counts of veth %d: %w", veth, err)
 		}
 	}
@@ -378,40 +309,12 @@ func (s *DropSinks) Reset(veth int) error {
 	}
 	var errs []error
 	for r := range DropReasons {
-		if err := s.counts.delete(countKey(veth, r)); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := s.counts.Delete(countKey(veth, r)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("drop counts of veth %d: %w", veth, err)
-	}
-	return nil
-}
-
-// Add adds m (counts by reason) to the entries of veth: what its drop
-// nodes had counted in actions of their own before they were moved to the
-// sinks (Install on a veth of an older layout).
-func (s *DropSinks) Add(veth int, m map[string]uint64) error {
-	if !s.BPF() {
-		return nil
-	}
-	v := make([]byte, 8)
-	for r, name := range DropReasons {
-		n := m[name]
-		if n == 0 {
-			continue
-		}
-		k := countKey(veth, r)
-		// An update is not atomic with the program's increments: a frame
-		// counted between the lookup and the update is lost (once, at
-		// the upgrade).
-		if err := s.counts.lookup(k, v); err == nil {
-			n += binary.NativeEndian.Uint64(v)
-		}
-		binary.NativeEndian.PutUint64(v, n)
-		if err := s.counts.update(k, v); err != nil {
-			return fmt.Errorf("drop counts of veth %d: %w", veth, err)
-		}
 	}
 	return nil
 }
@@ -423,20 +326,21 @@ func (s *DropSinks) All() (map[int]map[string]uint64, error) {
 	if !s.BPF() {
 		return out, ErrNoDropCounts
 	}
-	keys, err := s.counts.keys(dropCountEntries)
-	if err != nil {
-		return out, err
-	}
-	v := make([]byte, 8)
-	for _, k := range keys {
-		veth, r := int(binary.NativeEndian.Uint32(k)), int(binary.NativeEndian.Uint32(k[4:]))
-		if r >= len(DropReasons) || s.counts.lookup(k, v) != nil {
-			continue // a newer daemon's reason, or deleted meanwhile
+	var k bpfprog.CountDropKey
+	var n uint64
+	it := s.counts.Iterate()
+	for it.Next(&k, &n) {
+		if int(k.Reason) >= len(DropReasons) {
+			continue // a newer daemon's reason
 		}
+		veth := int(k.Veth)
 		if out[veth] == nil {
 			out[veth] = zeroCounts()
 		}
-		out[veth][DropReasons[r]] += binary.NativeEndian.Uint64(v)
+		out[veth][DropReasons[k.Reason]] += n
+	}
+	if err := it.Err(); err != nil {
+		return out, fmt.Errorf("drop counts: %w", err)
 	}
 	return out, nil
 }
@@ -447,50 +351,28 @@ func (s *DropSinks) Prune(keep func(veth int) bool) (int, error) {
 	if !s.BPF() {
 		return 0, nil
 	}
-	keys, err := s.counts.keys(dropCountEntries)
-	if err != nil {
-		return 0, err
+	// the keys first: deleting while iterating would start the walk over
+	var keys []bpfprog.CountDropKey
+	var k bpfprog.CountDropKey
+	var n uint64
+	it := s.counts.Iterate()
+	for len(keys) < dropCountEntries && it.Next(&k, &n) {
+		keys = append(keys, k)
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("drop counts: %w", err)
 	}
 	gone := map[int]bool{}
 	var errs []error
 	for _, k := range keys {
-		veth := int(binary.NativeEndian.Uint32(k))
+		veth := int(k.Veth)
 		if keep(veth) {
 			continue
 		}
 		gone[veth] = true
-		if err := s.counts.delete(k); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := s.counts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	return len(gone), errors.Join(errs...)
-}
-
-// keys lists the map's keys (at most max), with BPF_MAP_GET_NEXT_KEY.
-func (m *bpfMap) keys(max int) ([][]byte, error) {
-	var out [][]byte
-	var prev []byte // nil: the first key
-	for len(out) < max {
-		next := make([]byte, 8)
-		attr := struct {
-			fd        uint32
-			_         uint32
-			key, next uint64
-		}{fd: uint32(m.fd), next: uint64(uintptr(unsafe.Pointer(&next[0])))}
-		if prev != nil {
-			attr.key = uint64(uintptr(unsafe.Pointer(&prev[0])))
-		}
-		_, err := bpfSys(unix.BPF_MAP_GET_NEXT_KEY, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-		runtime.KeepAlive(prev)
-		runtime.KeepAlive(next)
-		if errors.Is(err, unix.ENOENT) {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("bpf: map keys: %w", err)
-		}
-		out = append(out, next)
-		prev = next
-	}
-	return out, nil
 }

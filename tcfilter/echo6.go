@@ -1,16 +1,18 @@
 package tcfilter
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/tcfilter/bpfprog"
 )
 
 // ICMPv6 echo replies by learning (eth0, with the IPv4 echo programs and
-// an IPv6 demux): the twins of echo.go's programs, at PrioEcho6
+// an IPv6 demux): the twins of echo.go's programs (bpfprog's echo6.c), at PrioEcho6
 // (ETH_P_IPV6), before the u32 IPv6 classifier.
 //
 //   - learn6 (eth0 egress): an ICMPv6 echo request right after the fixed
@@ -37,132 +39,42 @@ import (
 // and egress).
 const PrioEcho6 uint16 = 3
 
-// stack layout of the IPv6 programs (offsets from r10)
-const (
-	stk6Pkt    = -72  // 62 bytes: Ethernet, IPv6, 8 bytes of ICMPv6; or 48 quoted bytes
-	stk6Key    = -96  // 20 (24 zeroed): identifier (2), 0 (2), peer address (16)
-	stk6Value  = -100 // 4: veth ifindex
-	stk6Origin = -104 // 4: skb_iif
-)
-
-func p6(i int) int16 { return int16(stk6Pkt + i) }
-
 type echo6Steer struct {
-	m, quota         *bpfMap
-	steerFd, learnFd int
-	sweep            *echoSweeper
+	m, quota     *ebpf.Map
+	steer, learn *ebpf.Program
+	sweep        *echoSweeper
 }
 
 func (e *echo6Steer) close() {
 	e.sweep.halt()
-	for _, m := range []*bpfMap{e.m, e.quota} {
-		if m != nil {
-			m.close()
-		}
-	}
-	unix.Close(e.steerFd)
-	unix.Close(e.learnFd)
+	closeAll(e.m, e.quota, e.steer, e.learn)
 }
 
-// loadICMPv6 loads Ethernet, the IPv6 header and 8 bytes of ICMPv6 and
-// checks that ICMPv6 follows the fixed header; it zeroes the key.
-func loadICMPv6(a *asm) {
-	loadBytesTo(a, 0, 62, stk6Pkt)
-	a.ldxB(r1, r10, p6(20))
-	a.jmp(opJne32, r1, ipprotoICMPv6, "pass")
-	for i := int16(0); i < 24; i += 4 {
-		a.stW(r10, stk6Key+i, 0)
+// newEcho6Steer loads the IPv6 programs on the IPv4 programs' origin map
+// and the drop count map counts (nil: none).
+func newEcho6Steer(origin, counts *ebpf.Map) (*echo6Steer, error) {
+	var o bpfprog.Echo6Objects
+	replace := map[string]*ebpf.Map{bpfprog.Echo6MapIsoEchoOrigin: origin}
+	if counts != nil {
+		replace[bpfprog.Echo6MapIsoDrops] = counts
 	}
-}
-
-func learn6Program(m ownMaps, originFd int) ([]byte, error) {
-	a := newAsm()
-	originValue(a, originFd, stk6Origin, stk6Value)
-	loadICMPv6(a)
-	a.ldxB(r1, r10, p6(54))
-	a.jmp(opJne32, r1, icmp6EchoRequest, "pass")
-	a.copyBytes(stk6Key, p6(58), 2)
-	a.copyBytes(stk6Key+4, p6(38), 16) // destination: the peer
-	learnOwned(a, m, stk6Key, stk6Value)
-	passExit(a)
-	return a.assemble()
-}
-
-func steer6Program(echo6Fd int) ([]byte, error) {
-	a := newAsm()
-	a.movReg(r6, r1)
-	loadICMPv6(a)
-	a.ldxB(r1, r10, p6(54)) // ICMPv6 type
-	a.jmp(opJeq32, r1, icmp6EchoReply, "reply")
-	a.jmp(opJeq32, r1, 0, "pass")
-	a.emit(opAndImm32, r1, 0, 0, 0xf8)
-	a.jmp(opJne32, r1, 0, "pass") // not an error
-	// an error: the quoted IPv6 header and 8 bytes (48 bytes from 62)
-	loadBytesTo(a, 62, 48, stk6Pkt)
-	a.ldxB(r1, r10, p6(6))
-	a.jmp(opJne32, r1, ipprotoICMPv6, "pass")
-	a.ldxB(r1, r10, p6(40))
-	a.jmp(opJne32, r1, icmp6EchoRequest, "pass") // quoting an echo request
-	a.copyBytes(stk6Key, p6(44), 2)
-	a.copyBytes(stk6Key+4, p6(24), 16) // its destination: the peer
-	a.jmp(opJa, 0, 0, "lookup")
-	a.label("reply")
-	a.copyBytes(stk6Key, p6(58), 2)
-	a.copyBytes(stk6Key+4, p6(22), 16) // the source: the peer
-	a.label("lookup")
-	lookupOrPass(a, echo6Fd, stk6Key)
-	a.ldxW(r7, r0, 0)
-	a.jmp(opJeq32, r7, 0, "host")
-	redirectR7(a)
-	// the host's: delivered to it, before the u32 demux
-	a.label("host")
-	a.movImm(r0, tcActOK)
-	a.exit()
-	passExit(a)
-	return a.assemble()
-}
-
-func newEcho6Steer(originFd, counts int) (_ *echo6Steer, err error) {
-	e := &echo6Steer{steerFd: -1, learnFd: -1}
-	if e.m, e.quota, err = newOwnMaps(20, "iso_echo6", "iso_echo6_quota"); err != nil {
+	vars := map[string]any{bpfprog.Echo6VarEchoDropReason: uint32(slices.Index(DropReasons, DropEcho))}
+	if err := loadObjects(bpfprog.LoadEcho6, &o, vars, replace); err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			e.close()
-		}
-	}()
-	code, err := steer6Program(e.m.fd)
-	if err != nil {
-		return nil, err
-	}
-	if e.steerFd, err = loadSchedCls("iso_echo6_steer", code); err != nil {
-		return nil, err
-	}
-	if code, err = learn6Program(ownMaps{e.m.fd, e.quota.fd, counts}, originFd); err != nil {
-		return nil, err
-	}
-	if e.learnFd, err = loadSchedCls("iso_echo6_learn", code); err != nil {
-		return nil, err
-	}
-	e.sweep = startSweep(e.m, e.quota, 20)
+	o.IsoDrops.Close() // the programs hold them
+	o.IsoEchoOrigin.Close()
+	e := &echo6Steer{m: o.IsoEcho6, quota: o.IsoEcho6Quota, steer: o.IsoEcho6Steer, learn: o.IsoEcho6Learn}
+	e.sweep = startSweep(e.m, e.quota)
 	return e, nil
 }
 
 // echo6FilterNames are the filter names of the IPv6 steer and learn
-// programs: the program name and a digest of its code (map references
-// zeroed), so that a restarted daemon adopts programs of the same code.
-func echo6FilterNames(counts int) ([2]string, error) {
-	s, err := steer6Program(0)
-	if err != nil {
-		return [2]string{}, err
-	}
-	l, err := learn6Program(ownMaps{0, 0, counts}, 0)
-	if err != nil {
-		return [2]string{}, err
-	}
-	ds, dl := sha256.Sum256(s), sha256.Sum256(l)
-	return [2]string{fmt.Sprintf("iso_echo6_steer-%x", ds[:6]), fmt.Sprintf("iso_echo6_learn-%x", dl[:6])}, nil
+// programs: the program name and a digest of the object (and whether the
+// learn program counts its drops), so that a restarted daemon adopts
+// programs of the same code.
+func echo6FilterNames(counted bool) [2]string {
+	return [2]string{filterName("iso_echo6_steer-", "echo6"), filterName("iso_echo6_learn-", "echo6", countsFlag(counted))}
 }
 
 // syncEcho6 (x.mu held) attaches the ICMPv6 echo programs when eth0 has
@@ -180,23 +92,19 @@ func (x *HostDemux) syncEcho6() {
 		}
 		return
 	}
-	names, err := echo6FilterNames(x.countsCode())
-	if err != nil {
-		x.echo6Err = err
-		return
-	}
+	names := echo6FilterNames(x.counts != nil)
 	if x.echo6 == nil {
 		x.echo6 = x.adoptEcho6(names)
 	}
 	if x.echo6 == nil {
-		e, err := newEcho6Steer(x.echo.origin.fd, x.countsFd())
+		e, err := newEcho6Steer(x.echo.origin, x.counts)
 		if err != nil {
 			x.echo6Err = fmt.Errorf("%s: ICMPv6 echo programs: %w", x.d.label, err)
 			return
 		}
 		x.echo6 = e
 	}
-	if err := x.attachEcho(PrioEcho6, unix.ETH_P_IPV6, x.echo6.steerFd, x.echo6.learnFd, names); err != nil {
+	if err := x.attachEcho(PrioEcho6, unix.ETH_P_IPV6, x.echo6.steer, x.echo6.learn, names); err != nil {
 		x.dropEcho6()
 		x.echo6Err = err
 		return
@@ -211,40 +119,18 @@ func (x *HostDemux) adoptEcho6(names [2]string) *echo6Steer {
 	if !ok {
 		return nil
 	}
-	e := &echo6Steer{steerFd: steer, learnFd: learn}
-	origin := false
-	for _, id := range progMapIDs(e.learnFd) {
-		fd, err := fdByID(unix.BPF_MAP_GET_FD_BY_ID, id)
-		if err != nil {
-			continue
+	e := &echo6Steer{steer: steer, learn: learn}
+	maps := takeMaps(progMaps(learn), bpfprog.Echo6MapIsoEcho6, bpfprog.Echo6MapIsoEcho6Quota)
+	if maps == nil || !usesMap(learn, x.echo.origin) || x.counts != nil && !usesMap(learn, x.counts) {
+		for _, m := range maps {
+			m.Close()
 		}
-		switch {
-		case mapName(fd) == "iso_echo6" && e.m == nil:
-			e.m = &bpfMap{fd: fd}
-			continue
-		case mapName(fd) == "iso_echo6_quota" && e.quota == nil:
-			e.quota = &bpfMap{fd: fd}
-			continue
-		case id == mapID(x.echo.origin.fd):
-			origin = true
-		}
-		unix.Close(fd)
-	}
-	if e.m == nil || e.quota == nil || !origin || x.counts != nil && !usesMap(e.learnFd, x.counts.fd) {
 		e.close()
 		return nil
 	}
-	e.sweep = startSweep(e.m, e.quota, 20)
+	e.m, e.quota = maps[0], maps[1]
+	e.sweep = startSweep(e.m, e.quota)
 	return e
-}
-
-// mapID is a map's id (bpf_map_info.id at 4; 0 if unknown).
-func mapID(fd int) int {
-	info := make([]byte, 128)
-	if objInfo(fd, info) != nil {
-		return 0
-	}
-	return int(binary.NativeEndian.Uint32(info[4:8]))
 }
 
 // Echo6Steering reports whether ICMPv6 echo replies are steered by

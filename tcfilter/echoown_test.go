@@ -3,12 +3,12 @@ package tcfilter
 import (
 	"encoding/binary"
 	"net"
-	"runtime"
 	"testing"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/cilium/ebpf"
+
+	"github.com/isolatord/isolatord/tcfilter/bpfprog"
 
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
@@ -21,47 +21,51 @@ func TestEchoSweep(t *testing.T) {
 	if err := BPFAvailable(); err != nil {
 		t.Skipf("no cls_bpf: %v", err)
 	}
-	echo, quota, err := newOwnMaps(8, "iso_echo_t", "iso_echo_quota_t")
+	spec, err := bpfprog.LoadEcho()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer echo.close()
-	defer quota.close()
+	echo, err := ebpf.NewMap(spec.Maps[bpfprog.EchoMapIsoEcho])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	quota, err := ebpf.NewMap(spec.Maps[bpfprog.EchoMapIsoEchoQuota])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quota.Close()
 	now := monotonicNow()
 	w := now >> echoWindowShift
-	entry := func(owner uint32, last uint64) []byte {
-		v := make([]byte, echoValueSize)
-		binary.NativeEndian.PutUint32(v, owner)
-		binary.NativeEndian.PutUint32(v[4:], uint32(last>>echoWindowShift))
-		binary.NativeEndian.PutUint64(v[8:], last)
-		return v
+	entry := func(owner uint32, last uint64) bpfprog.EchoEchoEntry {
+		return bpfprog.EchoEchoEntry{Owner: owner, Window: uint32(last >> echoWindowShift), Last: last}
 	}
+	key := func(i int) []byte { return []byte{0, byte(i), 0, 0, 198, 18, 0, 2} }
 	// -1 s: refreshed after now was read (the walk takes time)
 	ages := []time.Duration{-time.Second, 0, time.Second, echoLive - time.Second, echoLive, echoLive + time.Second, time.Hour}
 	for i, age := range ages {
-		if err := echo.update([]byte{0, byte(i), 0, 0, 198, 18, 0, 2}, entry(7, now-uint64(age))); err != nil {
+		if err := echo.Update(key(i), entry(7, now-uint64(age)), ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i, win := range []uint64{w, w - 1, w - 2, w - 5} {
-		v := make([]byte, quotaValueSize)
-		binary.NativeEndian.PutUint64(v, win)
-		if err := quota.update(ifKey(i+1), v); err != nil {
+		if err := quota.Update(uint32(i+1), bpfprog.EchoQuota{Window: win}, ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := sweepEcho(echo, quota, 8, now); n != 3 {
+	if n := sweepEcho(echo, quota, now); n != 3 {
 		t.Errorf("swept %d echo entries, want 3", n)
 	}
-	v := make([]byte, echoValueSize)
+	var v bpfprog.EchoEchoEntry
 	for i, age := range ages {
-		err := echo.lookup([]byte{0, byte(i), 0, 0, 198, 18, 0, 2}, v)
+		err := echo.Lookup(key(i), &v)
 		if live := age < echoLive; live != (err == nil) {
 			t.Errorf("entry %v old: present %v, want %v", age, err == nil, live)
 		}
 	}
 	for i, want := range []bool{true, true, false, false} {
-		if got := quota.lookup(ifKey(i+1), make([]byte, quotaValueSize)) == nil; got != want {
+		var q bpfprog.EchoQuota
+		if got := quota.Lookup(uint32(i+1), &q) == nil; got != want {
 			t.Errorf("quota entry %d windows old: present %v, want %v", i, got, want)
 		}
 	}
@@ -132,12 +136,9 @@ func TestEchoEntryStampedAfterRequestNotTaken(t *testing.T) {
 	k := make([]byte, 8)
 	binary.BigEndian.PutUint16(k, id)
 	copy(k[4:], w.s.ClientIP.To4())
-	v := make([]byte, echoValueSize)
-	binary.NativeEndian.PutUint32(v, uint32(a.veth))
-	binary.NativeEndian.PutUint32(v[4:], uint32(last>>echoWindowShift))
-	binary.NativeEndian.PutUint64(v[8:], last)
+	v := bpfprog.EchoEchoEntry{Owner: uint32(a.veth), Window: uint32(last >> echoWindowShift), Last: last}
 	w.eth0D.mu.Lock()
-	err := w.eth0D.echo.echo.update(k, v)
+	err := w.eth0D.echo.echo.Update(k, v, ebpf.UpdateAny)
 	w.eth0D.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -171,55 +172,26 @@ func (x *HostDemux) echoOwner(id uint16, peer net.IP) int {
 	k := make([]byte, 8)
 	binary.BigEndian.PutUint16(k, id)
 	copy(k[4:], peer.To4())
-	v := make([]byte, echoValueSize)
-	if x.echo == nil || x.echo.echo.lookup(k, v) != nil {
+	var v bpfprog.EchoEchoEntry
+	if x.echo == nil || x.echo.echo.Lookup(k, &v) != nil {
 		return -1
 	}
-	return int(binary.NativeEndian.Uint32(v))
+	return int(v.Owner)
 }
 
 // echoLearned returns the veth learned for {id, peer} (0: none); for tests.
 func (x *HostDemux) echoLearned(id uint16, peer net.IP) int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.echo == nil {
-		return 0
-	}
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint16(k, id)
-	copy(k[4:], peer.To4())
-	v := make([]byte, echoValueSize)
-	if x.echo.echo.lookup(k, v) != nil {
-		return 0
-	}
-	return int(binary.NativeEndian.Uint32(v))
-}
-
-// testRun runs program fd on frame repeat times in the kernel
-// (BPF_PROG_TEST_RUN) and returns its verdict and the mean time per run.
-func testRun(fd int, frame []byte, repeat int) (int32, time.Duration, error) {
-	attr := struct {
-		progFd, retval, sizeIn, sizeOut uint32
-		dataIn, dataOut                 uint64
-		repeat, duration                uint32
-		ctxSizeIn, ctxSizeOut           uint32
-		ctxIn, ctxOut                   uint64
-		flags, cpu, batch               uint32
-		_                               uint32
-	}{progFd: uint32(fd), sizeIn: uint32(len(frame)), dataIn: uint64(uintptr(unsafe.Pointer(&frame[0]))), repeat: uint32(repeat)}
-	_, err := bpfSys(unix.BPF_PROG_TEST_RUN, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-	runtime.KeepAlive(frame)
-	return int32(attr.retval), time.Duration(attr.duration), err
+	return max(x.echoOwner(id, peer), 0)
 }
 
 // BenchmarkEchoLearn times the IPv4 learn program on the host's echo
 // request to a peer it already owns (the common case: a refresh), in the
-// kernel: ns/op is the program's mean run time.
+// kernel (BPF_PROG_TEST_RUN): ns/op is the program's mean run time.
 func BenchmarkEchoLearn(b *testing.B) {
 	if err := BPFAvailable(); err != nil {
 		b.Skipf("no cls_bpf: %v", err)
 	}
-	e, err := newEchoSteer(net.IPv4(198, 18, 0, 1), -1)
+	e, err := newEchoSteer(net.IPv4(198, 18, 0, 1), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -232,11 +204,11 @@ func BenchmarkEchoLearn(b *testing.B) {
 	copy(ip[16:], []byte{198, 18, 0, 2})
 	icmp := ip[20:]
 	icmp[0], icmp[4], icmp[5] = 8, 0x12, 0x34
-	if v, _, err := testRun(e.learnFd, frame, 1); err != nil || v != tcActUnspec {
-		b.Fatalf("learn program: verdict %d, %v", v, err)
+	if v, _, err := e.learn.Benchmark(frame, 1, nil); err != nil || int32(v) != tcActUnspec {
+		b.Fatalf("learn program: verdict %d, %v", int32(v), err)
 	}
 	b.ResetTimer()
-	_, d, err := testRun(e.learnFd, frame, b.N)
+	_, d, err := e.learn.Benchmark(frame, b.N, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -38,7 +39,7 @@ type HostDemux struct {
 	ip6        *IPv6Demux             // the IPv6 classifier (hostdemux6.go); nil: none
 	echo6      *echo6Steer            // ICMPv6 echo programs (eth0, echo6.go)
 	echo6Err   error                  // why echo6 is nil with an IPv6 demux on eth0
-	counts     *bpfMap                // the drop count map (SetDropSinks); nil: echo drops not counted
+	counts     *ebpf.Map              // the drop count map (SetDropSinks); nil: echo drops not counted
 }
 
 // SetConn makes the demux send its requests for a container's ranges in

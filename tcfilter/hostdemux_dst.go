@@ -53,24 +53,16 @@ func (x *HostDemux) retargetEcho() error {
 	if x.echo == nil {
 		return nil
 	}
-	code, err := steerProgram(x.echo.echo.fd, x.echo.frag.fd, x.dst)
-	if err != nil {
-		return err
-	}
-	fd, err := loadSchedCls("iso_echo_steer", code)
+	p, err := x.echo.loadSteer(x.dst)
 	if err != nil {
 		return fmt.Errorf("%s: echo steering for %s: %w", x.d.label, x.dst, err)
 	}
-	names, err := echoFilterNames(x.dst, x.countsCode())
-	if err != nil {
-		unix.Close(fd)
+	names := echoFilterNames(x.dst, x.counts != nil)
+	if err := x.attachEcho(PrioEcho, unix.ETH_P_IP, p, x.echo.learn, names); err != nil {
+		p.Close()
 		return err
 	}
-	if err := x.attachEcho(PrioEcho, unix.ETH_P_IP, fd, x.echo.learnFd, names); err != nil {
-		unix.Close(fd)
-		return err
-	}
-	unix.Close(x.echo.steerFd)
-	x.echo.steerFd = fd
+	x.echo.steer.Close()
+	x.echo.steer = p
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/isolatord/isolatord/tcfilter/bpfprog"
 )
 
 // snmp6 reads one counter of /proc/net/snmp6 in the namespace of do.
@@ -257,9 +259,9 @@ func echo6Learned(x *HostDemux, id uint16, peer net.IP) int {
 	k := make([]byte, 20)
 	binary.BigEndian.PutUint16(k, id)
 	copy(k[4:], peer.To16())
-	v := make([]byte, echoValueSize)
-	if x.echo6.m.lookup(k, v) != nil {
+	var v bpfprog.Echo6EchoEntry
+	if x.echo6.m.Lookup(k, &v) != nil {
 		return 0
 	}
-	return int(binary.NativeEndian.Uint32(v))
+	return int(v.Owner)
 }

@@ -334,8 +334,8 @@ func TestEchoRepliesLearned(t *testing.T) {
 	if got := d2.echoLearned(4242, w.s.ClientIP); got != a.veth {
 		t.Errorf("the second demux's echo map has %d for identifier 4242, want %d", got, a.veth)
 	}
-	if err := d2.EchoSteering(); err != nil || progID(d2.echo.steerFd) != progID(w.eth0D.echo.steerFd) ||
-		progID(d2.echo.learnFd) != progID(w.eth0D.echo.learnFd) {
+	if err := d2.EchoSteering(); err != nil || progID(d2.echo.steer) != progID(w.eth0D.echo.steer) ||
+		progID(d2.echo.learn) != progID(w.eth0D.echo.learn) {
 		t.Errorf("a second demux did not take over the echo programs: %v", err)
 	}
 	if err := a.c.Do(func() (err error) {

@@ -33,7 +33,7 @@ const bpfNameMute = "isolatord_mute"
 // (the VLAN check has 1).
 const muteHandle = 2
 
-var muteFilter = bpfFilter{bpfNameMute, progShot, netlink.HANDLE_MIN_INGRESS, PrioVethVLAN}
+var muteFilter = bpfFilter{bpfNameMute, loadShot, netlink.HANDLE_MIN_INGRESS, PrioVethVLAN}
 
 // muteRequest is the request that adds the mute filter to veth.
 func muteRequest(veth int) (request, error) {

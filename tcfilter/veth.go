@@ -397,7 +397,6 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	// every qdisc of the host, which recovery must not pay per container).
 	fs, err := d.list()
 	fresh := err != nil || len(fs) == 0
-	legacy := v.legacyDrops(fs)
 	if fresh {
 		if err := EnsureIngress(v.H, v.Veth); err != nil {
 			return err
@@ -452,9 +451,6 @@ func (v VethFilters) Install(rs []ephemeral.Range) error {
 	if _, err := b.run(); err != nil {
 		return err
 	}
-	if err := v.Sinks.Add(v.Veth, legacy); err != nil {
-		return err
-	}
 	return v.clear6(d, fs)
 }
 
@@ -472,8 +468,6 @@ func (v VethFilters) addTables(b *batch, d dev) {
 // ingress qdisc, the VLAN check, the tables, the nodes of the ranges rs and
 // the fixed nodes. On error the caller deletes the veth.
 func (v VethFilters) installNew(d dev, rs []ephemeral.Range) error {
-	// (no drop counts of an older layout to carry over: Install's
-	// Sinks.Add has nothing to add)
 	b := batch{c: v.C}
 	b.addIngress(d)
 	if v.VLAN {
