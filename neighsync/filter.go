@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,21 +66,32 @@ const (
 	bpfDrop = 0
 )
 
-func bpfStmt(code uint16, k uint32) unix.SockFilter {
-	return unix.SockFilter{Code: code, K: k}
-}
-
-func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
-}
-
-const (
-	ldH   = unix.BPF_LD | unix.BPF_H | unix.BPF_ABS
-	ldW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-	jeqK  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-	retK  = unix.BPF_RET | unix.BPF_K
-	bpfOK = 1 // jump offset over one instruction
+// Instructions of the filters (golang.org/x/net/bpf assembles them).
+var (
+	loadType    = bpf.LoadAbsolute{Off: offType, Size: 2}
+	loadIfindex = bpf.LoadAbsolute{Off: offIfindex, Size: 4}
+	keep        = bpf.RetConstant{Val: bpfKeep}
+	drop        = bpf.RetConstant{Val: bpfDrop}
 )
+
+// jumpEq skips t instructions if the loaded value is v, else f.
+func jumpEq(v uint32, t, f uint8) bpf.Instruction {
+	return bpf.JumpIf{Cond: bpf.JumpEqual, Val: v, SkipTrue: t, SkipFalse: f}
+}
+
+// assemble encodes prog for SO_ATTACH_FILTER (its instructions are all
+// valid: an error is a bug here).
+func assemble(prog []bpf.Instruction) []unix.SockFilter {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		panic(fmt.Sprintf("neighsync: socket filter: %v", err))
+	}
+	out := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		out[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return out
+}
 
 // containerFilter keeps RTM_GETNEIGH on an interface whose ifindex is in
 // ifindexes (all of them if more than maxFilterIndexes; none if empty).
@@ -89,37 +101,28 @@ func containerFilter(ifindexes []int) []unix.SockFilter {
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
 	if len(idx) > maxFilterIndexes {
-		return []unix.SockFilter{
-			bpfStmt(ldH, offType),
-			bpfJump(jeqK, wire16(unix.RTM_GETNEIGH), 0, bpfOK),
-			bpfStmt(retK, bpfKeep),
-			bpfStmt(retK, bpfDrop),
-		}
+		return assemble([]bpf.Instruction{loadType, jumpEq(wire16(unix.RTM_GETNEIGH), 0, 1), keep, drop})
 	}
 	n := len(idx)
 	// 0 type, 1 is GETNEIGH?, 2 ifindex, 3..3+n-1 one per ifindex, drop, keep
-	prog := []unix.SockFilter{
-		bpfStmt(ldH, offType),
-		bpfJump(jeqK, wire16(unix.RTM_GETNEIGH), 0, uint8(n+1)),
-		bpfStmt(ldW, offIfindex),
-	}
+	prog := []bpf.Instruction{loadType, jumpEq(wire16(unix.RTM_GETNEIGH), 0, uint8(n+1)), loadIfindex}
 	for i, x := range idx {
-		prog = append(prog, bpfJump(jeqK, wire32(uint32(x)), uint8(n-i), 0))
+		prog = append(prog, jumpEq(wire32(uint32(x)), uint8(n-i), 0))
 	}
-	return append(prog, bpfStmt(retK, bpfDrop), bpfStmt(retK, bpfKeep))
+	return assemble(append(prog, drop, keep))
 }
 
 // hostFilter keeps RTM_NEWNEIGH and RTM_DELNEIGH on interface eth0.
 func hostFilter(eth0 int) []unix.SockFilter {
-	return []unix.SockFilter{
-		bpfStmt(ldH, offType),
-		bpfJump(jeqK, wire16(unix.RTM_NEWNEIGH), 1, 0),
-		bpfJump(jeqK, wire16(unix.RTM_DELNEIGH), 0, 3),
-		bpfStmt(ldW, offIfindex),
-		bpfJump(jeqK, wire32(uint32(eth0)), 0, 1),
-		bpfStmt(retK, bpfKeep),
-		bpfStmt(retK, bpfDrop),
-	}
+	return assemble([]bpf.Instruction{
+		loadType,
+		jumpEq(wire16(unix.RTM_NEWNEIGH), 1, 0),
+		jumpEq(wire16(unix.RTM_DELNEIGH), 0, 3),
+		loadIfindex,
+		jumpEq(wire32(uint32(eth0)), 0, 1),
+		keep,
+		drop,
+	})
 }
 
 // attachFilter sets (or replaces, atomically) fd's socket filter.
