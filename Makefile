@@ -11,7 +11,7 @@ PKGS        := ./...
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION) -X main.buildVersion=$(VERSION)
 
-.PHONY: all build deb test test-nomad lint bench demo proto fuzz deps clean
+.PHONY: all build deb test test-nomad lint bench demo proto generate fuzz deps clean
 
 all: build
 
@@ -68,6 +68,13 @@ demo: deps build
 
 proto:
 	@scripts/proto.sh
+
+# generate recompiles the BPF programs (C in tcfilter/bpfprog) with clang
+# through bpf2go; the objects it writes are committed, so build and test
+# need no C toolchain. It installs clang, llvm and libbpf-dev when missing.
+generate:
+	@scripts/install-deps.sh bpf
+	$(GO) generate ./tcfilter/...
 
 # fuzz runs each fuzz target for FUZZTIME.
 fuzz:

@@ -45,8 +45,9 @@
 // The drop sinks and the programs: dropsinks.go (EnsureDropSinks: a sink
 // per reason, its counting program, the host's drop actions and the count
 // map), sink.go (EnsureSink: the one sink of older layouts and of the IPv6
-// demux's counting mirrors), bpf.go (the VLAN check and the drop
-// program), bpfasm.go (a small eBPF assembler and the bpf(2) calls).
+// demux's counting mirrors), bpfload.go (loading the programs of
+// package bpfprog, C compiled by clang through bpf2go, with cilium/ebpf;
+// the shared VLAN check and drop programs).
 //
 // # Priorities, parents, handles, classids
 //
@@ -378,18 +379,15 @@
 // dev_queue_xmit before ifb_xmit (which would re-inject it into the
 // veth). mirred sets skb_iif to the device it ran on, the container's
 // veth, so the map holds per-container, per-reason counts read with
-// bpf(2) lookups (DropSinks.Counts, All): no dump, no rtnl, and no mirred
+// map lookups (DropSinks.Counts, All): no dump, no rtnl, and no mirred
 // action of a container's own, which every link deletion on the machine
-// would walk. The programs are loaded with the bpf syscall from
-// hand-written instructions (dropsinks.go, bpfasm.go); their filter names
-// carry a digest of the code, and a restarted daemon adopts the map the
+// would walk. The programs are bpfprog's count.c, loaded with cilium/ebpf
+// (dropsinks.go); their filter names carry a digest of the object and the
+// reason, and a restarted daemon adopts the map the
 // programs use, so counts survive it. An ifindex can be handed out again
 // once its device is gone: a veth's entries are deleted at its teardown
 // (Release), at its creation (Reset) and, at start-up, for veths that are
-// gone (Prune). A veth of a layout before 5 (drop actions of its own, to
-// the one sink SinkName) is moved to the host's actions by Install, which
-// adds what its old actions counted to the map; the kernel deletes an old
-// action once no node is bound to it. When the kernel cannot load the
+// gone (Prune). When the kernel cannot load the
 // programs the sinks are kept down: mirred then drops what is redirected
 // to a down device (with a rate-limited "device is down" kernel notice),
 // uncounted per container (ErrNoDropCounts), and the VLAN check is not
