@@ -263,14 +263,17 @@ func takeMaps(ms map[string]*ebpf.Map, names ...string) []*ebpf.Map {
 		m.Close()
 	}
 	if !ok {
-		for _, m := range out {
-			if m != nil {
-				m.Close()
-			}
-		}
+		closeMaps(out)
 		return nil
 	}
 	return out
+}
+
+// closeMaps closes maps (nil ones are fine).
+func closeMaps(ms []*ebpf.Map) {
+	for _, m := range ms {
+		m.Close()
+	}
 }
 
 // usesMap reports whether program p uses map m.

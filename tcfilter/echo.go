@@ -3,6 +3,7 @@ package tcfilter
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 
@@ -95,19 +96,11 @@ func (e *echoSteer) close() {
 	closeAll(e.echo, e.origin, e.frag, e.quota, e.steer, e.learn)
 }
 
-// closeAll closes the programs and maps of cs that are not nil.
-func closeAll(cs ...interface{ Close() error }) {
+// closeAll closes programs and maps (a nil one is fine: their Close
+// methods accept a nil receiver).
+func closeAll(cs ...io.Closer) {
 	for _, c := range cs {
-		switch c := c.(type) {
-		case *ebpf.Map:
-			if c != nil {
-				c.Close()
-			}
-		case *ebpf.Program:
-			if c != nil {
-				c.Close()
-			}
-		}
+		c.Close()
 	}
 }
 
@@ -279,9 +272,7 @@ func (x *HostDemux) adoptEcho(names [2]string) *echoSteer {
 	maps := takeMaps(ms, bpfprog.EchoMapIsoEcho, bpfprog.EchoMapIsoEchoOrigin, bpfprog.EchoMapIsoEchoFrag,
 		bpfprog.EchoMapIsoEchoQuota)
 	if maps == nil || x.counts != nil && !usesMap(learn, x.counts) {
-		for _, m := range maps {
-			m.Close()
-		}
+		closeMaps(maps)
 		e.close()
 		return nil
 	}

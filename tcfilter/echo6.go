@@ -122,9 +122,7 @@ func (x *HostDemux) adoptEcho6(names [2]string) *echo6Steer {
 	e := &echo6Steer{steer: steer, learn: learn}
 	maps := takeMaps(progMaps(learn), bpfprog.Echo6MapIsoEcho6, bpfprog.Echo6MapIsoEcho6Quota)
 	if maps == nil || !usesMap(learn, x.echo.origin) || x.counts != nil && !usesMap(learn, x.counts) {
-		for _, m := range maps {
-			m.Close()
-		}
+		closeMaps(maps)
 		e.close()
 		return nil
 	}
