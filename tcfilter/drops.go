@@ -48,14 +48,3 @@ func keyOf(f *netlink.U32) nodeKey {
 	}
 	return nodeKey{f.Priority, f.Handle}
 }
-
-// dropReasons maps the veth's drop nodes to their reasons.
-func (v VethFilters) dropReasons() map[nodeKey]string {
-	out := map[nodeKey]string{}
-	for _, n := range v.fixedNodes() {
-		if n.reason != "" {
-			out[nodeKey{n.prio, n.handle}] = n.reason
-		}
-	}
-	return out
-}
