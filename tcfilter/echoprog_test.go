@@ -257,3 +257,32 @@ func TestDropCountProgram(t *testing.T) {
 		t.Errorf("counts %v (%v), want 1 %s and 2 %s", m, err, DropReasons[0], DropReasons[1])
 	}
 }
+
+// TestEchoMapSizes: the C sources size the maps as the Go side counts
+// (own.h's and echo.c's constants are copies of echoown.go's and echo.go's).
+func TestEchoMapSizes(t *testing.T) {
+	spec, err := bpfprog.LoadEcho()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec6, err := bpfprog.LoadEcho6()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		m    *ebpf.MapSpec
+		want uint32
+	}{
+		{spec.Maps[bpfprog.EchoMapIsoEcho], echoEntries},
+		{spec6.Maps[bpfprog.Echo6MapIsoEcho6], echoEntries},
+		{spec.Maps[bpfprog.EchoMapIsoEchoQuota], originMax + 1},
+		{spec6.Maps[bpfprog.Echo6MapIsoEcho6Quota], originMax + 1},
+		{spec.Maps[bpfprog.EchoMapIsoEchoOrigin], originMax},
+		{spec.Maps[bpfprog.EchoMapIsoEchoFrag], fragEntries},
+		{spec.Maps[bpfprog.EchoMapIsoDrops], dropCountEntries},
+	} {
+		if c.m.MaxEntries != c.want {
+			t.Errorf("map %s: %d entries, want %d", c.m.Name, c.m.MaxEntries, c.want)
+		}
+	}
+}
