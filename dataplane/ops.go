@@ -190,7 +190,7 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	// one container, and gives its limits): each netlink read queues on
 	// rtnl behind the changes of setups and teardowns, so it makes as few
 	// as it can. The veth's counters come from d.sys, which takes no
-	// rtnl, nor do the drop counters (the sinks' count map, a bpf(2)
+	// rtnl, nor do the drop counters (the sinks' count map, a BPF map
 	// lookup); the shaping counters do.
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -174,7 +175,8 @@ func sinkFilter(h *netlink.Handle, sink int) (*netlink.BpfFilter, error) {
 	return nil, nil
 }
 
-// countMapOf opens the count map a program uses (nil: none).
+// countMapOf opens the count map a program uses (nil: none, or one the
+// counting program could not use: another layout).
 func countMapOf(progID int) *ebpf.Map {
 	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(progID))
 	if err != nil {
@@ -185,12 +187,21 @@ func countMapOf(progID int) *ebpf.Map {
 	if ms == nil {
 		return nil
 	}
-	if m := ms[0]; m.KeySize() == 8 && m.ValueSize() == 8 {
-		return m
+	if spec, err := countMapSpec(); err == nil && spec.Compatible(ms[0]) == nil {
+		return ms[0]
 	}
 	ms[0].Close()
 	return nil
 }
+
+// countMapSpec is the count map's spec (count.c's iso_drops).
+var countMapSpec = sync.OnceValues(func() (*ebpf.MapSpec, error) {
+	spec, err := bpfprog.LoadCount()
+	if err != nil {
+		return nil, err
+	}
+	return spec.Maps[bpfprog.CountMapIsoDrops], nil
+})
 
 // attachCounters adopts the count map of a sink's program (a restarted
 // daemon) or creates one, and gives every sink the counting program of its

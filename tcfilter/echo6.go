@@ -12,8 +12,8 @@ import (
 )
 
 // ICMPv6 echo replies by learning (eth0, with the IPv4 echo programs and
-// an IPv6 demux): the twins of echo.go's programs (bpfprog's echo6.c), at PrioEcho6
-// (ETH_P_IPV6), before the u32 IPv6 classifier.
+// an IPv6 demux): the twins of echo.go's programs (bpfprog's echo6.c), at
+// PrioEcho6 (ETH_P_IPV6), before the u32 IPv6 classifier.
 //
 //   - learn6 (eth0 egress): an ICMPv6 echo request right after the fixed
 //     header records {identifier, destination} -> the container's veth

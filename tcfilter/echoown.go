@@ -12,9 +12,9 @@ import (
 )
 
 // Owned echo entries: what the learn programs (echo.go, echo6.go; the C is
-// bpfprog's own.h, whose constants must match these) do with
-// an echo request once they know its key {identifier, peer} and its origin
-// (the container's veth, or 0 for the host).
+// bpfprog's own.h, whose constants must match these) do with an echo
+// request once they know its key {identifier, peer} and its origin (the
+// container's veth, or 0 for the host).
 //
 // An entry of the echo map is {owner, window, last}: the origin that made
 // it, the quota window it was last counted in, and when (CLOCK_MONOTONIC,

@@ -32,23 +32,3 @@
 // and the kernel's UAPI headers (linux-libc-dev); scripts/install-deps.sh
 // installs them. Commit the regenerated objects with the sources.
 package bpfprog
-
-// Object returns the bytes of the compiled object of program source name
-// ("shot", "novlan", "count", "echo", "echo6"), nil for another name.
-// Filter names carry a digest of them, so that a restarted daemon adopts
-// only programs of the same code.
-func Object(name string) []byte {
-	switch name {
-	case "shot":
-		return _ShotBytes
-	case "novlan":
-		return _NoVLANBytes
-	case "count":
-		return _CountBytes
-	case "echo":
-		return _EchoBytes
-	case "echo6":
-		return _Echo6Bytes
-	}
-	return nil
-}
