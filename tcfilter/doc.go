@@ -32,7 +32,11 @@
 // hostdemux_entries.go (Entries from the kernel; Known, SharedHolders from
 // the index), echo.go (the cls_bpf echo programs on eth0); for IPv6,
 // ipv6.go (its priority, tables and keys), hostdemux6.go (the IPv6
-// classifier of the demux) and echo6.go (the ICMPv6 echo programs).
+// classifier of the demux), hostdemux6_frag.go (its first-fragment root
+// nodes) and echo6.go (the ICMPv6 echo programs). Later fragments are
+// steered by package tcfilter/fragbpf (BPF at tcx hooks, before these
+// filters); containerfrag.go sends a container's fragments to the host's
+// addresses out through the host.
 //
 // A container's devices: veth.go (VethFilters, the host-side veth: what a
 // container may send; ContainerFilters, inside the container), drops.go
