@@ -37,6 +37,8 @@
 //	hostdemux_dst.go       SetDst: the host's IPv4 address changed at run time
 //	ipv6.go                IPv6's priority, tables and keys
 //	hostdemux6.go          the demux's IPv6 classifier
+//	hostdemux6_frag.go     its first-fragment root nodes (ports after a fragment header)
+//	containerfrag.go       a container's fragments to the host's addresses go out via the host
 //
 // A container's devices:
 //
@@ -58,7 +60,8 @@
 //
 // Packages of their own: tcfilter/nlbatch (the netlink transport: many
 // requests in one sendmsg, acks read with recvmmsg, u32 encoding) and
-// tcfilter/bpfprog (the BPF programs in C, compiled by clang through bpf2go).
+// tcfilter/bpfprog (the BPF programs in C, compiled by clang through bpf2go),
+// tcfilter/fragbpf (later fragments steered after their first, at tcx hooks).
 //
 // # Tests
 //

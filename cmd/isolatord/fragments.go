@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
+
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/metrics"
+	"github.com/isolatord/isolatord/tcfilter/fragbpf"
 )
 
 // Fragment steering (issue 32): the data plane's counters for metrics and
@@ -34,3 +37,13 @@ func fragmentStatus(dp *dataplane.DataPlane) func() *pb.FragmentSteering {
 
 // fragmentsFn reads the fragment steering's counters for Status.
 type fragmentsFn = func() *pb.FragmentSteering
+
+// checkFragTableSize checks --fragment-table-size (0: the default;
+// negative: off).
+func checkFragTableSize(n int) error {
+	if n > 0 && (n < fragbpf.MinSize || n > fragbpf.MaxSize) {
+		return fmt.Errorf("--fragment-table-size %d: must be %d..%d (0: %d; negative: no fragment steering)",
+			n, fragbpf.MinSize, fragbpf.MaxSize, fragbpf.DefaultSize)
+	}
+	return nil
+}

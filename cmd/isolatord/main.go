@@ -175,6 +175,9 @@ func config(o *options, log *slog.Logger) (isolator.Config, []uint32, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
+	if err := checkFragTableSize(o.fragTableSize); err != nil {
+		return cfg, nil, err
+	}
 	hostLocal, err := readHostLocalRange(o.hostNetNS)
 	if err != nil {
 		return cfg, nil, fmt.Errorf("read the host's ip_local_port_range: %w", err)
