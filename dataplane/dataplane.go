@@ -52,6 +52,7 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/neighsync"
 	"github.com/isolatord/isolatord/netns/nshandle"
@@ -148,7 +149,7 @@ type DataPlane struct {
 
 	mu       sync.Mutex
 	prepared bool
-	info     HostInfo
+	info     plane.HostInfo
 	links    hostlink.Links
 	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
@@ -218,7 +219,7 @@ type DataPlane struct {
 	followStats  plane.FollowStats
 	followEvents atomic.Uint64           // notifications about eth0 or lo
 	watching     atomic.Pointer[watched] // what the follower's notifications are about
-	onHost       func(HostInfo)
+	onHost       func(plane.HostInfo)
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
@@ -248,7 +249,7 @@ type DataPlane struct {
 
 // record is what the data plane installed for one container.
 type record struct {
-	c    Container // ports, shared ports and limits as installed
+	c    plane.Container // ports, shared ports and limits as installed
 	veth int
 	via  int // egress shaper entry ifindex (0: no egress limit)
 	ino  uint64
@@ -378,7 +379,7 @@ func (d *DataPlane) closeLocked() error {
 
 // isVethName reports whether name has our veth naming shape.
 func isVethName(name string) bool {
-	if len(name) != 15 || !strings.HasPrefix(name, VethPrefix) {
+	if len(name) != 15 || !strings.HasPrefix(name, plane.VethPrefix) {
 		return false
 	}
 	for _, c := range name[3:] {
@@ -391,26 +392,26 @@ func isVethName(name string) bool {
 
 // checkID is ValidateID wrapped in ErrInvalid with the field named.
 func checkID(id string) error {
-	if err := ValidateID(id); err != nil {
+	if err := plane.ValidateID(id); err != nil {
 		return fmt.Errorf("%w: container ID: %v", ErrInvalid, err)
 	}
 	return nil
 }
 
 // validateContainer checks everything Setup needs from c.
-func validateContainer(c Container) error {
+func validateContainer(c plane.Container) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
-	if c.Slot == 0 || c.Slot > MaxSlot {
-		return fmt.Errorf("%w: container %s: slot %d outside 1..%d", ErrInvalid, c.ID, c.Slot, MaxSlot)
+	if c.Slot == 0 || c.Slot > plane.MaxSlot {
+		return fmt.Errorf("%w: container %s: slot %d outside 1..%d", ErrInvalid, c.ID, c.Slot, plane.MaxSlot)
 	}
 	if c.NetNS == "" {
 		return fmt.Errorf("%w: container %s: network namespace path is empty", ErrInvalid, c.ID)
 	}
 	for _, x := range []struct {
 		name string
-		l    Limit
+		l    rate.Limit
 	}{{"egress", c.Egress}, {"ingress", c.Ingress}} {
 		if err := x.l.Validate(); err != nil {
 			return fmt.Errorf("%w: container %s: %s limit: %v", ErrInvalid, c.ID, x.name, err)
@@ -545,7 +546,7 @@ func (d *DataPlane) mountPath(id string) string {
 
 // pinOf is where c's namespace is pinned as c records it (the default
 // path when it records none).
-func (d *DataPlane) pinOf(c Container) nspin.Pin {
+func (d *DataPlane) pinOf(c plane.Container) nspin.Pin {
 	if c.Pin == "" {
 		return nspin.Pin{Path: d.mountPath(c.ID), Owned: c.PinOwned}
 	}
@@ -554,7 +555,7 @@ func (d *DataPlane) pinOf(c Container) nspin.Pin {
 
 // Setup plumbs container c (see the package design notes for the order). Any
 // failure undoes every step already done for c.
-func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err error) {
+func (d *DataPlane) Setup(ctx context.Context, c plane.Container) (p plane.Plumbing, err error) {
 	if err := validateContainer(c); err != nil {
 		return p, err
 	}
@@ -589,7 +590,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 	defer func() {
 		if err != nil {
 			d.rollback(c.ID, &undo, &err)
-			p = Plumbing{}
+			p = plane.Plumbing{}
 		}
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
@@ -628,7 +629,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 
 	// The veth: host end named after the ID, peer born inside as eth0, both
 	// with the host MAC and MTU.
-	p.Veth = VethName(c.ID)
+	p.Veth = plane.VethName(c.ID)
 	spec := veth.Spec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
 	p.VethIndex, err = veth.Create(d.h, ns, spec)
 	if errors.Is(err, unix.EEXIST) {
@@ -668,7 +669,7 @@ func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err err
 // plumbHost adds c's entries to the shared host tables (demuxes, fan-out,
 // shared ports) and records c, under d.mu; on failure it removes what it
 // added.
-func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error) {
+func (d *DataPlane) plumbHost(c plane.Container, veth, via int, p plane.Plumbing) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.ready(); err != nil {
@@ -738,7 +739,7 @@ func (d *DataPlane) rollback(id string, undo *undoStack, err *error) {
 
 // claim reserves c's ID and slot for a Setup in progress (checked against
 // the plumbed containers and the other setups in progress).
-func (d *DataPlane) claim(c Container) error {
+func (d *DataPlane) claim(c plane.Container) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid

@@ -21,7 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
@@ -752,7 +752,7 @@ func (d *demo) isolatorctl(ctx context.Context, args ...string) (string, error) 
 
 // hostState is what isolatord may add to the sandbox host namespace.
 type hostState struct {
-	veths   []string // links whose name starts with dataplane.VethPrefix
+	veths   []string // links whose name starts with plane.VethPrefix
 	filters int      // tc filter lines on eth0 and lo ingress
 	lines   []string // those lines, "<dev>: <line>"
 }
@@ -767,7 +767,7 @@ func readHostState(sb *sandbox.Sandbox) (hostState, error) {
 		f := strings.Fields(line)
 		if len(f) > 1 {
 			name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
-			if strings.HasPrefix(name, dataplane.VethPrefix) {
+			if strings.HasPrefix(name, plane.VethPrefix) {
 				hs.veths = append(hs.veths, name)
 			}
 		}
