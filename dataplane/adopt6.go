@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/netns/nshandle"
 )
@@ -10,19 +11,19 @@ import (
 // refreshHostVeth gives an adopted container's host veth (ifindex veth)
 // the host's MTU and MAC now, and points its redirects at eth0 now (a
 // restart after the host changed).
-func (d *DataPlane) refreshHostVeth(c Container, veth, via int) error {
+func (d *DataPlane) refreshHostVeth(c plane.Container, veth, via int) error {
 	l, err := d.h.LinkByIndex(veth)
 	if err != nil {
 		return err
 	}
 	if l.Attrs().MTU != d.info.MTU {
 		if err := d.h.LinkSetMTU(l, d.info.MTU); err != nil {
-			return fmt.Errorf("%s MTU: %w", VethName(c.ID), err)
+			return fmt.Errorf("%s MTU: %w", plane.VethName(c.ID), err)
 		}
 	}
 	if !macEqual(l.Attrs().HardwareAddr, d.info.MAC) {
 		if err := d.h.LinkSetHardwareAddr(l, d.info.MAC); err != nil {
-			return fmt.Errorf("%s MAC: %w", VethName(c.ID), err)
+			return fmt.Errorf("%s MAC: %w", plane.VethName(c.ID), err)
 		}
 	}
 	return d.vethFilters(c.Slot, veth, via).Retarget(allRanges(c.Ephemeral, c.Ports, c.Shared))
@@ -38,7 +39,7 @@ func (d *DataPlane) refreshHostVeth(c Container, veth, via int) error {
 // sending from an address its veth now drops, and its lo steering by the
 // old one. Its IPv4 address, default route, MTU and MAC become the
 // host's too (containerns.SyncIPv4).
-func (d *DataPlane) refreshContainerSide(c Container, pinPath string) error {
+func (d *DataPlane) refreshContainerSide(c plane.Container, pinPath string) error {
 	ns, err := nshandle.Open(pinPath)
 	if err != nil {
 		return fmt.Errorf("bind mount: %w", err)

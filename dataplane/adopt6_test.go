@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -64,7 +65,7 @@ func TestAdoptNewHostIPv6(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+	if _, err := d2.Strays(ctx, []plane.Container{a.c}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
@@ -75,14 +76,14 @@ func TestPingThroughEgressShaper(t *testing.T) {
 	}
 	p := e.spawn("S", []uint16{31009}, false)
 	c := e.spec("S", p, 1, "40960-41983", "31000-31009", "")
-	c.Egress = Limit{Rate: 2_000_000}
+	c.Egress = rate.Limit{Rate: 2_000_000}
 	e.setup(c)
 	ping(ctr{c: c, proc: p}, "limited at setup")
 
 	q := e.spawn("T", []uint16{31019}, false)
 	d := e.spec("T", q, 2, "41984-43007", "31010-31019", "")
 	e.setup(d)
-	if err := e.d.SetLimits(context.Background(), d, Limit{Rate: 2_000_000}, Limit{}); err != nil {
+	if err := e.d.SetLimits(context.Background(), d, rate.Limit{Rate: 2_000_000}, rate.Limit{}); err != nil {
 		t.Fatal(err)
 	}
 	ping(ctr{c: d, proc: q}, "limited later")

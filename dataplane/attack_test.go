@@ -30,6 +30,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -281,7 +282,7 @@ func (x *attackBed) dropsOf(t *testing.T, c ctr) map[string]uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Dropped) != len(DropReasons) {
+	if len(s.Dropped) != len(tcfilter.DropReasons) {
 		t.Fatalf("container %s: drop counts %v, want every reason", c.c.ID, s.Dropped)
 	}
 	return s.Dropped
@@ -686,7 +687,7 @@ func TestARPFloodIsShaped(t *testing.T) {
 	}
 	p := e.spawn("F", []uint16{40961}, false)
 	c := e.spec("F", p, 3, "40960-41983", "", "")
-	c.Egress = Limit{Rate: 20000}
+	c.Egress = rate.Limit{Rate: 20000}
 	e.setup(c)
 	raw := openRawSender(t, p)
 	client := traffic.StartCapture(t, e.sb.Client.Do, "eth0", "client")
@@ -707,7 +708,7 @@ func TestARPFloodIsShaped(t *testing.T) {
 	sent := time.Since(start)
 	// Wait (bounded) until the shaper has accounted for every frame:
 	// sent, dropped (queue full) or queued.
-	var st1 LinkStats
+	var st1 plane.LinkStats
 	wait.Until(5*time.Second, func() bool {
 		if st1, err = e.d.Stats(context.Background(), c); err != nil {
 			t.Fatal(err)
@@ -757,10 +758,10 @@ func TestRefusedNamespaces(t *testing.T) {
 		} else {
 			o.Close()
 		}
-		c := Container{ID: e.uniqueID("root"), Slot: 9, NetNS: path, Ephemeral: mustRange(t, "40960-41983")}
+		c := plane.Container{ID: e.uniqueID("root"), Slot: 9, NetNS: path, Ephemeral: mustRange(t, "40960-41983")}
 		_, err := d.Setup(context.Background(), c)
-		var rn *RefusedNamespaceError
-		if !errors.Is(err, ErrHostNamespace) || !errors.As(err, &rn) {
+		var rn *plane.RefusedNamespaceError
+		if !errors.Is(err, plane.ErrHostNamespace) || !errors.As(err, &rn) {
 			t.Errorf("Setup in %s: %v, want a refused namespace", path, err)
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -35,7 +36,7 @@ func BenchmarkDataPlane(b *testing.B) {
 	e := newEnv(b)
 	serveIn(b, e.sb.Host, "0.0.0.0:8000", "host")
 
-	phase := func(n int, server Container) {
+	phase := func(n int, server plane.Container) {
 		b.Run(fmt.Sprintf("containers=%d/SetupTeardown", n), func(b *testing.B) { e.benchSetupTeardown(b) })
 		b.Run(fmt.Sprintf("containers=%d/SetupTeardownSerial", n), func(b *testing.B) {
 			e.d.serialSetup = true
@@ -57,7 +58,7 @@ func BenchmarkDataPlane(b *testing.B) {
 
 // serverContainer plumbs fleet container i with a TCP/UDP echo server on
 // its static port, run by this process inside the namespace.
-func (e *env) serverContainer(i int) Container {
+func (e *env) serverContainer(i int) plane.Container {
 	e.t.Helper()
 	ns, err := nshandle.New()
 	if err != nil {

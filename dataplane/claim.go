@@ -1,10 +1,14 @@
 package dataplane
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/isolatord/isolatord/isolator/plane"
+)
 
 // claim reserves c's ID and slot for a Setup in progress (checked against
 // the plumbed containers and the other setups in progress).
-func (d *DataPlane) claim(c Container) error {
+func (d *DataPlane) claim(c plane.Container) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rootQdiscs = nil // qdiscs may change: the recovery cache is no longer valid

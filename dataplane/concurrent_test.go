@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/isolatord/isolatord/isolator/plane"
 )
 
 // TestConcurrentSetupTeardown: setups and teardowns of different containers
@@ -16,7 +18,7 @@ func TestConcurrentSetupTeardown(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	const n = 6
-	var cs []Container
+	var cs []plane.Container
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("C%d", i)
 		p := e.spawn(name, []uint16{uint16(31300 + i)}, false)
@@ -32,7 +34,7 @@ func TestConcurrentSetupTeardown(t *testing.T) {
 	rival := e.spec("R", rp, 1, "44032-44095", "31399", "")
 	e.cleanupMount(rival.ID)
 
-	all := append([]Container{rival}, cs...)
+	all := append([]plane.Container{rival}, cs...)
 	errs := make([]error, len(all))
 	stop := make(chan struct{})
 	statsDone := make(chan error, 1)
@@ -93,7 +95,7 @@ func TestConcurrentSetupTeardown(t *testing.T) {
 		mustEcho(t, e.sb.Client, "tcp", hostAddr(31300), "C0")
 	}
 
-	live := []Container{all[winner]}
+	live := []plane.Container{all[winner]}
 	live = append(live, cs[1:]...)
 	terrs := make([]error, len(live))
 	for i, c := range live {
@@ -112,7 +114,7 @@ func TestConcurrentSetupTeardown(t *testing.T) {
 	}
 	e.waitNoRetired(e.d)
 	for _, c := range all {
-		if e.hasLink(VethName(c.ID)) {
+		if e.hasLink(plane.VethName(c.ID)) {
 			t.Errorf("veth of %s left", c.ID)
 		}
 	}

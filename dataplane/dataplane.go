@@ -51,17 +51,16 @@ import (
 
 	"github.com/isolatord/isolatord/tcfilter/fragbpf"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/neighsync"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/sysctl"
-	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/tcfilter/nlbatch"
 )
@@ -158,7 +157,7 @@ type DataPlane struct {
 
 	mu       sync.Mutex
 	prepared bool
-	info     HostInfo
+	info     plane.HostInfo
 	links    hostlink.Links
 	copy     []sysctl.Setting
 	eth0     *tcfilter.HostDemux
@@ -229,7 +228,7 @@ type DataPlane struct {
 	followStats  plane.FollowStats
 	followEvents atomic.Uint64           // notifications about eth0 or lo
 	watching     atomic.Pointer[watched] // what the follower's notifications are about
-	onHost       func(HostInfo)
+	onHost       func(plane.HostInfo)
 
 	// the shared-port reconciler (shared.go)
 	reconcileStop chan struct{}
@@ -259,7 +258,7 @@ type DataPlane struct {
 
 // record is what the data plane installed for one container.
 type record struct {
-	c    Container // ports, shared ports and limits as installed
+	c    plane.Container // ports, shared ports and limits as installed
 	veth int
 	via  int // egress shaper entry ifindex (0: no egress limit)
 	ino  uint64
@@ -393,7 +392,7 @@ func (d *DataPlane) closeLocked() error {
 
 // isVethName reports whether name has our veth naming shape.
 func isVethName(name string) bool {
-	if len(name) != 15 || !strings.HasPrefix(name, VethPrefix) {
+	if len(name) != 15 || !strings.HasPrefix(name, plane.VethPrefix) {
 		return false
 	}
 	for _, c := range name[3:] {
@@ -406,26 +405,26 @@ func isVethName(name string) bool {
 
 // checkID is ValidateID wrapped in ErrInvalid with the field named.
 func checkID(id string) error {
-	if err := ValidateID(id); err != nil {
+	if err := plane.ValidateID(id); err != nil {
 		return fmt.Errorf("%w: container ID: %v", ErrInvalid, err)
 	}
 	return nil
 }
 
 // validateContainer checks everything Setup needs from c.
-func validateContainer(c Container) error {
+func validateContainer(c plane.Container) error {
 	if err := checkID(c.ID); err != nil {
 		return err
 	}
-	if c.Slot == 0 || c.Slot > MaxSlot {
-		return fmt.Errorf("%w: container %s: slot %d outside 1..%d", ErrInvalid, c.ID, c.Slot, MaxSlot)
+	if c.Slot == 0 || c.Slot > plane.MaxSlot {
+		return fmt.Errorf("%w: container %s: slot %d outside 1..%d", ErrInvalid, c.ID, c.Slot, plane.MaxSlot)
 	}
 	if c.NetNS == "" {
 		return fmt.Errorf("%w: container %s: network namespace path is empty", ErrInvalid, c.ID)
 	}
 	for _, x := range []struct {
 		name string
-		l    Limit
+		l    rate.Limit
 	}{{"egress", c.Egress}, {"ingress", c.Ingress}} {
 		if err := x.l.Validate(); err != nil {
 			return fmt.Errorf("%w: container %s: %s limit: %v", ErrInvalid, c.ID, x.name, err)
@@ -560,204 +559,13 @@ func (d *DataPlane) mountPath(id string) string {
 
 // pinOf is where c's namespace is pinned as c records it (the default
 // path when it records none).
-func (d *DataPlane) pinOf(c Container) nspin.Pin {
+func (d *DataPlane) pinOf(c plane.Container) nspin.Pin {
 	if c.Pin == "" {
 		return nspin.Pin{Path: d.mountPath(c.ID), Owned: c.PinOwned}
 	}
 	return nspin.Pin{Path: c.Pin, Owned: c.PinOwned}
 }
 
-// Setup plumbs container c (see the package design notes for the order). Any
-// failure undoes every step already done for c.
-func (d *DataPlane) Setup(ctx context.Context, c Container) (p Plumbing, err error) {
-	if err := validateContainer(c); err != nil {
-		return p, err
-	}
-	if err := checkCtx(ctx); err != nil {
-		return p, err
-	}
-	// The host's facts stay as they are until the setup ends (follow.go).
-	d.fmu.RLock()
-	defer d.fmu.RUnlock()
-	if err := d.claim(c); err != nil {
-		return p, err
-	}
-	defer d.unclaim(c.ID)
-	release, err := d.admit(ctx)
-	if err != nil {
-		return p, err
-	}
-	defer release()
-	// The container's own objects are made without d.mu, so that setups
-	// of different containers overlap; only the handles must stay open.
-	d.hmu.RLock()
-	defer d.hmu.RUnlock()
-	if d.hclosed {
-		return p, ErrClosed
-	}
-
-	// Handles are closed only after a rollback has used them: an operation
-	// on a closed netlink.Handle silently falls back to a fresh socket in
-	// the calling thread's namespace, which is the wrong namespace.
-	var undo undoStack
-	var closers []func()
-	defer func() {
-		if err != nil {
-			d.rollback(c.ID, &undo, &err)
-			p = Plumbing{}
-		}
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}()
-
-	ns, err := nshandle.Open(c.NetNS)
-	if err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	closers = append(closers, func() { ns.Close() })
-	if err := d.refusedNamespace(ns); err != nil {
-		return p, fmt.Errorf("container %s: %s: %w", c.ID, c.NetNS, err)
-	}
-	p.NetNSIno = ns.Ino()
-	if err := d.step("open"); err != nil {
-		return p, err
-	}
-
-	// Pin the namespace so `ip netns exec <id>` works and it outlives its
-	// processes until Teardown; a runtime's pin already there is used and
-	// never removed (nspin.Create).
-	pin, err := nspin.Create(ns, d.cfg.NetNSDir, c.ID)
-	if err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	p.Mount, p.PinOwned = pin.Path, pin.Owned
-	c.Meta.PinOwned = pin.Owned // the veth's alias says whose the pin is
-	undo.push("bind mount", func() error {
-		_, _, err := nspin.Remove(pin)
-		return err
-	})
-	if err := d.step("mount"); err != nil {
-		return p, err
-	}
-
-	// The veth: host end named after the ID, peer born inside as eth0, both
-	// with the host MAC and MTU.
-	p.Veth = VethName(c.ID)
-	spec := veth.Spec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
-	// A pair Stage made for a runtime that moved its peer in is adopted
-	// (staged.go).
-	var staged bool
-	p.VethIndex, staged, err = d.adoptStaged(c.ID, ns)
-	if !staged {
-		p.VethIndex, err = veth.Create(d.h, ns, spec)
-	}
-	if !staged && errors.Is(err, unix.EEXIST) {
-		// A retired pair of this namespace still holds eth0 (retire.go).
-		d.retired.wait()
-		p.VethIndex, err = veth.Create(d.h, ns, spec)
-	}
-	if err != nil {
-		return p, fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	vethIdx := p.VethIndex
-	undo.push("veth "+p.Veth, func() error { _, err := veth.Delete(d.h, vethIdx); return err })
-	if err := d.setAlias(vethIdx, c); err != nil {
-		return p, err
-	}
-	if err := d.step("veth"); err != nil {
-		return p, err
-	}
-
-	// The host side and the inside of the container, concurrently
-	// (setupchains.go).
-	via, err := d.setupChains(c, ns, p.Veth, vethIdx, &undo, &closers)
-	if err != nil {
-		return p, err
-	}
-	if err := d.step("chains"); err != nil {
-		return p, err
-	}
-
-	// The shared host tables, under d.mu.
-	if err := d.plumbHost(c, vethIdx, via, p); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
-// plumbHost adds c's entries to the shared host tables (demuxes, fan-out,
-// shared ports) and records c, under d.mu; on failure it removes what it
-// added.
-func (d *DataPlane) plumbHost(c Container, veth, via int, p Plumbing) (err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.ready(); err != nil {
-		return err
-	}
-	var undo undoStack
-	defer d.rollback(c.ID, &undo, &err)
-	// Host demuxes: only now does traffic start flowing to the veth.
-	excl := exclusiveRanges(c.Ephemeral, c.Ports)
-	if err := d.eth0.AddRanges(c.Slot, veth, excl); err != nil {
-		return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Eth0, err)
-	}
-	undo.push("eth0 demux", func() error { _, err := d.eth0.DelRanges(c.Slot, excl); return err })
-	if err := d.lo.AddRanges(c.Slot, veth, excl); err != nil {
-		return fmt.Errorf("container %s: %s demux: %w", c.ID, d.links.Lo, err)
-	}
-	undo.push("lo demux", func() error { _, err := d.lo.DelRanges(c.Slot, excl); return err })
-	if err := d.step("demux"); err != nil {
-		return err
-	}
-	if err := d.eth0.SetEchoOrigin(veth, veth); err != nil {
-		return fmt.Errorf("container %s: %w", c.ID, err)
-	}
-	undo.push("echo origin", func() error { return d.eth0.DelEchoOrigin(veth) })
-	if d.fanoutUsed() {
-		if err := d.eth0.AddFanout(c.Slot, veth); err != nil {
-			return fmt.Errorf("container %s: ICMP fan-out: %w", c.ID, err)
-		}
-		undo.push("fan-out", func() error { _, err := d.eth0.DelFanout(c.Slot); return err })
-	}
-	if err := d.step("fanout"); err != nil {
-		return err
-	}
-	for _, port := range c.Shared.Ports() {
-		old := d.shared[port]
-		if err := d.setShared(port, holdersWith(old, c.Slot, veth)); err != nil {
-			return fmt.Errorf("container %s: %w", c.ID, err)
-		}
-		undo.push(fmt.Sprintf("shared port %d", port), func() error { return d.setShared(port, old) })
-	}
-	if err := d.step("shared"); err != nil {
-		return err
-	}
-
-	pin := nspin.Pin{Path: p.Mount, Owned: p.PinOwned}
-	c.Pin, c.PinOwned = pin.Path, pin.Owned
-	d.ctrs[c.ID] = &record{c: c, veth: veth, via: via, ino: p.NetNSIno, pin: pin, in: d.setupFacts()}
-	if d.ctrs[c.ID].in != d.hostNow {
-		d.pokeFollower()
-	}
-	d.slots[c.Slot] = c.ID
-	d.noteVeth(c.ID, veth)
-	return nil
-}
-
-// rollback undoes the steps of a failed setup (*err != nil), adding the
-// undo errors to *err.
-func (d *DataPlane) rollback(id string, undo *undoStack, err *error) {
-	if *err == nil {
-		return
-	}
-	if uerr := undo.run(); uerr != nil {
-		d.log.Error("rollback of failed setup incomplete", "container", id, "err", uerr)
-		*err = errors.Join(*err, uerr)
-	}
-}
-
-// hostLinkSettings gives host link (idx, name) no forwarding of stray
 // packets and no IPv6 (the shared MAC would give every link the same
 // link-local address); call it inside withHostSysctls.
 func hostLinkSettings(sd *sysctl.Dir, idx int, name string) error {

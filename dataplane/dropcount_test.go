@@ -83,7 +83,7 @@ func TestDropCountsWithoutNetlink(t *testing.T) {
 	if errA != nil || errB != nil || errT != nil {
 		t.Fatalf("reads with no usable netlink handle: %v / %v / %v", errA, errB, errT)
 	}
-	if sa.Dropped[tcfilter.DropPort] != 1 || len(sa.Dropped) != len(DropReasons) {
+	if sa.Dropped[tcfilter.DropPort] != 1 || len(sa.Dropped) != len(tcfilter.DropReasons) {
 		t.Errorf("A's drops %v, want port 1 and every reason", sa.Dropped)
 	}
 	for r, n := range sb.Dropped {

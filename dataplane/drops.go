@@ -16,21 +16,14 @@ import (
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
-// DropReasons are the reasons of LinkStats.Dropped and DropTotals.
-var DropReasons = tcfilter.DropReasons
-
-// RefusedNamespaceError is returned (wrapping ErrHostNamespace) by Setup
-// when a container's namespace is one that is never a container's.
-type RefusedNamespaceError = plane.RefusedNamespaceError
-
 // refusedNamespace reports whether ns is the data plane's host namespace,
 // the daemon's own (its thread's or its process's) or pid 1's.
 func (d *DataPlane) refusedNamespace(ns *nshandle.NS) error {
 	if ns.SameAs(d.hostNS) {
-		return &RefusedNamespaceError{Which: "the data plane's host network namespace"}
+		return &plane.RefusedNamespaceError{Which: "the data plane's host network namespace"}
 	}
 	if ns.SameAs(d.selfNS) {
-		return &RefusedNamespaceError{Which: "the daemon's own network namespace"}
+		return &plane.RefusedNamespaceError{Which: "the daemon's own network namespace"}
 	}
 	for _, x := range []struct{ path, which string }{
 		{"/proc/self/ns/net", "the daemon process's network namespace"},
@@ -43,7 +36,7 @@ func (d *DataPlane) refusedNamespace(ns *nshandle.NS) error {
 		same := ns.SameAs(o)
 		o.Close()
 		if same {
-			return &RefusedNamespaceError{Which: x.which}
+			return &plane.RefusedNamespaceError{Which: x.which}
 		}
 	}
 	return nil
@@ -105,7 +98,7 @@ func (d *DataPlane) DropTotals(ctx context.Context) (map[string]uint64, error) {
 		return nil, err
 	}
 	out := map[string]uint64{}
-	for _, r := range DropReasons {
+	for _, r := range tcfilter.DropReasons {
 		out[r] = 0
 	}
 	d.hmu.RLock()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
@@ -31,7 +32,7 @@ type env struct {
 	t    testing.TB
 	sb   *sandbox.Sandbox
 	d    *DataPlane
-	info HostInfo
+	info plane.HostInfo
 	bin  string
 	ops  *atomic.Int64 // filter operations seen by the observer
 	errs *atomic.Int64 // failed filter operations
@@ -89,7 +90,7 @@ func (e *env) newDataPlane() *DataPlane {
 // ctr is a running container process plus its data-plane description.
 type ctr struct {
 	proc *sandbox.Container
-	c    Container
+	c    plane.Container
 }
 
 var idSeq atomic.Int64
@@ -130,20 +131,20 @@ func (e *env) spawn(name string, serve []uint16, reuse bool) *sandbox.Container 
 }
 
 // spec builds a Container for process p.
-func (e *env) spec(name string, p *sandbox.Container, slot uint16, eph string, ports, shared string) Container {
+func (e *env) spec(name string, p *sandbox.Container, slot uint16, eph string, ports, shared string) plane.Container {
 	e.t.Helper()
 	r, err := ephemeral.ParseRange(eph)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return Container{
+	return plane.Container{
 		ID: e.uniqueID(name), Slot: slot, NetNS: p.NetNS, Ephemeral: r,
 		Ports: ephemeral.MustParseSet(ports), Shared: ephemeral.MustParseSet(shared),
 	}
 }
 
 // setup plumbs c and registers its teardown (and a last-resort unmount).
-func (e *env) setup(c Container) Plumbing {
+func (e *env) setup(c plane.Container) plane.Plumbing {
 	e.t.Helper()
 	p, err := e.d.Setup(context.Background(), c)
 	if err != nil {

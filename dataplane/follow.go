@@ -71,7 +71,7 @@ func (d *DataPlane) FollowStats() plane.FollowStats {
 // OnHostChange sets fn to be called (from the follower's goroutine, never
 // with a lock of the data plane held) with the host's facts after each
 // change the follower applied.
-func (d *DataPlane) OnHostChange(fn func(HostInfo)) {
+func (d *DataPlane) OnHostChange(fn func(plane.HostInfo)) {
 	d.mu.Lock()
 	d.onHost = fn
 	d.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -28,7 +29,7 @@ const followWithin = 6 * time.Second
 type followEnv struct {
 	*env
 	mu   sync.Mutex
-	info HostInfo
+	info plane.HostInfo
 	seen atomic.Int64
 }
 
@@ -54,7 +55,7 @@ func newFollowEnvMode(t testing.TB, mode IPv6Mode, opts ...sandbox.Option) *foll
 	t.Cleanup(func() { d.Close() })
 	e.d = d
 	fe := &followEnv{env: e}
-	d.OnHostChange(func(h HostInfo) {
+	d.OnHostChange(func(h plane.HostInfo) {
 		fe.mu.Lock()
 		fe.info = h
 		fe.mu.Unlock()
@@ -67,7 +68,7 @@ func newFollowEnvMode(t testing.TB, mode IPv6Mode, opts ...sandbox.Option) *foll
 	return fe
 }
 
-func (fe *followEnv) host() HostInfo {
+func (fe *followEnv) host() plane.HostInfo {
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
 	return fe.info
@@ -298,7 +299,7 @@ func TestFollowIPv4RenumberGatewayMTU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := h.LinkByName(VethName(web.c.ID))
+		l, err := h.LinkByName(plane.VethName(web.c.ID))
 		h.Close()
 		if err != nil || l.Attrs().MTU != mtu {
 			t.Errorf("host veth MTU after the change to %d: %v %v", mtu, l, err)
@@ -573,7 +574,7 @@ func TestFollowRestartAfterChanges(t *testing.T) {
 	if err := d2.Adopt(ctx, web.c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d2.Strays(ctx, []Container{web.c}); err != nil {
+	if _, err := d2.Strays(ctx, []plane.Container{web.c}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := viewOf(web.proc)

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/nshandle"
@@ -69,7 +70,7 @@ func (d *DataPlane) setupFacts() hostFacts {
 
 // publicInfo is d.info as the lifecycle reports it: no IPv4 address when
 // the host has none (d.info keeps the last one for the filters).
-func (d *DataPlane) publicInfo() HostInfo {
+func (d *DataPlane) publicInfo() plane.HostInfo {
 	info := d.info
 	if d.lost4 {
 		info.IP = net.IPNet{}
@@ -112,7 +113,7 @@ func (d *DataPlane) followPass() bool {
 
 // followHost reads the host's facts and applies a change to the host's
 // own tables (under d.fmu: no setup is under way, and d.mu).
-func (d *DataPlane) followHost() (changed bool, info HostInfo, notify func(HostInfo), err error) {
+func (d *DataPlane) followHost() (changed bool, info plane.HostInfo, notify func(plane.HostInfo), err error) {
 	d.fmu.Lock()
 	defer d.fmu.Unlock()
 	d.mu.Lock()
@@ -432,12 +433,12 @@ func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemera
 	link := linkRefIdx(rec.veth)
 	if in.mtu != want.mtu {
 		if err := d.h.LinkSetMTU(link, d.info.MTU); err != nil {
-			return fmt.Errorf("%s MTU %d: %w", VethName(c.ID), d.info.MTU, err)
+			return fmt.Errorf("%s MTU %d: %w", plane.VethName(c.ID), d.info.MTU, err)
 		}
 	}
 	if in.mac != want.mac {
 		if err := d.h.LinkSetHardwareAddr(link, d.info.MAC); err != nil {
-			return fmt.Errorf("%s MAC %s: %w", VethName(c.ID), d.info.MAC, err)
+			return fmt.Errorf("%s MAC %s: %w", plane.VethName(c.ID), d.info.MAC, err)
 		}
 	}
 	if !(in.ip != want.ip && want.ip != "") && in.mac == want.mac && in.eth0 == want.eth0 && in.ip6tag == want.ip6tag {
@@ -446,7 +447,7 @@ func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemera
 	vf := d.vethFilters(c.Slot, rec.veth, rec.via)
 	if in.eth0 != want.eth0 {
 		if err := vf.Retarget(all); err != nil {
-			return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
+			return fmt.Errorf("%s filters: %w", plane.VethName(c.ID), err)
 		}
 	}
 	// The fixed nodes name the addresses and the MAC; a veth gaining
@@ -456,7 +457,7 @@ func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemera
 		refresh = func() error { return vf.Install(all) }
 	}
 	if err := refresh(); err != nil {
-		return fmt.Errorf("%s filters: %w", VethName(c.ID), err)
+		return fmt.Errorf("%s filters: %w", plane.VethName(c.ID), err)
 	}
 	if rec.via != 0 {
 		_, exit := ShaperNames(c.ID)

@@ -51,14 +51,14 @@ const (
 // detects kernel features. A restarted daemon's PrepareHost finds the host
 // already prepared and records nothing: the lifecycle keeps the Originals of
 // the first run.
-func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
+func (d *DataPlane) PrepareHost(ctx context.Context) (plane.HostInfo, error) {
 	if err := checkCtx(ctx); err != nil {
-		return HostInfo{}, err
+		return plane.HostInfo{}, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return HostInfo{}, ErrClosed
+		return plane.HostInfo{}, ErrClosed
 	}
 	if d.prepared {
 		return d.info, nil
@@ -76,15 +76,15 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	}()
 	hl, err := hostlink.Read(d.h, d.cfg.Eth0, d.cfg.Lo)
 	if err != nil {
-		return HostInfo{}, fmt.Errorf("host interfaces: %w", err)
+		return plane.HostInfo{}, fmt.Errorf("host interfaces: %w", err)
 	}
-	info := HostInfo{
+	info := plane.HostInfo{
 		Eth0: hl.Eth0, Lo: hl.Lo, IP: hl.Addr, MAC: hl.MAC, MTU: hl.MTU, Gateway: hl.Gateway,
 		Originals: map[string]string{}, NetNSIno: d.hostNS.Ino(),
 	}
 	v6, err := d.decideIPv6(hl)
 	if err != nil {
-		return HostInfo{}, err
+		return plane.HostInfo{}, err
 	}
 	d.ip6 = nil
 	if v6 != nil {
@@ -97,11 +97,11 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (HostInfo, error) {
 	// as PACKET_HOST if that is its own (the host's) MAC.
 	lo, err := d.h.LinkByIndex(hl.LoIndex)
 	if err != nil {
-		return HostInfo{}, err
+		return plane.HostInfo{}, err
 	}
 	if !macEqual(hl.LoMAC, hl.MAC) {
 		if err := d.h.LinkSetHardwareAddr(lo, hl.MAC); err != nil {
-			return HostInfo{}, fmt.Errorf("set %s MAC to %s's %s: %w", hl.Lo, hl.Eth0, hl.MAC, err)
+			return plane.HostInfo{}, fmt.Errorf("set %s MAC to %s's %s: %w", hl.Lo, hl.Eth0, hl.MAC, err)
 		}
 		orig := hl.LoMAC.String()
 		if orig == "" { // netlink drops an all-zero address

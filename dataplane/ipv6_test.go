@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
@@ -154,7 +155,7 @@ func TestIPv6ContainerNamespace(t *testing.T) {
 
 	// The host end of the veth: no IPv6 (no link-local address, no router
 	// solicitation, no DAD); tc sees its frames all the same.
-	veth := VethName(a.c.ID)
+	veth := plane.VethName(a.c.ID)
 	if v, err := e.sb.Host.Sysctl("net/ipv6/conf/" + veth + "/disable_ipv6"); err != nil || v != "1" {
 		t.Errorf("host veth %s disable_ipv6 = %q (%v), want 1", veth, v, err)
 	}
@@ -259,7 +260,7 @@ func TestIPv6NamespaceCarriesTraffic(t *testing.T) {
 	e := newEnvWith(t, IPv6Auto, sandbox.WithIPv6())
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
 	serveIn(t, e.sb.Client, net.JoinHostPort(e.sb.ClientIP6.String(), "9000"), "client")
-	veth := VethName(a.c.ID)
+	veth := plane.VethName(a.c.ID)
 	tc := func(args ...string) { e.sb.Host.Run(t, "tc", args...) }
 	tc("qdisc", "del", "dev", veth, "ingress")
 	tc("qdisc", "add", "dev", veth, "clsact")
@@ -379,7 +380,7 @@ func TestIPv6NeighboursAfterRestart(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+	if _, err := d2.Strays(ctx, []plane.Container{a.c}); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 5*time.Second, "the adopted container's neighbour requests served", func() bool { return d2.neigh.Serves(a.c.ID) })

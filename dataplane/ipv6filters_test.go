@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -77,7 +78,7 @@ func TestIPv6Filters(t *testing.T) {
 
 	// IPv6 off: the veth's filters are re-installed without IPv6.
 	restart(IPv6Off)
-	if show := e.tcShow(VethName(a.c.ID)); strings.Contains(show, "protocol ipv6") {
+	if show := e.tcShow(plane.VethName(a.c.ID)); strings.Contains(show, "protocol ipv6") {
 		t.Errorf("IPv6 nodes left on the veth with IPv6 off:\n%s", show)
 	}
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "A")
@@ -86,7 +87,7 @@ func TestIPv6Filters(t *testing.T) {
 	}
 	// On again: back.
 	d := restart(IPv6On)
-	if show := e.tcShow(VethName(a.c.ID)); !strings.Contains(show, "protocol ipv6") {
+	if show := e.tcShow(plane.VethName(a.c.ID)); !strings.Contains(show, "protocol ipv6") {
 		t.Errorf("no IPv6 nodes on the veth with IPv6 on again:\n%s", show)
 	}
 	paths(t)

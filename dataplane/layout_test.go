@@ -58,7 +58,7 @@ const hostDropBase = 0x80000000
 
 func sinkNames() []string {
 	var out []string
-	for _, r := range DropReasons {
+	for _, r := range tcfilter.DropReasons {
 		out = append(out, tcfilter.DropSinkName(r))
 	}
 	return out
@@ -85,7 +85,7 @@ func TestAdoptReinstallsOtherLayout(t *testing.T) {
 	base := mirredActions(t, e)
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
 	veth := e.d.ctrs[a.c.ID].veth
-	if dr, ot, _, host := vethMirreds(t, e.d, veth); dr < ipv4DropReasons || dr > len(DropReasons) || host != dr || ot > 2 {
+	if dr, ot, _, host := vethMirreds(t, e.d, veth); dr < ipv4DropReasons || dr > len(tcfilter.DropReasons) || host != dr || ot > 2 {
 		t.Fatalf("current layout: %d drop actions (%d the host's), %d others (want the host's, one per reason, and at most 2)", dr, host, ot)
 	}
 	// the redirect to its veth, the shared redirects to host eth0 and lo,
@@ -119,7 +119,7 @@ func TestAdoptReinstallsOtherLayout(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); err != nil {
 		t.Fatal(err)
 	}
-	if dr, ot, _, host := vethMirreds(t, d2, veth); dr < ipv4DropReasons || dr > len(DropReasons) || host != dr || ot > 2 {
+	if dr, ot, _, host := vethMirreds(t, d2, veth); dr < ipv4DropReasons || dr > len(tcfilter.DropReasons) || host != dr || ot > 2 {
 		t.Errorf("after Adopt: %d drop actions (%d the host's), %d others", dr, host, ot)
 	}
 	if n := mirredActions(t, e) - base; n > most {

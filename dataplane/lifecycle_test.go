@@ -27,29 +27,29 @@ import (
 var errInjected = errors.New("injected failure")
 
 func TestValidation(t *testing.T) {
-	ok := Container{ID: "c1", Slot: 1, NetNS: "/proc/1/ns/net",
+	ok := plane.Container{ID: "c1", Slot: 1, NetNS: "/proc/1/ns/net",
 		Ephemeral: ephemeral.Range{Begin: 32768, End: 33791}, Ports: ephemeral.MustParseSet("31000")}
 	if err := validateContainer(ok); err != nil {
 		t.Fatalf("valid container rejected: %v", err)
 	}
 	cases := []struct {
 		name string
-		mod  func(*Container)
+		mod  func(*plane.Container)
 		want string
 	}{
-		{"empty id", func(c *Container) { c.ID = "" }, "container ID"},
-		{"dot", func(c *Container) { c.ID = "." }, "container ID"},
-		{"dotdot", func(c *Container) { c.ID = ".." }, "container ID"},
-		{"slash", func(c *Container) { c.ID = "a/b" }, "container ID"},
-		{"leading dash", func(c *Container) { c.ID = "-a" }, "container ID"},
-		{"too long", func(c *Container) { c.ID = strings.Repeat("a", 129) }, "container ID"},
-		{"slot 0", func(c *Container) { c.Slot = 0 }, "slot"},
-		{"slot 4096", func(c *Container) { c.Slot = 4096 }, "slot"},
-		{"no netns", func(c *Container) { c.NetNS = "" }, "network namespace"},
-		{"unaligned", func(c *Container) { c.Ephemeral = ephemeral.Range{Begin: 32769, End: 33792} }, "ephemeral range"},
-		{"empty range", func(c *Container) { c.Ephemeral = ephemeral.Range{Begin: 2, End: 1} }, "ephemeral range"},
-		{"ports in ephemeral", func(c *Container) { c.Ports = ephemeral.MustParseSet("33000") }, "ephemeral ports"},
-		{"shared in ports", func(c *Container) { c.Shared = ephemeral.MustParseSet("31000") }, "shared ports"},
+		{"empty id", func(c *plane.Container) { c.ID = "" }, "container ID"},
+		{"dot", func(c *plane.Container) { c.ID = "." }, "container ID"},
+		{"dotdot", func(c *plane.Container) { c.ID = ".." }, "container ID"},
+		{"slash", func(c *plane.Container) { c.ID = "a/b" }, "container ID"},
+		{"leading dash", func(c *plane.Container) { c.ID = "-a" }, "container ID"},
+		{"too long", func(c *plane.Container) { c.ID = strings.Repeat("a", 129) }, "container ID"},
+		{"slot 0", func(c *plane.Container) { c.Slot = 0 }, "slot"},
+		{"slot 4096", func(c *plane.Container) { c.Slot = 4096 }, "slot"},
+		{"no netns", func(c *plane.Container) { c.NetNS = "" }, "network namespace"},
+		{"unaligned", func(c *plane.Container) { c.Ephemeral = ephemeral.Range{Begin: 32769, End: 33792} }, "ephemeral range"},
+		{"empty range", func(c *plane.Container) { c.Ephemeral = ephemeral.Range{Begin: 2, End: 1} }, "ephemeral range"},
+		{"ports in ephemeral", func(c *plane.Container) { c.Ports = ephemeral.MustParseSet("33000") }, "ephemeral ports"},
+		{"shared in ports", func(c *plane.Container) { c.Shared = ephemeral.MustParseSet("31000") }, "shared ports"},
 	}
 	for _, tc := range cases {
 		c := ok
@@ -60,14 +60,14 @@ func TestValidation(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"a", "A9", "a.b_c-d", strings.Repeat("x", 128)} {
-		if err := ValidateID(id); err != nil {
+		if err := plane.ValidateID(id); err != nil {
 			t.Errorf("ValidateID(%q) = %v", id, err)
 		}
 	}
-	if n := VethName("some-container"); len(n) != 15 || !strings.HasPrefix(n, "iso") || !isVethName(n) {
+	if n := plane.VethName("some-container"); len(n) != 15 || !strings.HasPrefix(n, "iso") || !isVethName(n) {
 		t.Errorf("VethName = %q", n)
 	}
-	if VethName("a") == VethName("b") {
+	if plane.VethName("a") == plane.VethName("b") {
 		t.Error("VethName collides for a and b")
 	}
 }
@@ -76,18 +76,18 @@ func TestRefusesHostNamespace(t *testing.T) {
 	checkRootUnchanged(t)
 	e := newEnv(t)
 	for _, path := range []string{e.sb.Host.Path, "/proc/self/ns/net"} {
-		c := Container{ID: e.uniqueID("hostns"), Slot: 7, NetNS: path,
+		c := plane.Container{ID: e.uniqueID("hostns"), Slot: 7, NetNS: path,
 			Ephemeral: ephemeral.Range{Begin: 40960, End: 41983}}
 		e.cleanupMount(c.ID)
 		_, err := e.d.Setup(context.Background(), c)
-		if !errors.Is(err, ErrHostNamespace) {
+		if !errors.Is(err, plane.ErrHostNamespace) {
 			t.Errorf("Setup in %s: %v, want ErrHostNamespace", path, err)
 		}
 		if _, err := os.Stat(filepath.Join(nspin.DefaultDir, c.ID)); !os.IsNotExist(err) {
 			t.Errorf("a mount point was left for %s", c.ID)
 		}
 	}
-	if e.hasLink(VethName("x")) {
+	if e.hasLink(plane.VethName("x")) {
 		t.Error("unexpected veth")
 	}
 }
@@ -315,7 +315,7 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 	}
 	// its neighbour requests are served again, in the background once
 	// recovery is over (Strays)
-	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+	if _, err := d2.Strays(ctx, []plane.Container{a.c}); err != nil {
 		t.Fatal(err)
 	}
 	if !wait.Until(5*time.Second, func() bool { return d2.neigh.Serves(a.c.ID) }) {
@@ -328,7 +328,7 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); !errors.Is(err, ErrExists) {
 		t.Errorf("second Adopt: %v", err)
 	}
-	ghost := Container{ID: e.uniqueID("ghost"), Slot: 9, NetNS: "/proc/1/ns/net", Ephemeral: ephemeral.Range{Begin: 43008, End: 44031}}
+	ghost := plane.Container{ID: e.uniqueID("ghost"), Slot: 9, NetNS: "/proc/1/ns/net", Ephemeral: ephemeral.Range{Begin: 43008, End: 44031}}
 	if err := d2.Adopt(ctx, ghost); err == nil {
 		t.Error("Adopt of a container without veth succeeded")
 	}
@@ -349,14 +349,14 @@ func TestRestartAdoptCheckTeardown(t *testing.T) {
 	if len(rep.Missing) != 1 || !strings.Contains(rep.Missing[0], "eth0 demux") {
 		t.Errorf("teardown report: %v (want the one deleted eth0 range)", rep.Missing)
 	}
-	if e.hasLink(VethName(a.c.ID)) {
+	if e.hasLink(plane.VethName(a.c.ID)) {
 		t.Error("veth survived")
 	}
 	if f := e.hostFilters(); slotRE(1).MatchString(f) {
 		t.Errorf("filters of slot 1 survived:\n%s", f)
 	}
 	miss, err = d2.Check(ctx, a.c)
-	if err != nil || !slices.Contains(miss, "veth "+VethName(a.c.ID)) || !slices.Contains(miss, "bind mount "+filepath.Join(nspin.DefaultDir, a.c.ID)) {
+	if err != nil || !slices.Contains(miss, "veth "+plane.VethName(a.c.ID)) || !slices.Contains(miss, "bind mount "+filepath.Join(nspin.DefaultDir, a.c.ID)) {
 		t.Errorf("Check after teardown: %v %v", miss, err)
 	}
 }
@@ -375,7 +375,7 @@ func TestSnapshotAndRemoveStrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []ctr{a, b, c} {
-		if s.Veths[VethName(x.c.ID)] == 0 || !s.Mounts[x.c.ID] || len(s.Slots[x.c.Slot]) == 0 {
+		if s.Veths[plane.VethName(x.c.ID)] == 0 || !s.Mounts[x.c.ID] || len(s.Slots[x.c.Slot]) == 0 {
 			t.Errorf("snapshot misses %s: %+v", x.c.ID, s)
 		}
 	}
@@ -390,11 +390,11 @@ func TestSnapshotAndRemoveStrays(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := d2.RemoveStrays(ctx, []Container{a.c})
+	removed, err := d2.RemoveStrays(ctx, []plane.Container{a.c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"veth " + VethName(b.c.ID), "veth " + VethName(c.c.ID),
+	for _, want := range []string{"veth " + plane.VethName(b.c.ID), "veth " + plane.VethName(c.c.ID),
 		"bind mount " + filepath.Join(nspin.DefaultDir, b.c.ID), "eth0 fan-out of slot 3",
 		"eth0 range 31012-31015 of slot 2", "lo range 31020 of slot 3", "eth0 stray holders of shared port 9000"} {
 		if !slices.Contains(removed, want) {
@@ -417,7 +417,7 @@ func TestSnapshotAndRemoveStrays(t *testing.T) {
 	if got, err := echo(e.sb.Client, "tcp", hostAddr(31010)); err == nil {
 		t.Errorf("B's port answered by %s after RemoveStrays", got)
 	}
-	again, err := d2.RemoveStrays(ctx, []Container{a.c})
+	again, err := d2.RemoveStrays(ctx, []plane.Container{a.c})
 	if err != nil || len(again) != 0 {
 		t.Errorf("second RemoveStrays: %v %v", again, err)
 	}
@@ -491,7 +491,7 @@ func TestHostPreparation(t *testing.T) {
 	// rp_filter is left alone: strict or loose reverse-path filtering on
 	// the host breaks none of the paths.
 	for _, v := range []string{"1", "2"} {
-		for _, dev := range []string{"all", "default", "lo", "eth0", VethName(a.c.ID)} {
+		for _, dev := range []string{"all", "default", "lo", "eth0", plane.VethName(a.c.ID)} {
 			setHost("net/ipv4/conf/"+dev+"/rp_filter", v)
 		}
 		for _, nw := range []string{"tcp", "udp"} {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/tcfilter"
 )
@@ -106,7 +107,7 @@ func (d *DataPlane) SetHostLoopbackPorts(ctx context.Context, open ephemeral.Set
 	}
 	for id, rec := range d.ctrs {
 		if err := d.vethFilters(rec.c.Slot, rec.veth, rec.via).SetLoopPorts(); err != nil {
-			d.log.Error("host loopback ports not changed on a container's veth", "container", id, "veth", VethName(id), "err", err)
+			d.log.Error("host loopback ports not changed on a container's veth", "container", id, "veth", plane.VethName(id), "err", err)
 			continue
 		}
 		if err := d.setAlias(rec.veth, rec.c); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
@@ -81,7 +82,7 @@ func TestHostLoopbackPorts(t *testing.T) {
 	closed(b.proc, loAddr(7001))
 	// the veths' aliases carry the new tag (a restart trusts them)
 	for _, c := range []ctr{a, b} {
-		l, err := e.d.h.LinkByName(VethName(c.c.ID))
+		l, err := e.d.h.LinkByName(plane.VethName(c.c.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -26,7 +27,7 @@ func TestIPv6FreshContainerDrops(t *testing.T) {
 		}
 		return n
 	}
-	var st LinkStats
+	var st plane.LinkStats
 	wait.For(t, 10*time.Second, "every MLD message A sent counted as mld", func() bool {
 		var err error
 		if st, err = e.d.Stats(ctx, a.c); err != nil {

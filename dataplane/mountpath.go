@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 )
@@ -14,7 +15,7 @@ func (d *DataPlane) MountPath(id string) string { return d.mountPath(id) }
 
 // PlanPin says where Setup would pin c's namespace and whether that pin
 // would be isolatord's own (nspin.Plan), changing nothing.
-func (d *DataPlane) PlanPin(c Container) (path string, owned bool, err error) {
+func (d *DataPlane) PlanPin(c plane.Container) (path string, owned bool, err error) {
 	if err := checkID(c.ID); err != nil {
 		return "", false, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/neighsync"
 	"github.com/isolatord/isolatord/netns/nshandle"
 )
@@ -75,7 +76,7 @@ func (d *DataPlane) NeighStats() neighsync.Stats {
 // echoOriginShaper registers container id's shaper exit xi as an origin of
 // its veth's echo requests.
 func (d *DataPlane) echoOriginShaper(id string, xi int) error {
-	vi, err := d.linkIndex(VethName(id))
+	vi, err := d.linkIndex(plane.VethName(id))
 	if err != nil || vi == 0 {
 		return err // no veth yet: Setup registers it with the veth
 	}
@@ -100,7 +101,7 @@ func (d *DataPlane) adoptEchoOrigins(id string, veth int, shaped bool) error {
 // if its ifindex is reused, and then it points at a veth that is gone).
 func (d *DataPlane) dropEchoOrigins(id string, veth int, shaped bool) {
 	if veth == 0 {
-		veth, _ = d.linkIndex(VethName(id))
+		veth, _ = d.linkIndex(plane.VethName(id))
 	}
 	xi := 0
 	if shaped {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/hostlink"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
@@ -17,7 +19,7 @@ import (
 // the union of old and new ports, the host demuxes gain the new ranges and
 // shared holders, then lose the old ones, and finally the veth and container
 // filters shrink to the new set. Any failure puts back what was changed.
-func (d *DataPlane) SetPorts(ctx context.Context, c Container, ports, shared ephemeral.Set) (err error) {
+func (d *DataPlane) SetPorts(ctx context.Context, c plane.Container, ports, shared ephemeral.Set) (err error) {
 	if err := d.begin(ctx, c.ID, dropCache); err != nil {
 		return err
 	}
@@ -180,9 +182,9 @@ func rangeDiff(a, b []ephemeral.Range) []ephemeral.Range {
 
 // Stats returns the container's traffic counters (its veth's, from the
 // container's side).
-func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
+func (d *DataPlane) Stats(ctx context.Context, c plane.Container) (plane.LinkStats, error) {
 	if err := checkCtx(ctx); err != nil {
-		return LinkStats{}, err
+		return plane.LinkStats{}, err
 	}
 	// A read: it never waits for d.mu (a setup or teardown in progress),
 	// only for the handles to stay open. The veth is the one recorded for
@@ -195,32 +197,32 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
-		return LinkStats{}, ErrClosed
+		return plane.LinkStats{}, ErrClosed
 	}
 	idx, via := 0, 0
 	if v, ok := d.statsVeth.Load(c.ID); ok {
 		idx = v.(int)
 	} else {
-		l, err := d.hr.LinkByName(VethName(c.ID))
+		l, err := d.hr.LinkByName(plane.VethName(c.ID))
 		if err == nil && isRetired(l.Attrs()) {
 			err = errRetired(l.Attrs().Name) // torn down, awaiting deletion
 		}
 		if err != nil {
-			return LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, VethName(c.ID), err)
+			return plane.LinkStats{}, fmt.Errorf("container %s: veth %s: %w", c.ID, plane.VethName(c.ID), err)
 		}
 		idx = l.Attrs().Index
 	}
 	var s hostlink.Counters
 	var err error
 	if d.sys != nil {
-		s, err = d.sys.PeerCounters(VethName(c.ID))
+		s, err = d.sys.PeerCounters(plane.VethName(c.ID))
 	} else {
 		s, err = hostlink.PeerCounters(d.hr, idx)
 	}
 	if err != nil {
-		return LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
+		return plane.LinkStats{}, fmt.Errorf("container %s: %w", c.ID, err)
 	}
-	st := LinkStats{
+	st := plane.LinkStats{
 		RxBytes: s.RxBytes, RxPackets: s.RxPackets, RxErrors: s.RxErrors, RxDropped: s.RxDropped,
 		TxBytes: s.TxBytes, TxPackets: s.TxPackets, TxErrors: s.TxErrors, TxDropped: s.TxDropped,
 	}
@@ -249,8 +251,8 @@ func (d *DataPlane) Stats(ctx context.Context, c Container) (LinkStats, error) {
 // holders, the veth (which takes the container's eth0 with it) and the bind
 // mount. It uses what Setup/SetPorts recorded when the container is known,
 // and c otherwise (after a restart without Adopt). It is idempotent.
-func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, error) {
-	var rep TeardownReport
+func (d *DataPlane) Teardown(ctx context.Context, c plane.Container) (plane.TeardownReport, error) {
+	var rep plane.TeardownReport
 	release, aerr := d.admit(ctx)
 	if aerr != nil {
 		return rep, aerr
@@ -286,7 +288,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 	}
 	// Nothing leads to the container any more: the rest is its own objects,
 	// done without d.mu (only the handles must stay open).
-	name := VethName(c.ID)
+	name := plane.VethName(c.ID)
 	existed := false
 	var err error
 	var departed map[string]uint64
@@ -384,7 +386,7 @@ func (d *DataPlane) Teardown(ctx context.Context, c Container) (TeardownReport, 
 // bandwidth shaping in line with c's limits, changing nothing when the
 // kernel already enforces them (so a restart causes no glitch); an error
 // there wraps ErrShaping and leaves the container registered.
-func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
+func (d *DataPlane) Adopt(ctx context.Context, c plane.Container) error {
 	if err := validateContainer(c); err != nil {
 		return err
 	}
@@ -398,9 +400,9 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	if other, ok := d.slots[c.Slot]; ok {
 		return fmt.Errorf("%w: slot %d is used by container %s", ErrExists, c.Slot, other)
 	}
-	veth, err := d.recoveryLinkIndex(VethName(c.ID))
+	veth, err := d.recoveryLinkIndex(plane.VethName(c.ID))
 	if err != nil {
-		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, VethName(c.ID), err)
+		return fmt.Errorf("adopt %s: veth %s: %w", c.ID, plane.VethName(c.ID), err)
 	}
 	pin := d.pinOf(c)
 	ns, err := nshandle.Open(pin.Path)
@@ -435,13 +437,13 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	// filters are re-installed, then the container's inside (its IPv6
 	// addresses, routes and filters) brought in line; the alias is
 	// updated once both are.
-	if !d.recoveryCurrent[VethName(c.ID)] {
+	if !d.recoveryCurrent[plane.VethName(c.ID)] {
 		if err := d.refreshHostVeth(c, veth, via); err != nil {
-			d.log.Error("host veth not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
+			d.log.Error("host veth not brought up to date", "container", c.ID, "veth", plane.VethName(c.ID), "err", err)
 		} else if err := d.vethFilters(c.Slot, veth, via).Install(allRanges(c.Ephemeral, c.Ports, c.Shared)); err != nil {
 			// The container is kept (its traffic flows through the filters it
 			// has); a later Adopt tries again.
-			d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", VethName(c.ID), "err", err)
+			d.log.Error("veth filters not brought up to date", "container", c.ID, "veth", plane.VethName(c.ID), "err", err)
 		} else if err := d.refreshContainerSide(c, pin.Path); err != nil {
 			d.log.Error("container's inside not brought up to date", "container", c.ID, "err", err)
 		} else if err := d.setAlias(veth, c); err != nil {
@@ -460,7 +462,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	}
 	d.fragLearn(c.ID, veth)
 	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin, in: d.hostNow}
-	rec.c.Egress, rec.c.Ingress = Limit{}, Limit{}
+	rec.c.Egress, rec.c.Ingress = rate.Limit{}, rate.Limit{}
 	d.ctrs[c.ID] = rec
 	d.slots[c.Slot] = c.ID
 	d.noteVeth(c.ID, veth)
@@ -469,7 +471,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 		err = d.applyLimits(rec, c.Egress, c.Ingress)
 	}
 	if err != nil {
-		return fmt.Errorf("adopt %s: %w: %w", c.ID, ErrShaping, err)
+		return fmt.Errorf("adopt %s: %w: %w", c.ID, plane.ErrShaping, err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 )
@@ -124,7 +125,7 @@ func TestRuntimePinNeverRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	stillPins(t, theirs, pa.NetNS)
-	if e.hasLink(VethName(a.ID)) {
+	if e.hasLink(plane.VethName(a.ID)) {
 		t.Errorf("veth of %s left after teardown", a.ID)
 	}
 

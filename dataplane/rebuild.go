@@ -24,6 +24,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/sysctl"
@@ -35,7 +37,7 @@ const maxAlias = 255
 
 // metaAlias encodes m for the veth's alias, leaving labels out when they
 // do not fit.
-func metaAlias(m Meta) string {
+func metaAlias(m plane.Meta) string {
 	b, err := json.Marshal(m)
 	if err == nil && len(b) <= maxAlias {
 		return string(b)
@@ -46,16 +48,16 @@ func metaAlias(m Meta) string {
 }
 
 // parseAlias reads Meta from an alias; ok is false when it is not ours.
-func parseAlias(s string) (Meta, bool) {
-	var m Meta
-	if !strings.HasPrefix(s, "{") || json.Unmarshal([]byte(s), &m) != nil || ValidateID(m.ID) != nil {
-		return Meta{}, false
+func parseAlias(s string) (plane.Meta, bool) {
+	var m plane.Meta
+	if !strings.HasPrefix(s, "{") || json.Unmarshal([]byte(s), &m) != nil || plane.ValidateID(m.ID) != nil {
+		return plane.Meta{}, false
 	}
 	return m, true
 }
 
 // setAlias writes c's metadata on its host veth.
-func (d *DataPlane) setAlias(veth int, c Container) error {
+func (d *DataPlane) setAlias(veth int, c plane.Container) error {
 	m := c.Meta
 	m.ID = c.ID
 	m.Layout, m.Sink, m.V6, m.Loop, m.V4 = tcfilter.VethLayout, d.sink.Index, d.ip6Tag(), d.loopTag(), d.v4Tag()
@@ -74,8 +76,8 @@ func linkRefIdx(idx int) netlink.Link {
 // kernel, except those whose IDs known lists (the lifecycle's records
 // cover them: reading their namespaces and filters would only slow a
 // restart down). It changes nothing.
-func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, error) {
-	var out Discovery
+func (d *DataPlane) Discover(ctx context.Context, known []string) (plane.Discovery, error) {
+	var out plane.Discovery
 	if err := d.beginHost(ctx, keepCache); err != nil {
 		return out, err
 	}
@@ -88,7 +90,7 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 	ls := liveLinks(d.recoveryLinkList) // a retired link is no container's
 	skip := make(map[string]bool, len(known))
 	for _, id := range known {
-		skip[VethName(id)] = true
+		skip[plane.VethName(id)] = true
 	}
 	// exclusive ranges, fan-out and shared holders on eth0, by target, from
 	// the demux's index (PrepareHost read it from the kernel just before)
@@ -148,11 +150,11 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 		}
 	}
 	for id := range mounts {
-		if ValidateID(id) == nil {
-			byVeth[VethName(id)] = id
+		if plane.ValidateID(id) == nil {
+			byVeth[plane.VethName(id)] = id
 		}
 	}
-	found := d.discoverAll(todo, func(h *netlink.Handle, a *netlink.LinkAttrs) (Found, string) {
+	found := d.discoverAll(todo, func(h *netlink.Handle, a *netlink.LinkAttrs) (plane.Found, string) {
 		lo, ok := loOf[a.Index]
 		return d.discoverOne(h, a, byVeth, byTarget[a.Index], lo, ok, mounts, shapers)
 	})
@@ -193,8 +195,8 @@ func (d *DataPlane) Discover(ctx context.Context, known []string) (Discovery, er
 
 // heldOf is what x (nil: nothing) still routes, and slot (0: none): kept
 // from being handed out again.
-func heldOf(what string, x *demuxOf, slot uint16) Held {
-	h := Held{What: what}
+func heldOf(what string, x *demuxOf, slot uint16) plane.Held {
+	h := plane.Held{What: what}
 	if slot != 0 {
 		h.Slots = append(h.Slots, slot)
 	}
@@ -222,7 +224,7 @@ func slotList(m map[uint16]bool) string {
 }
 
 func vethOfShaper(entry string, ls []netlink.Link) (string, bool) {
-	want := VethPrefix + entry[len(ShaperEntryPrefix):]
+	want := plane.VethPrefix + entry[len(ShaperEntryPrefix):]
 	for _, l := range ls {
 		if l.Attrs().Name == want {
 			return want, true
@@ -237,7 +239,7 @@ func vethOfShaper(entry string, ls []netlink.Link) (string, bool) {
 const discoverWorkers = 4
 
 type discovered struct {
-	f   Found
+	f   plane.Found
 	why string
 }
 
@@ -245,7 +247,7 @@ type discovered struct {
 // time, each worker with a netlink handle of its own in the host namespace
 // (d.h answers one request at a time); with no handle to spare it runs
 // them one by one on d.h. Results are in todo's order.
-func (d *DataPlane) discoverAll(todo []*netlink.LinkAttrs, one func(*netlink.Handle, *netlink.LinkAttrs) (Found, string)) []discovered {
+func (d *DataPlane) discoverAll(todo []*netlink.LinkAttrs, one func(*netlink.Handle, *netlink.LinkAttrs) (plane.Found, string)) []discovered {
 	out := make([]discovered, len(todo))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -285,15 +287,15 @@ type demuxOf struct {
 
 // discoverOne rebuilds the container of one host veth; why says why it
 // cannot be attributed.
-func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, lo ephemeral.Set, onLo bool, mounts map[string]uint64, shapers map[string]int) (Found, string) {
-	f := Found{Veth: a.Name, VethIndex: a.Index}
+func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth map[string]string, dm *demuxOf, lo ephemeral.Set, onLo bool, mounts map[string]uint64, shapers map[string]int) (plane.Found, string) {
+	f := plane.Found{Veth: a.Name, VethIndex: a.Index}
 	meta, ok := parseAlias(a.Alias)
 	switch {
-	case ok && VethName(meta.ID) == a.Name:
+	case ok && plane.VethName(meta.ID) == a.Name:
 		f.ID = meta.ID
 	case byVeth[a.Name] != "":
 		f.ID = byVeth[a.Name]
-		meta = Meta{ID: f.ID}
+		meta = plane.Meta{ID: f.ID}
 		f.Lost = append(f.Lost, "labels", "creation time", "pin ownership")
 	default:
 		return f, "no container ID: no alias of ours and no namespace pin whose name hashes to it"
@@ -405,7 +407,7 @@ func (d *DataPlane) discoverOne(h *netlink.Handle, a *netlink.LinkAttrs, byVeth 
 // restoreRange opens f's namespace and, when its tenant changed its
 // ip_local_port_range, writes f's ephemeral block back (the block the host
 // side proves; the tenant's value is kept in f.TenantRange for the report).
-func (d *DataPlane) restoreRange(f *Found) string {
+func (d *DataPlane) restoreRange(f *plane.Found) string {
 	ns, err := nshandle.Open(f.Mount)
 	if err != nil {
 		return fmt.Sprintf("container %s: %v", f.ID, err)
@@ -417,14 +419,14 @@ func (d *DataPlane) restoreRange(f *Found) string {
 
 // RestoreRange writes f's ephemeral block back as its ip_local_port_range
 // when the tenant changed it (for a block the lifecycle found itself).
-func (d *DataPlane) RestoreRange(f *Found) error {
+func (d *DataPlane) RestoreRange(f *plane.Found) error {
 	if why := d.restoreRange(f); why != "" {
 		return errors.New(why)
 	}
 	return nil
 }
 
-func (d *DataPlane) rewriteRange(ns *nshandle.NS, f *Found) string {
+func (d *DataPlane) rewriteRange(ns *nshandle.NS, f *plane.Found) string {
 	const key = "net/ipv4/ip_local_port_range"
 	want := fmt.Sprintf("%d %d", f.Ephemeral.Begin, f.Ephemeral.End)
 	err := sysctl.In(ns, func(sd *sysctl.Dir) error {
@@ -444,7 +446,7 @@ func (d *DataPlane) rewriteRange(ns *nshandle.NS, f *Found) string {
 	return ""
 }
 
-func (d *DataPlane) readLimit(link int) (Limit, error) {
+func (d *DataPlane) readLimit(link int) (rate.Limit, error) {
 	st, err := d.shaper(link).Read()
 	return st.Limit(), err
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/netns/veth"
@@ -53,7 +54,7 @@ func (d *DataPlane) SnapshotFor(ctx context.Context, ids []string) (Snapshot, er
 		asked[id] = true
 	}
 	for name := range mounts {
-		if _, ok := veths[VethName(name)]; ok || asked[name] {
+		if _, ok := veths[plane.VethName(name)]; ok || asked[name] {
 			s.Mounts[name] = true
 		}
 	}
@@ -121,7 +122,7 @@ func linksNamed(ls []netlink.Link, match func(string) bool) map[string]int {
 // indexes have them. The ICMP fan-out is not checked: it is a best-effort
 // copy, not a path to the container's ports, and Adopt puts it back when it
 // is in use (a missing one is no reason to plumb the container again).
-func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, err error) {
+func (d *DataPlane) Check(ctx context.Context, c plane.Container) (missing []string, err error) {
 	if err := d.begin(ctx, c.ID, keepCache); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	if rec, ok := d.ctrs[c.ID]; ok {
 		c = rec.c
 	}
-	name := VethName(c.ID)
+	name := plane.VethName(c.ID)
 	veth := 0
 	if idx, err := d.recoveryLinkIndex(name); err == nil {
 		veth = idx
@@ -158,7 +159,7 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 	if sink, err := d.recoveryLinkOrZero(tcfilter.SinkName); err != nil || sink == 0 || sink != d.sink.Index {
 		missing = append(missing, "drop sink "+tcfilter.SinkName)
 	}
-	if c.Slot < 1 || c.Slot > MaxSlot || !c.Ephemeral.IsAligned() {
+	if c.Slot < 1 || c.Slot > plane.MaxSlot || !c.Ephemeral.IsAligned() {
 		return missing, nil
 	}
 	want := map[string]bool{}
@@ -218,16 +219,16 @@ func (d *DataPlane) Check(ctx context.Context, c Container) (missing []string, e
 // unkept containers in the in-memory indexes.
 // A bind mount whose veth is already gone cannot be told from someone else's
 // named namespace; the lifecycle removes those by ID with Teardown.
-func (d *DataPlane) RemoveStrays(ctx context.Context, keep []Container) ([]string, error) {
+func (d *DataPlane) RemoveStrays(ctx context.Context, keep []plane.Container) ([]string, error) {
 	return d.strays(ctx, keep, true)
 }
 
 // Strays lists what RemoveStrays would remove, changing nothing.
-func (d *DataPlane) Strays(ctx context.Context, keep []Container) ([]string, error) {
+func (d *DataPlane) Strays(ctx context.Context, keep []plane.Container) ([]string, error) {
 	return d.strays(ctx, keep, false)
 }
 
-func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([]string, error) {
+func (d *DataPlane) strays(ctx context.Context, keep []plane.Container, apply bool) ([]string, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -255,7 +256,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		return nil, err
 	}
 	veths := vethsIn(ls)
-	keepBySlot := map[uint16]Container{}
+	keepBySlot := map[uint16]plane.Container{}
 	keepVeth := map[string]bool{}
 	vethOf := map[uint16]int{}
 	for _, c := range keep {
@@ -263,13 +264,13 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 			c = rec.c
 		}
 		keepBySlot[c.Slot] = c
-		keepVeth[VethName(c.ID)] = true
-		vethOf[c.Slot] = veths[VethName(c.ID)]
+		keepVeth[plane.VethName(c.ID)] = true
+		vethOf[c.Slot] = veths[plane.VethName(c.ID)]
 	}
 	// A setup in progress builds its veth (and shaper) outside d.mu: not
 	// strays.
 	for id := range d.settingUp {
-		keepVeth[VethName(id)] = true
+		keepVeth[plane.VethName(id)] = true
 	}
 	var removed []string
 	var errs []error
@@ -345,7 +346,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 		}
 	}
 	for pin := range mounts {
-		name := VethName(strings.TrimSuffix(pin, nspin.Suffix))
+		name := plane.VethName(strings.TrimSuffix(pin, nspin.Suffix))
 		idx, ours := veths[name]
 		if !ours || keepVeth[name] {
 			continue
@@ -375,7 +376,7 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	// egress shaper pairs of containers not kept (a kept container's pair
 	// was put in line with its limits by Adopt)
 	for name, idx := range linksNamed(ls, isShaperEntryName) {
-		if keepVeth[VethPrefix+name[len(ShaperEntryPrefix):]] {
+		if keepVeth[plane.VethPrefix+name[len(ShaperEntryPrefix):]] {
 			continue
 		}
 		if _, err := delIf(apply, func() (bool, error) { return veth.Delete(d.h, idx) }); err != nil {

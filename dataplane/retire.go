@@ -57,6 +57,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/veth"
 	"github.com/isolatord/isolatord/tcfilter"
 )
@@ -79,7 +80,7 @@ func ourRetired(a *netlink.LinkAttrs) bool {
 		return true
 	case isVethName(a.Name):
 		m, ok := parseAlias(a.Alias)
-		return ok && VethName(m.ID) == a.Name
+		return ok && plane.VethName(m.ID) == a.Name
 	}
 	return false
 }
@@ -478,14 +479,14 @@ func (d *DataPlane) retireVethByName(name, id string) (bool, error) {
 // in the namespace so the namespace could not be isolated again. A
 // failure is logged: the teardown goes on.
 func (d *DataPlane) ensureAlias(a *netlink.LinkAttrs, id string) {
-	if m, ok := parseAlias(a.Alias); ok && VethName(m.ID) == a.Name {
+	if m, ok := parseAlias(a.Alias); ok && plane.VethName(m.ID) == a.Name {
 		return
 	}
-	if err := d.h.LinkSetAlias(linkRefIdx(a.Index), metaAlias(Meta{ID: id})); err != nil {
+	if err := d.h.LinkSetAlias(linkRefIdx(a.Index), metaAlias(plane.Meta{ID: id})); err != nil {
 		d.log.Warn("veth alias not set before its retirement", "container", id, "veth", a.Name, "err", err)
 		return
 	}
-	a.Alias = metaAlias(Meta{ID: id})
+	a.Alias = metaAlias(plane.Meta{ID: id})
 }
 
 // recut cuts a retired veth of ours off again (cutAgain) and hands it to

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
@@ -57,7 +58,7 @@ func TestTornDownTenantSendsNothing(t *testing.T) {
 	x := newAttackBed(t)
 	hostEth0 := traffic.StartCapture(t, x.e.sb.Host.Do, x.e.sb.HostEth0, "host eth0")
 	hm := x.hostMAC
-	l, err := x.e.d.h.LinkByName(VethName(x.a.c.ID))
+	l, err := x.e.d.h.LinkByName(plane.VethName(x.a.c.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

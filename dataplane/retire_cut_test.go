@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -38,7 +39,7 @@ func TestRetiredVethCutAgain(t *testing.T) {
 	b := e.start("B", 2, "41984-43007", "31010-31019", "", 31010)
 	group := func(c ctr) int {
 		t.Helper()
-		l, err := e.d.h.LinkByName(VethName(c.c.ID))
+		l, err := e.d.h.LinkByName(plane.VethName(c.c.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/tcfilter"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestRetireOneRequest(t *testing.T) {
 	e := newEnv(t)
 	a := e.start("A", 1, "40960-41023", "31000", "", 31000)
-	l, err := e.d.h.LinkByName(VethName(a.c.ID))
+	l, err := e.d.h.LinkByName(plane.VethName(a.c.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,8 +28,8 @@ func TestRetireOneRequest(t *testing.T) {
 	if l, err = e.d.h.LinkByIndex(idx); err != nil {
 		t.Fatal(err)
 	}
-	if at := l.Attrs(); at.Name != VethName(a.c.ID) || at.Group != RetiredGroup || at.Flags&net.FlagUp == 0 || !ourRetired(at) {
-		t.Errorf("after setRetired(mute): name %q group %#x flags %v ours %v; want %q, %#x, up, ours", at.Name, at.Group, at.Flags, ourRetired(at), VethName(a.c.ID), RetiredGroup)
+	if at := l.Attrs(); at.Name != plane.VethName(a.c.ID) || at.Group != RetiredGroup || at.Flags&net.FlagUp == 0 || !ourRetired(at) {
+		t.Errorf("after setRetired(mute): name %q group %#x flags %v ours %v; want %q, %#x, up, ours", at.Name, at.Group, at.Flags, ourRetired(at), plane.VethName(a.c.ID), RetiredGroup)
 	}
 	if muted, err := tcfilter.Muted(e.d.h, idx); err != nil || !muted {
 		t.Errorf("veth not muted: %v %v", muted, err)

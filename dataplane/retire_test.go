@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -62,8 +63,8 @@ func TestTeardownRetires(t *testing.T) {
 	if err != nil || len(rep.Missing) != 0 {
 		t.Fatalf("Teardown: %v %v", rep, err)
 	}
-	if e.hasLink(VethName(a.c.ID)) {
-		t.Errorf("veth %s still carries its name after the teardown", VethName(a.c.ID))
+	if e.hasLink(plane.VethName(a.c.ID)) {
+		t.Errorf("veth %s still carries its name after the teardown", plane.VethName(a.c.ID))
 	}
 	// Released: A's process still listens on 31000, but nothing reaches it.
 	notAnsweredBy(t, e.sb.Client, hostAddr(31000), "A")
@@ -92,14 +93,14 @@ func TestTeardownRetires(t *testing.T) {
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31001), "A")
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31000), "B")
 
-	for _, x := range []Container{b.c, c} {
+	for _, x := range []plane.Container{b.c, c} {
 		if _, err := e.d.Teardown(ctx, x); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.waitNoRetired(e.d)
 	for _, n := range e.hostLinks() {
-		if strings.HasPrefix(n, VethPrefix) && isVethName(n) {
+		if strings.HasPrefix(n, plane.VethPrefix) && isVethName(n) {
 			t.Errorf("veth %s left after every teardown", n)
 		}
 	}
@@ -121,7 +122,7 @@ func TestChurnNoPortInTwoContainers(t *testing.T) {
 		procs[name] = ctr{proc: p}
 	}
 	owner := map[uint16]string{}
-	live := map[uint16]Container{}
+	live := map[uint16]plane.Container{}
 	check := func(step string) {
 		t.Helper()
 		for _, port := range ports {
@@ -217,7 +218,7 @@ func TestRetiredSweptAtStart(t *testing.T) {
 			}
 		}
 	}
-	ours := func(id string) (string, string) { return VethName(id), metaAlias(Meta{ID: id}) }
+	ours := func(id string) (string, string) { return plane.VethName(id), metaAlias(plane.Meta{ID: id}) }
 	add(ours("swept-1"))
 	entry, _ := ShaperNames("swept-2")
 	add(entry, "")
@@ -231,13 +232,13 @@ func TestRetiredSweptAtStart(t *testing.T) {
 	// Now with foreign links in the group: ours go, they stay.
 	add(ours("swept-3"))
 	add("notours0", "")
-	add(VethName("swept-4"), "")
+	add(plane.VethName("swept-4"), "")
 	d = e.newDataPlane()
 	if _, err := d.PrepareHost(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	wait.Until(10*time.Second, func() bool { d.WaitRetired(); return len(e.retiredLinks()) <= 2 })
-	if left := e.retiredLinks(); !slices.Equal(left, []string{"notours0", VethName("swept-4")}) && !slices.Equal(left, []string{VethName("swept-4"), "notours0"}) {
+	if left := e.retiredLinks(); !slices.Equal(left, []string{"notours0", plane.VethName("swept-4")}) && !slices.Equal(left, []string{plane.VethName("swept-4"), "notours0"}) {
 		t.Errorf("retired links after the sweep: %v; want only the two not ours", left)
 	}
 	// And teardowns no longer rely on the group: a container's veth is
@@ -251,7 +252,7 @@ func TestRetiredSweptAtStart(t *testing.T) {
 	if _, err := d.Teardown(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if e.hasLink(VethName(c.ID)) || len(e.retiredLinks()) != 2 {
+	if e.hasLink(plane.VethName(c.ID)) || len(e.retiredLinks()) != 2 {
 		t.Errorf("after teardown with a foreign link in the group: links %v", e.hostLinks())
 	}
 }
@@ -269,7 +270,7 @@ func TestSameIDRightAfterTeardown(t *testing.T) {
 	}
 	p := e.spawn("A", []uint16{31300}, false)
 	c := e.spec("A", p, 1, "40960-41023", "31300", "")
-	c.Egress = Limit{Rate: 50_000_000}
+	c.Egress = rate.Limit{Rate: 50_000_000}
 	e.setup(c)
 	mustEcho(t, e.sb.Client, "tcp", hostAddr(31300), "A")
 	for round := range 3 {
@@ -279,7 +280,7 @@ func TestSameIDRightAfterTeardown(t *testing.T) {
 		if _, err := e.d.Stats(ctx, c); err == nil {
 			t.Errorf("round %d: Stats of a torn-down container found a veth", round)
 		}
-		if missing, err := e.d.Check(ctx, c); err != nil || !slices.Contains(missing, "veth "+VethName(c.ID)) {
+		if missing, err := e.d.Check(ctx, c); err != nil || !slices.Contains(missing, "veth "+plane.VethName(c.ID)) {
 			t.Errorf("round %d: Check after teardown: missing %v, %v; want the veth missing", round, missing, err)
 		}
 		if _, err := e.d.Setup(ctx, c); err != nil {
@@ -291,7 +292,7 @@ func TestSameIDRightAfterTeardown(t *testing.T) {
 			t.Errorf("round %d: Stats: %v", round, err)
 		}
 		entry, exit := ShaperNames(c.ID)
-		for _, n := range []string{VethName(c.ID), entry, exit} {
+		for _, n := range []string{plane.VethName(c.ID), entry, exit} {
 			if !e.hasLink(n) {
 				t.Errorf("round %d: no live link %s", round, n)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
@@ -20,9 +21,9 @@ func nsPath(ns *nshandle.NS) string { return fmt.Sprintf("/proc/%d/fd/%d", os.Ge
 
 // fleetSpec is container i of a fleet: slot first+i, a 16-port ephemeral
 // block from 32768 and one static port from 20000 (room for 1,500).
-func fleetSpec(id string, ns *nshandle.NS, slot uint16, i int) Container {
+func fleetSpec(id string, ns *nshandle.NS, slot uint16, i int) plane.Container {
 	b := uint16(32768 + 16*i)
-	return Container{
+	return plane.Container{
 		ID: id, Slot: slot, NetNS: nsPath(ns),
 		Ephemeral: ephemeral.Range{Begin: b, End: b + 15},
 		Ports:     ephemeral.NewSet(ephemeral.Range{Begin: uint16(20000 + i), End: uint16(20000 + i)}),
@@ -37,9 +38,9 @@ func fleetRanges(i int) []ephemeral.Range {
 
 // addFleet plumbs n containers in anonymous namespaces (no processes),
 // numbered from index first, and registers their teardown.
-func (e *env) addFleet(first, n int) []Container {
+func (e *env) addFleet(first, n int) []plane.Container {
 	e.t.Helper()
-	var cs []Container
+	var cs []plane.Container
 	for i := first; i < first+n; i++ {
 		ns, err := nshandle.New()
 		if err != nil {

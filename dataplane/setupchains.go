@@ -37,6 +37,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/sysctl"
@@ -83,7 +84,7 @@ func (c *chain) end(err error) error {
 // joins them. It returns the egress shaper's entry ifindex (0: none). Their
 // undos are pushed onto undo and the container's handles appended to
 // closers, whatever the outcome.
-func (d *DataPlane) setupChains(c Container, ns *nshandle.NS, name string, vethIdx int, undo *undoStack, closers *[]func()) (via int, err error) {
+func (d *DataPlane) setupChains(c plane.Container, ns *nshandle.NS, name string, vethIdx int, undo *undoStack, closers *[]func()) (via int, err error) {
 	var failed atomic.Bool
 	host := &chain{d: d, name: "host", failed: &failed}
 	ctr := &chain{d: d, name: "container", failed: &failed}
@@ -122,7 +123,7 @@ func (d *DataPlane) setupChains(c Container, ns *nshandle.NS, name string, vethI
 // (forwarding=0) and no IPv6 (the shared MAC would give every veth the
 // same link-local address), the bandwidth limits, the veth's filters, and
 // only then the veth up.
-func (d *DataPlane) hostChain(ch *chain, c Container, name string, vethIdx int, all []ephemeral.Range) (via int, err error) {
+func (d *DataPlane) hostChain(ch *chain, c plane.Container, name string, vethIdx int, all []ephemeral.Range) (via int, err error) {
 	if ch.failed.Load() {
 		return 0, errAborted
 	}
@@ -181,7 +182,7 @@ func (d *DataPlane) hostChain(ch *chain, c Container, name string, vethIdx int, 
 // containerChain sets up the inside of c's namespace ns: its
 // configuration, its filters and, once the host chain has ended (hostDone
 // closed), its neighbours.
-func (d *DataPlane) containerChain(ch *chain, c Container, ns *nshandle.NS, all []ephemeral.Range, hostDone <-chan struct{}) error {
+func (d *DataPlane) containerChain(ch *chain, c plane.Container, ns *nshandle.NS, all []ephemeral.Range, hostDone <-chan struct{}) error {
 	if ch.failed.Load() {
 		return errAborted
 	}

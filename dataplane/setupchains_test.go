@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
@@ -83,8 +84,8 @@ func TestSetupChainsRollback(t *testing.T) {
 			return nil
 		}
 		c := e.spec("R", p, 5, "41984-43007", "31020-31029", "9100")
-		c.Egress = Limit{Rate: 3_000_000}
-		c.Ingress = Limit{Rate: 5_000_000}
+		c.Egress = rate.Limit{Rate: 3_000_000}
+		c.Ingress = rate.Limit{Rate: 5_000_000}
 		e.cleanupMount(c.ID)
 		_, err := e.d.Setup(context.Background(), c)
 		e.d.hook = nil

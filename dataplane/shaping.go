@@ -31,13 +31,10 @@ import (
 
 	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/netns/sysctl"
 	"github.com/isolatord/isolatord/netns/veth"
 )
-
-// Limit is a bandwidth limit in one direction (bytes per second; the zero
-// Limit means none). See shaping.Limit.
-type Limit = shaping.Limit
 
 // Shaper pair name prefixes (followed by the 12 hex digits of VethName).
 const (
@@ -45,19 +42,12 @@ const (
 	ShaperExitPrefix  = "isy"
 )
 
-// ErrShaping wraps errors of bandwidth shaping (Adopt returns it when the
-// container is registered but its limits could not be brought in line).
-var ErrShaping = plane.ErrShaping
-
-// ErrNoHTB: a limit was asked but the kernel has no HTB qdisc.
-var ErrNoHTB = plane.ErrNoHTB
-
 // drainTimeout bounds the wait for a removed limit's queue to empty.
 const drainTimeout = 500 * time.Millisecond
 
 // ShaperNames returns the names of container id's egress shaper pair.
 func ShaperNames(id string) (entry, exit string) {
-	h := VethName(id)[len(VethPrefix):]
+	h := plane.VethName(id)[len(plane.VethPrefix):]
 	return ShaperEntryPrefix + h, ShaperExitPrefix + h
 }
 
@@ -92,16 +82,16 @@ func (d *DataPlane) shaper(link int) shaping.Shaper {
 	return shaping.Shaper{H: d.h, NS: d.hostNS.Fd(), Link: link, Leaf: d.leaf()}
 }
 
-func (d *DataPlane) checkLimits(egress, ingress Limit) error {
+func (d *DataPlane) checkLimits(egress, ingress rate.Limit) error {
 	for _, x := range []struct {
 		name string
-		l    Limit
+		l    rate.Limit
 	}{{"egress", egress}, {"ingress", ingress}} {
 		if err := x.l.Validate(); err != nil {
 			return fmt.Errorf("%w: %s limit: %v", ErrInvalid, x.name, err)
 		}
 		if !x.l.IsZero() && d.prepared && !d.info.Features[plane.FeatureHTB] {
-			return ErrNoHTB
+			return plane.ErrNoHTB
 		}
 	}
 	return nil
@@ -127,7 +117,7 @@ func (d *DataPlane) linkIndex(name string) (int, error) {
 // filters and an HTB enforcing l on the entry, and brings it up. It returns
 // the entry's ifindex; on error nothing is left. A pair left over by an
 // interrupted run is replaced.
-func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
+func (d *DataPlane) createShaper(id string, slot uint16, l rate.Limit) (int, error) {
 	entry, exit := ShaperNames(id)
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = entry
@@ -193,7 +183,7 @@ func (d *DataPlane) createShaper(id string, slot uint16, l Limit) (int, error) {
 // rec from whatever state it is in, changing only what differs: with the
 // limits in force already it changes nothing. It updates rec (its limits
 // and the shaper entry).
-func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
+func (d *DataPlane) applyLimits(rec *record, egress, ingress rate.Limit) error {
 	c := rec.c
 	// ingress: HTB on the veth
 	vs := d.shaper(rec.veth)
@@ -234,7 +224,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 		}
 		vf := d.vethFilters(c.Slot, rec.veth, 0)
 		if err := vf.Retarget(all); err != nil {
-			return fmt.Errorf("egress: point %s back at %s/%s: %w", VethName(c.ID), d.links.Eth0, d.links.Lo, err)
+			return fmt.Errorf("egress: point %s back at %s/%s: %w", plane.VethName(c.ID), d.links.Eth0, d.links.Lo, err)
 		}
 		rec.via = 0
 		if ei != 0 {
@@ -277,7 +267,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 	}
 	vf := d.vethFilters(c.Slot, rec.veth, ei)
 	if err := vf.Retarget(all); err != nil {
-		err = fmt.Errorf("egress: point %s at the shaper: %w", VethName(c.ID), err)
+		err = fmt.Errorf("egress: point %s at the shaper: %w", plane.VethName(c.ID), err)
 		if created {
 			back := d.vethFilters(c.Slot, rec.veth, 0)
 			err = errors.Join(err, back.Retarget(all))
@@ -297,7 +287,7 @@ func (d *DataPlane) applyLimits(rec *record, egress, ingress Limit) error {
 // in-place class change; switching egress shaping on or off re-points the
 // veth's redirect actions; a removed limit drains its queue first. On error
 // the previous limits are put back.
-func (d *DataPlane) SetLimits(ctx context.Context, c Container, egress, ingress Limit) error {
+func (d *DataPlane) SetLimits(ctx context.Context, c plane.Container, egress, ingress rate.Limit) error {
 	if err := d.begin(ctx, c.ID, dropCache); err != nil {
 		return err
 	}
@@ -311,7 +301,7 @@ func (d *DataPlane) SetLimits(ctx context.Context, c Container, egress, ingress 
 	}
 	old := rec.c
 	if err := d.applyLimits(rec, egress, ingress); err != nil {
-		err = fmt.Errorf("container %s: %w: %w", c.ID, ErrShaping, err)
+		err = fmt.Errorf("container %s: %w: %w", c.ID, plane.ErrShaping, err)
 		if rerr := d.applyLimits(rec, old.Egress, old.Ingress); rerr != nil {
 			d.log.Error("rollback of failed limit change incomplete", "container", c.ID, "err", rerr)
 			err = errors.Join(err, rerr)
@@ -322,8 +312,8 @@ func (d *DataPlane) SetLimits(ctx context.Context, c Container, egress, ingress 
 }
 
 // shapeCounters reads one direction's shaping.
-func (d *DataPlane) shapeCounters(link int, l Limit) (ShapeCounters, error) {
-	sc := ShapeCounters{Limit: l}
+func (d *DataPlane) shapeCounters(link int, l rate.Limit) (plane.ShapeCounters, error) {
+	sc := plane.ShapeCounters{Limit: l}
 	if link == 0 {
 		return sc, nil
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/dataplane/shaping"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
@@ -66,7 +68,7 @@ tc qdisc show`
 // enforces reports whether the host device with index link enforces
 // exactly l (the zero Limit: no HTB root) with d's leaf kind, as the kernel
 // reports it (the burst read back from HTB's buffer time, within 1%).
-func enforces(d *DataPlane, link int, l Limit) (bool, error) {
+func enforces(d *DataPlane, link int, l rate.Limit) (bool, error) {
 	st, err := d.shaper(link).Read()
 	if err != nil || l.IsZero() {
 		return err == nil && !st.Root, err
@@ -108,7 +110,7 @@ func TestBandwidthLimits(t *testing.T) {
 	}
 	p := e.spawn("A", []uint16{31009}, false)
 	c := e.spec("A", p, 1, "40960-41983", "31000-31009", "")
-	c.Egress = Limit{Rate: 2_000_000}
+	c.Egress = rate.Limit{Rate: 2_000_000}
 	e.setup(c)
 	entry, exit := ShaperNames(c.ID)
 	if !e.hasLink(entry) || !e.hasLink(exit) {
@@ -134,7 +136,7 @@ func TestBandwidthLimits(t *testing.T) {
 	wantSettled(t, "egress 2MB/s after the container deleted its qdiscs", eg, 500*time.Millisecond, 2*time.Second, 2*mbps)
 
 	// 2 -> 4 MB/s on the live connection.
-	c.Egress = Limit{Rate: 4_000_000}
+	c.Egress = rate.Limit{Rate: 4_000_000}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func TestBandwidthLimits(t *testing.T) {
 	// A restarted daemon adopts the container without touching its
 	// shaping: the qdisc's counters go on, the rate stays.
 	before := e.shapeState(e.d, entry)
-	filters := e.tcShow(VethName(c.ID))
+	filters := e.tcShow(plane.VethName(c.ID))
 	d2 := e.newDataPlane()
 	if _, err := d2.PrepareHost(ctx); err != nil {
 		t.Fatal(err)
@@ -155,7 +157,7 @@ func TestBandwidthLimits(t *testing.T) {
 	if !after.Present || after.Packets < before.Packets || after.Limit().Rate != 4_000_000 {
 		t.Errorf("after restart: %+v (before %d packets): the shaping was recreated or changed", after, before.Packets)
 	}
-	if got := e.tcShow(VethName(c.ID)); got != filters {
+	if got := e.tcShow(plane.VethName(c.ID)); got != filters {
 		t.Errorf("restart changed the veth filters:\n%s", lineDiff(filters, got))
 	}
 	wantSettled(t, "egress 4MB/s after a restart", eg, 200*time.Millisecond, 2*time.Second, 4*mbps)
@@ -171,7 +173,7 @@ func TestBandwidthLimits(t *testing.T) {
 	}
 
 	// Removing the limit: full speed on the same connection, no pair left.
-	c.Egress = Limit{}
+	c.Egress = rate.Limit{}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +185,14 @@ func TestBandwidthLimits(t *testing.T) {
 	if e.hasLink(entry) || e.hasLink(exit) {
 		t.Error("the shaper pair survived the removal of the limit")
 	}
-	if f := e.tcShow(VethName(c.ID)); strings.Contains(f, entry) {
+	if f := e.tcShow(plane.VethName(c.ID)); strings.Contains(f, entry) {
 		t.Errorf("veth filters still point at the shaper:\n%s", f)
 	}
 
 	// Switching egress shaping on under a live full-speed connection.
 	s1 := traffic.StartStream(t, e.sb.Client.Do, p.Do, clientAddr(9101), clientAddr(9101))
 	wantFull(t, "egress unlimited", s1.Measure(300*time.Millisecond, 700*time.Millisecond))
-	c.Egress = Limit{Rate: 2_000_000}
+	c.Egress = rate.Limit{Rate: 2_000_000}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
@@ -198,10 +200,10 @@ func TestBandwidthLimits(t *testing.T) {
 		t.Errorf("a live connection stalled or broke when the egress limit was switched on: %.0f B/s, %v", r, s1.Err())
 	}
 	s1.Stop()
-	c.Egress = Limit{}
+	c.Egress = rate.Limit{}
 
 	// Ingress, from the client to the container's port 31001.
-	c.Ingress = Limit{Rate: 2_000_000}
+	c.Ingress = rate.Limit{Rate: 2_000_000}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestBandwidthLimits(t *testing.T) {
 	}
 	in := traffic.StartStream(t, p.Do, e.sb.Client.Do, "0.0.0.0:31001", hostAddr(31001))
 	wantSettled(t, "ingress 2MB/s", in, time.Second, 2*time.Second, 2*mbps)
-	c.Ingress = Limit{Rate: 4_000_000}
+	c.Ingress = rate.Limit{Rate: 4_000_000}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func TestBandwidthLimits(t *testing.T) {
 	if st, err := e.d.Stats(ctx, c); err != nil || !st.Ingress.Enforced || st.Ingress.Overlimits == 0 || st.Ingress.Bytes == 0 {
 		t.Errorf("Stats ingress shaping: %+v, %v", st.Ingress, err)
 	}
-	c.Ingress = Limit{}
+	c.Ingress = rate.Limit{}
 	if err := e.d.SetLimits(ctx, c, c.Egress, c.Ingress); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func TestBandwidthLimits(t *testing.T) {
 	if err := in.Err(); err != nil {
 		t.Errorf("the ingress connection broke: %v", err)
 	}
-	if st := e.shapeState(e.d, VethName(c.ID)); st.RootKind == "htb" {
+	if st := e.shapeState(e.d, plane.VethName(c.ID)); st.RootKind == "htb" {
 		t.Error("HTB left on the veth")
 	}
 }
@@ -240,14 +242,14 @@ func TestLimitsLifecycle(t *testing.T) {
 	ctx := context.Background()
 	p := e.spawn("A", []uint16{31000}, false)
 	c := e.spec("A", p, 1, "40960-41983", "31000-31009", "")
-	c.Egress = Limit{Rate: 3_000_000, Ceil: 6_000_000, Burst: 500_000}
-	c.Ingress = Limit{Rate: 5_000_000}
+	c.Egress = rate.Limit{Rate: 3_000_000, Ceil: 6_000_000, Burst: 500_000}
+	c.Ingress = rate.Limit{Rate: 5_000_000}
 	entry, exit := ShaperNames(c.ID)
 
 	// bad limits are refused before anything is done
 	before := e.hostState()
 	bad := c
-	bad.Egress = Limit{Rate: 2_000_000, Ceil: 1_000_000}
+	bad.Egress = rate.Limit{Rate: 2_000_000, Ceil: 1_000_000}
 	if _, err := e.d.Setup(ctx, bad); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Setup with ceil < rate: %v, want ErrInvalid", err)
 	}
@@ -268,7 +270,7 @@ func TestLimitsLifecycle(t *testing.T) {
 	}
 
 	e.setup(c)
-	sh := e.sb.Host.Run(t, "tc", "class", "show", "dev", entry) + e.sb.Host.Run(t, "tc", "class", "show", "dev", VethName(c.ID))
+	sh := e.sb.Host.Run(t, "tc", "class", "show", "dev", entry) + e.sb.Host.Run(t, "tc", "class", "show", "dev", plane.VethName(c.ID))
 	for _, want := range []string{"rate 24Mbit ceil 48Mbit burst 49999", "rate 40Mbit ceil 40Mbit"} {
 		if !strings.Contains(sh, want) {
 			t.Errorf("tc classes lack %q:\n%s", want, sh)
@@ -281,10 +283,10 @@ func TestLimitsLifecycle(t *testing.T) {
 	mustEcho(t, e.sb.Host, "udp", loAddr(31000), "A")
 
 	// limits refused by SetLimits change nothing
-	if err := e.d.SetLimits(ctx, c, Limit{Rate: 10}, c.Ingress); !errors.Is(err, ErrInvalid) {
+	if err := e.d.SetLimits(ctx, c, rate.Limit{Rate: 10}, c.Ingress); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetLimits(10 B/s): %v, want ErrInvalid", err)
 	}
-	if err := e.d.SetLimits(ctx, Container{ID: "nobody"}, Limit{}, Limit{}); !errors.Is(err, ErrUnknown) {
+	if err := e.d.SetLimits(ctx, plane.Container{ID: "nobody"}, rate.Limit{}, rate.Limit{}); !errors.Is(err, ErrUnknown) {
 		t.Errorf("SetLimits of an unknown container: %v", err)
 	}
 
@@ -295,8 +297,8 @@ func TestLimitsLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.sb.Host.Run(t, "ip", "link", "del", entry)
-	e.sb.Host.Run(t, "tc", "qdisc", "del", "dev", VethName(c.ID), "root")
-	if st := e.shapeState(e.d, VethName(c.ID)); st.RootKind == "htb" {
+	e.sb.Host.Run(t, "tc", "qdisc", "del", "dev", plane.VethName(c.ID), "root")
+	if st := e.shapeState(e.d, plane.VethName(c.ID)); st.RootKind == "htb" {
 		t.Fatal("the veth's HTB is still there")
 	}
 	if err := d2.Adopt(ctx, c); err != nil {
@@ -309,10 +311,10 @@ func TestLimitsLifecycle(t *testing.T) {
 	if ok, err := enforces(d2, e.linkIdx(entry), c.Egress); !ok || err != nil {
 		t.Errorf("egress not in sync after Adopt: %v %v", ok, err)
 	}
-	if ok, err := enforces(d2, e.linkIdx(VethName(c.ID)), c.Ingress); !ok || err != nil {
+	if ok, err := enforces(d2, e.linkIdx(plane.VethName(c.ID)), c.Ingress); !ok || err != nil {
 		t.Errorf("ingress not in sync after Adopt: %v %v", ok, err)
 	}
-	if f := e.tcShow(VethName(c.ID)); !strings.Contains(f, "to device "+entry) {
+	if f := e.tcShow(plane.VethName(c.ID)); !strings.Contains(f, "to device "+entry) {
 		t.Errorf("veth filters do not point at the new shaper:\n%s", f)
 	}
 	mustEcho(t, p, "tcp", hostAddr(31000), "A") // container -> itself via host lo, through the shaper
@@ -321,7 +323,7 @@ func TestLimitsLifecycle(t *testing.T) {
 	// A stray pair (a container that is gone) is removed with the strays.
 	strayEntry, _ := ShaperNames("gone-container")
 	e.sb.Host.Run(t, "ip", "link", "add", strayEntry, "type", "veth", "peer", "name", "isy"+strayEntry[3:])
-	removed, err := e.d.RemoveStrays(ctx, []Container{c})
+	removed, err := e.d.RemoveStrays(ctx, []plane.Container{c})
 	if err != nil {
 		t.Fatal(err)
 	}

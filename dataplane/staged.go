@@ -26,6 +26,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/veth"
 )
@@ -51,7 +52,7 @@ type stagedVeth struct {
 // the name of the end the runtime is to move into the container. Staging
 // an id again returns the pair already staged.
 func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
-	if err := ValidateID(id); err != nil {
+	if err := plane.ValidateID(id); err != nil {
 		return "", err
 	}
 	if err := checkCtx(ctx); err != nil {
@@ -71,7 +72,7 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 		return s.peer, nil
 	}
 	info := d.hostFacts()
-	spec := veth.Spec{Name: VethName(id), PeerName: StagedPeerName(id), MAC: info.MAC, MTU: info.MTU}
+	spec := veth.Spec{Name: plane.VethName(id), PeerName: StagedPeerName(id), MAC: info.MAC, MTU: info.MTU}
 	idx, err := veth.Create(d.h, d.hostNS, spec)
 	if err != nil {
 		return "", fmt.Errorf("container %s: stage: %w", id, err)
@@ -210,7 +211,7 @@ func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 }
 
 // hostFacts is the host interface as the data plane knows it now.
-func (d *DataPlane) hostFacts() HostInfo {
+func (d *DataPlane) hostFacts() plane.HostInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.info

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -83,7 +84,7 @@ func TestStagedVethAdoptedBySetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.d.Unstage(c.ID) })
-	if peer != StagedPeerName(c.ID) || !e.hasLink(peer) || !e.hasLink(VethName(c.ID)) {
+	if peer != StagedPeerName(c.ID) || !e.hasLink(peer) || !e.hasLink(plane.VethName(c.ID)) {
 		t.Fatalf("Stage: peer %q; host links %v", peer, e.hostLinks())
 	}
 	if again, err := e.d.Stage(ctx, c.ID); err != nil || again != peer {
@@ -109,7 +110,7 @@ func TestStagedVethAdoptedBySetup(t *testing.T) {
 
 	// Until Setup: the host end is down, the container's eth0 without carrier.
 	for _, a := range e.hostLinkAttrs() {
-		if a.Name == VethName(c.ID) && a.Flags&net.FlagUp != 0 {
+		if a.Name == plane.VethName(c.ID) && a.Flags&net.FlagUp != 0 {
 			t.Fatalf("host end %s is up before Setup", a.Name)
 		}
 	}
@@ -130,7 +131,7 @@ func TestStagedVethAdoptedBySetup(t *testing.T) {
 	}
 
 	pl := e.setup(c)
-	if pl.Veth != VethName(c.ID) || pl.VethIndex != l.Attrs().ParentIndex {
+	if pl.Veth != plane.VethName(c.ID) || pl.VethIndex != l.Attrs().ParentIndex {
 		t.Fatalf("Setup did not adopt the staged pair: %+v (staged host end %d)", pl, l.Attrs().ParentIndex)
 	}
 	if had, err := e.d.Unstage(c.ID); had || err != nil {
@@ -155,7 +156,7 @@ func TestUnstageRemovesThePair(t *testing.T) {
 	if had, err := e.d.Unstage(id); !had || err != nil {
 		t.Fatalf("Unstage: %v, %v", had, err)
 	}
-	if e.hasLink(peer) || e.hasLink(VethName(id)) {
+	if e.hasLink(peer) || e.hasLink(plane.VethName(id)) {
 		t.Fatalf("links left: %v", e.hostLinks())
 	}
 	if had, err := e.d.Unstage(id); had || err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nspin"
 )
 
@@ -49,7 +50,7 @@ func TestRemoveStraysLeavesRuntimePins(t *testing.T) {
 	c := e.spec("C", pc, 6, "43008-44031", "31002", "")
 	theirsC := runtimePin(t, pa.NetNS, dir, c.ID) // another namespace
 	want := map[string]bool{a.ID: false, b.ID: true, c.ID: true}
-	for _, x := range []Container{a, b, c} {
+	for _, x := range []plane.Container{a, b, c} {
 		pl, err := d.Setup(ctx, x)
 		if err != nil {
 			t.Fatal(err)
@@ -91,8 +92,8 @@ func TestRemoveStraysLeavesRuntimePins(t *testing.T) {
 				t.Errorf("the runtime's pin %s reported removed: %v", p, got)
 			}
 		}
-		for _, x := range []Container{a, b, c} {
-			if !slices.Contains(got, "veth "+VethName(x.ID)) {
+		for _, x := range []plane.Container{a, b, c} {
+			if !slices.Contains(got, "veth "+plane.VethName(x.ID)) {
 				t.Errorf("stray veth of %s not reported: %v", x.ID, got)
 			}
 		}
@@ -106,8 +107,8 @@ func TestRemoveStraysLeavesRuntimePins(t *testing.T) {
 	if len(mounts) != 2 {
 		t.Errorf("mounts in %s after RemoveStrays: %v, want only the runtime's two", dir, mounts)
 	}
-	for _, x := range []Container{a, b, c} {
-		if e.hasLink(VethName(x.ID)) {
+	for _, x := range []plane.Container{a, b, c} {
+		if e.hasLink(plane.VethName(x.ID)) {
 			t.Errorf("stray veth of %s left", x.ID)
 		}
 	}

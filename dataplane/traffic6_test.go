@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/vishvananda/netlink"
@@ -148,7 +149,7 @@ func TestTwoContainersTrafficIPv6(t *testing.T) {
 	}
 
 	t.Run("teardown-leaves-nothing", func(t *testing.T) {
-		veth := VethName(a.c.ID)
+		veth := plane.VethName(a.c.ID)
 		if _, err := e.d.Teardown(context.Background(), a.c); err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +300,7 @@ func TestRestartKeepsIPv6Traffic(t *testing.T) {
 	if err := d2.Adopt(ctx, a.c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d2.Strays(ctx, []Container{a.c}); err != nil {
+	if _, err := d2.Strays(ctx, []plane.Container{a.c}); err != nil {
 		t.Fatal(err)
 	}
 	check("adopted")

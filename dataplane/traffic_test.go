@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -163,7 +164,7 @@ func TestTwoContainersTraffic(t *testing.T) {
 	}
 
 	t.Run("teardown-leaves-nothing", func(t *testing.T) {
-		veth := VethName(a.c.ID)
+		veth := plane.VethName(a.c.ID)
 		rep, err := e.d.Teardown(context.Background(), a.c)
 		if err != nil {
 			t.Fatal(err)

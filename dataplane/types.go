@@ -4,25 +4,8 @@
 // setup, port changes, statistics, teardown and a kernel snapshot for recovery.
 package dataplane
 
-import "github.com/isolatord/isolatord/isolator/plane"
-
-// The lifecycle's vocabulary (package plane): DataPlane implements
-// isolator.DataPlane in these types.
-type (
-	Container      = plane.Container
-	HostInfo       = plane.HostInfo
-	LinkStats      = plane.LinkStats
-	ShapeCounters  = plane.ShapeCounters
-	Plumbing       = plane.Plumbing
-	TeardownReport = plane.TeardownReport
-	Meta           = plane.Meta
-	Found          = plane.Found
-	Discovery      = plane.Discovery
-	Held           = plane.Held
-)
-
-// MaxSlot is the largest container slot: u32 node ids have 12 bits.
-const MaxSlot = plane.MaxSlot
+// DataPlane implements isolator.DataPlane in the lifecycle's types
+// (package isolator/plane).
 
 // Snapshot is what exists in the kernel and the netns directory that carries
 // isolatord's identity, so recovery can map objects back to containers and find strays.

@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/tcfilter"
 )
@@ -35,8 +36,8 @@ type unrouter struct {
 // unrouteReq is one teardown's request and, once done is closed, its
 // outcome.
 type unrouteReq struct {
-	c    Container // as the caller knows it; the record's once done
-	veth int       // the host veth's ifindex the record knows (0: none)
+	c    plane.Container // as the caller knows it; the record's once done
+	veth int             // the host veth's ifindex the record knows (0: none)
 	pin  nspin.Pin
 	// shaper: the egress shaper entry's ifindex (0: none), or why it could
 	// not be looked up (shaperErr).
@@ -56,7 +57,7 @@ func (u *unrouteReq) miss(format string, args ...any) {
 
 // unroute cuts the paths to c (see above) and returns when that is done,
 // by this call or by another teardown's pass.
-func (d *DataPlane) unroute(c Container) *unrouteReq {
+func (d *DataPlane) unroute(c plane.Container) *unrouteReq {
 	u := &unrouteReq{c: c, done: make(chan struct{})}
 	// The egress shaper's entry, looked up before the pass (a request
 	// that waits for rtnl, not to be made under d.mu): only a SetLimits of
@@ -124,7 +125,7 @@ func (d *DataPlane) unroutePass(reqs []*unrouteReq) {
 			u.miss("host filters of slot %d (the slot belongs to container %s)", c.Slot, other)
 			continue
 		}
-		if c.Slot < 1 || c.Slot > MaxSlot {
+		if c.Slot < 1 || c.Slot > plane.MaxSlot {
 			continue
 		}
 		var excl []ephemeral.Range

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -23,7 +24,7 @@ func TestConcurrentTeardownsCombined(t *testing.T) {
 	const n = 10
 	type pair struct {
 		old  ctr
-		next Container // set up on the same slot and ports after old's teardown
+		next plane.Container // set up on the same slot and ports after old's teardown
 		port int
 		name string // of old's server; next's is "N"+name[1:]
 	}

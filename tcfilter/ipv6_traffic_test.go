@@ -13,6 +13,7 @@ import (
 
 	"github.com/isolatord/isolatord/dataplane/shaping"
 	"github.com/isolatord/isolatord/ephemeral"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -317,7 +318,7 @@ func TestShaperIPv6Paths(t *testing.T) {
 	defer hostNS.Close()
 	entry, exit := w.shaperPair(t, 1)
 	sh := shaping.Shaper{H: w.h, NS: int(hostNS), Link: entry, Leaf: shaping.LeafFIFO}
-	if err := sh.Apply(shaping.Limit{Rate: 50_000_000}); err != nil {
+	if err := sh.Apply(rate.Limit{Rate: 50_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	if err := (ShaperExit{H: w.h, Dev: exit, Eth0: w.eth0, Lo: w.lo, HostIP: w.s.HostIP, HostIP6: []net.IP{host6}, Slot: 1}).Install(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/isolatord/isolatord/dataplane/shaping"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/test/traffic"
 )
 
@@ -116,7 +117,7 @@ func TestShapingTraffic(t *testing.T) {
 
 	entry, exit := w.shaperPair(t, 1)
 	sh := shaping.Shaper{H: w.h, NS: int(hostNS), Link: entry, Leaf: shaping.LeafFIFO}
-	if err := sh.Apply(shaping.Limit{Rate: 2_000_000}); err != nil {
+	if err := sh.Apply(rate.Limit{Rate: 2_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	if err := (ShaperExit{H: w.h, Dev: exit, Eth0: w.eth0, Lo: w.lo, HostIP: w.s.HostIP, Slot: 1}).Install(); err != nil {
@@ -178,7 +179,7 @@ func TestShapingTraffic(t *testing.T) {
 
 	// Ingress: client -> container port 20001, HTB on the veth.
 	vs := shaping.Shaper{H: w.h, NS: int(hostNS), Link: a.veth, Leaf: shaping.LeafFIFO}
-	if err := vs.Apply(shaping.Limit{Rate: 2_000_000}); err != nil {
+	if err := vs.Apply(rate.Limit{Rate: 2_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	in := traffic.StartStream(t, a.c.Do, w.s.Client.Do, "0.0.0.0:20001", "198.18.0.1:20001")

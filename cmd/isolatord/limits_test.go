@@ -15,24 +15,24 @@ import (
 	"github.com/isolatord/isolatord/api"
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/isolator/isolatortest"
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/metrics"
 )
 
 func TestLimitFlags(t *testing.T) {
 	for _, c := range []struct {
 		rate, burst, ceil string
-		want              dataplane.Limit
+		want              rate.Limit
 	}{
-		{"0", "0", "0", dataplane.Limit{}},
-		{"none", "0", "0", dataplane.Limit{}},
-		{"10MB/s", "0", "0", dataplane.Limit{Rate: 10_000_000}},
-		{"100Mbit", "256KiB", "200mbps", dataplane.Limit{Rate: 12_500_000, Burst: 256 << 10, Ceil: 25_000_000}},
-		{"2000000", "100000", "0", dataplane.Limit{Rate: 2_000_000, Burst: 100_000}},
+		{"0", "0", "0", rate.Limit{}},
+		{"none", "0", "0", rate.Limit{}},
+		{"10MB/s", "0", "0", rate.Limit{Rate: 10_000_000}},
+		{"100Mbit", "256KiB", "200mbps", rate.Limit{Rate: 12_500_000, Burst: 256 << 10, Ceil: 25_000_000}},
+		{"2000000", "100000", "0", rate.Limit{Rate: 2_000_000, Burst: 100_000}},
 	} {
 		got, err := limitFlags("egress", c.rate, c.burst, c.ceil)
 		if err != nil || got != c.want {
@@ -71,14 +71,14 @@ func TestLimitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Egress != (dataplane.Limit{Rate: 2_000_000}) || cfg.Ingress != (dataplane.Limit{Rate: 12_500_000, Ceil: 20_000_000}) {
+	if cfg.Egress != (rate.Limit{Rate: 2_000_000}) || cfg.Ingress != (rate.Limit{Rate: 12_500_000, Ceil: 20_000_000}) {
 		t.Errorf("config limits: %+v %+v", cfg.Egress, cfg.Ingress)
 	}
 }
 
 // startLimitServer is startServer with default limits and a host with a
 // 1000 Mbit/s link and HTB.
-func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.IsolatorClient, *isolatortest.DataPlane) {
+func startLimitServer(t *testing.T, egress, ingress rate.Limit) (pbgrpc.IsolatorClient, *isolatortest.DataPlane) {
 	t.Helper()
 	dp := isolatortest.New()
 	dp.Host.LinkSpeed = 1000
@@ -122,7 +122,7 @@ func startLimitServer(t *testing.T, egress, ingress dataplane.Limit) (pbgrpc.Iso
 }
 
 func TestLimitsOverGRPC(t *testing.T) {
-	c, dp := startLimitServer(t, dataplane.Limit{Rate: 2_000_000}, dataplane.Limit{})
+	c, dp := startLimitServer(t, rate.Limit{Rate: 2_000_000}, rate.Limit{})
 	ctx := context.Background()
 
 	st, err := c.Status(ctx, &pb.StatusRequest{})

@@ -30,6 +30,7 @@ import (
 	"github.com/isolatord/isolatord/metrics"
 	"github.com/isolatord/isolatord/netns/nshandle"
 	"github.com/isolatord/isolatord/netns/sysctl"
+	"github.com/isolatord/isolatord/tcfilter"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -218,8 +219,8 @@ func parseUIDs(s string) ([]uint32, error) {
 // limitFlags parses the default limit of one direction from its flags
 // (--DIR-rate-limit, --DIR-burst, --DIR-ceil). The link speed is checked
 // once the host is known (isolator.Start).
-func limitFlags(dir, rateS, burstS, ceilS string) (dataplane.Limit, error) {
-	var l dataplane.Limit
+func limitFlags(dir, rateS, burstS, ceilS string) (rate.Limit, error) {
+	var l rate.Limit
 	var err error
 	if l.Rate, err = rate.Parse(rateS); err != nil {
 		return l, fmt.Errorf("--%s-rate-limit: %w", dir, err)
@@ -316,7 +317,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	if err := reservePool(hp, cfg.EphemeralPool, cfg.StateDir, log); err != nil {
 		return err
 	}
-	m.WatchDrops(dp, dataplane.DropReasons)
+	m.WatchDrops(dp, tcfilter.DropReasons)
 	m.WatchIPv6ToHost(dp.IPv6ToHost)
 	m.WatchFragments(fragmentMetrics(dp))
 	m.WatchRecovery(iso)

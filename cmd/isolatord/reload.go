@@ -14,9 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 // The settings that change at run time: the --config file (key=value
@@ -39,7 +39,7 @@ var reloadable = []string{keyLogLevel, keyAllowUID, keyHostLoopbackPorts,
 type liveSettings struct {
 	level           slog.Level
 	uids            []uint32
-	egress, ingress dataplane.Limit
+	egress, ingress rate.Limit
 	loopback        ephemeral.Set // host loopback ports open to every container
 }
 
@@ -247,9 +247,9 @@ func (r *reloader) reload() {
 	}
 	for _, d := range []struct {
 		name string
-		cur  *dataplane.Limit
-		next dataplane.Limit
-		set  func(dataplane.Limit) error
+		cur  *rate.Limit
+		next rate.Limit
+		set  func(rate.Limit) error
 	}{
 		{"egress default limit (egress-rate-limit, egress-burst, egress-ceil)", &r.cur.egress, next.egress, r.iso.SetDefaultEgress},
 		{"ingress default limit (ingress-rate-limit, ingress-burst, ingress-ceil)", &r.cur.ingress, next.ingress, r.iso.SetDefaultIngress},

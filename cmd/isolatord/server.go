@@ -13,8 +13,9 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	pbgrpc "github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
-	"github.com/isolatord/isolatord/dataplane"
 	"github.com/isolatord/isolatord/isolator"
+	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 // server maps the gRPC API onto the lifecycle. Validation lives in the
@@ -83,7 +84,7 @@ func toProto(r isolator.Record) *pb.Container {
 }
 
 // limitToProto is nil for no limit.
-func limitToProto(l dataplane.Limit) *pb.BandwidthLimit {
+func limitToProto(l rate.Limit) *pb.BandwidthLimit {
 	if l.IsZero() {
 		return nil
 	}
@@ -99,7 +100,7 @@ func limitSpec(b *pb.BandwidthLimit) *isolator.LimitSpec {
 }
 
 // shapingToProto is nil when the direction has no limit.
-func shapingToProto(c dataplane.ShapeCounters) *pb.ShapingStats {
+func shapingToProto(c plane.ShapeCounters) *pb.ShapingStats {
 	if c.Limit.IsZero() {
 		return nil
 	}

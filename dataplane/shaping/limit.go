@@ -2,25 +2,16 @@ package shaping
 
 import "github.com/isolatord/isolatord/isolator/plane/rate"
 
-// Bounds of a Limit (see rate.Limit) and the fifo leaf's sizes.
+// The fifo leaf's sizes.
 const (
-	MinRate   = rate.MinRate
-	MinBurst  = rate.MinBurst
 	minQueue  = 128 << 10 // bytes: fifo leaf floor (two 64 KiB GSO packets)
 	maxQueue  = 64 << 20  // bytes: fifo leaf ceiling
 	queueTime = 10        // queue = rate / queueTime (100 ms)
 )
 
-// ErrBadLimit wraps every invalid Limit.
-var ErrBadLimit = rate.ErrBadLimit
-
-// Limit is a bandwidth limit in one direction (rate.Limit: its bounds and
-// validation are there, portable). The zero Limit means none.
-type Limit = rate.Limit
-
 // QueueBytes is the byte limit of the fifo leaf for l: ~100 ms at the
 // highest rate l allows, within [128 KiB, 64 MiB].
-func QueueBytes(l Limit) uint32 {
+func QueueBytes(l rate.Limit) uint32 {
 	r := max(l.Rate, l.Ceil) / queueTime
 	return uint32(min(max(r, minQueue), maxQueue))
 }

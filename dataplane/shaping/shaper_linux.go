@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 )
 
 // Handles of the shaping qdiscs and class on a shaped device.
@@ -35,7 +37,7 @@ func ticks(rate, bytes uint64) uint32 {
 }
 
 // class is the HTB class 1:1 that enforces l on link.
-func class(l Limit, link int) *netlink.HtbClass {
+func class(l rate.Limit, link int) *netlink.HtbClass {
 	burst := l.EffectiveBurst()
 	ceil, cburst := l.Rate, burst
 	if l.Ceil != 0 {
@@ -97,12 +99,12 @@ type State struct {
 
 // Limit returns the limit the kernel enforces, with the burst derived
 // from HTB's buffer time (rounded), and Ceil 0 when ceil == rate.
-func (st State) Limit() Limit {
+func (st State) Limit() rate.Limit {
 	if st.Class == nil {
-		return Limit{}
+		return rate.Limit{}
 	}
 	c := st.Class
-	l := Limit{Rate: c.Rate}
+	l := rate.Limit{Rate: c.Rate}
 	if c.Rate > 0 {
 		l.Burst = uint64(float64(c.Buffer) / netlink.TickInUsec() / 1e6 * float64(c.Rate))
 	}
@@ -174,7 +176,7 @@ func (s Shaper) Read() (State, error) {
 // as needed. On a device that enforces a limit already it only changes the
 // class (and resizes a fifo leaf) in place: no qdisc is recreated and no
 // queued packet is dropped. The zero Limit removes the shaping (Remove).
-func (s Shaper) Apply(l Limit) error {
+func (s Shaper) Apply(l rate.Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -226,7 +228,7 @@ func (s Shaper) Apply(l Limit) error {
 	return nil
 }
 
-func (s Shaper) addLeaf(l Limit) error {
+func (s Shaper) addLeaf(l rate.Limit) error {
 	var err error
 	if s.Leaf == LeafFQCodel {
 		err = s.H.QdiscReplace(netlink.NewFqCodel(netlink.QdiscAttrs{LinkIndex: s.Link, Parent: classHandle, Handle: leafHandle}))
@@ -259,7 +261,7 @@ func (s Shaper) Drain(timeout time.Duration) error {
 	if err != nil || !st.Present {
 		return err
 	}
-	if err := s.H.ClassChange(class(Limit{Rate: drainRate}, s.Link)); err != nil {
+	if err := s.H.ClassChange(class(rate.Limit{Rate: drainRate}, s.Link)); err != nil {
 		return fmt.Errorf("lift htb class 1:1 on ifindex %d: %w", s.Link, err)
 	}
 	deadline := time.Now().Add(timeout)

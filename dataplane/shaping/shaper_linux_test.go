@@ -10,12 +10,13 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/isolatord/isolatord/isolator/plane/rate"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
 // inSync reports whether the device enforces exactly l (the zero Limit:
 // no HTB root of ours) with the leaf kind s.Leaf.
-func (s Shaper) inSync(l Limit) (bool, error) {
+func (s Shaper) inSync(l rate.Limit) (bool, error) {
 	st, err := s.Read()
 	if err != nil {
 		return false, err
@@ -27,17 +28,17 @@ func (s Shaper) inSync(l Limit) (bool, error) {
 }
 
 func TestLimitClass(t *testing.T) {
-	l := Limit{Rate: 2_000_000}
+	l := rate.Limit{Rate: 2_000_000}
 	c := class(l, 7)
 	if c.Rate != 2_000_000 || c.Ceil != 2_000_000 || c.Buffer != c.Cbuffer || c.Buffer == 0 {
 		t.Errorf("no ceil: class %+v, want ceil = rate and cburst = burst", c)
 	}
-	p := class(Limit{Rate: 2_000_000, Ceil: 8_000_000}, 7)
+	p := class(rate.Limit{Rate: 2_000_000, Ceil: 8_000_000}, 7)
 	if p.Ceil != 8_000_000 || p.Cbuffer >= p.Buffer {
 		t.Errorf("ceil: class %+v, want ceil 8MB/s with a small cburst", p)
 	}
 	// the burst read back from the kernel's buffer time is the burst set
-	st := State{Class: class(Limit{Rate: 2_000_000, Burst: 300_000}, 1)}
+	st := State{Class: class(rate.Limit{Rate: 2_000_000, Burst: 300_000}, 1)}
 	if got := st.Limit(); got.Rate != 2_000_000 || got.Ceil != 0 || got.Burst < 299_000 || got.Burst > 301_000 {
 		t.Errorf("read back %+v, want rate 2MB/s burst ~300000", got)
 	}
@@ -80,10 +81,10 @@ func TestShaperKernel(t *testing.T) {
 	show := func() string {
 		return sb.Host.Run(t, "tc", "qdisc", "show", "dev", "tgt0") + sb.Host.Run(t, "tc", "class", "show", "dev", "tgt0")
 	}
-	if ok, err := s.inSync(Limit{}); err != nil || !ok {
+	if ok, err := s.inSync(rate.Limit{}); err != nil || !ok {
 		t.Fatalf("fresh device: inSync(none) = %v, %v", ok, err)
 	}
-	l := Limit{Rate: 2_000_000}
+	l := rate.Limit{Rate: 2_000_000}
 	if err := s.Apply(l); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestShaperKernel(t *testing.T) {
 	if ok, err := s.inSync(l); err != nil || !ok {
 		t.Errorf("inSync(applied) = %v, %v", ok, err)
 	}
-	if ok, _ := s.inSync(Limit{Rate: 4_000_000}); ok {
+	if ok, _ := s.inSync(rate.Limit{Rate: 4_000_000}); ok {
 		t.Error("inSync(other rate) = true")
 	}
 	st, err := s.Read()
@@ -136,7 +137,7 @@ func TestShaperKernel(t *testing.T) {
 	if before.Packets < 20 {
 		t.Fatalf("qdisc counted %d packets, want >= 20", before.Packets)
 	}
-	l2 := Limit{Rate: 4_000_000, Ceil: 8_000_000, Burst: 100_000}
+	l2 := rate.Limit{Rate: 4_000_000, Ceil: 8_000_000, Burst: 100_000}
 	if err := s.Apply(l2); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestShaperKernel(t *testing.T) {
 	if out := show(); strings.Contains(out, "htb") || strings.Contains(out, "bfifo") {
 		t.Errorf("after Remove:\n%s", out)
 	}
-	if ok, err := s.inSync(Limit{}); err != nil || !ok {
+	if ok, err := s.inSync(rate.Limit{}); err != nil || !ok {
 		t.Errorf("after Remove: inSync(none) = %v, %v", ok, err)
 	}
 	if err := s.Remove(); err != nil {
@@ -180,7 +181,7 @@ func TestShaperKernel(t *testing.T) {
 	}
 
 	// Zero limit through Apply removes; invalid limits change nothing.
-	if err := s.Apply(Limit{Rate: 10}); !errors.Is(err, ErrBadLimit) {
+	if err := s.Apply(rate.Limit{Rate: 10}); !errors.Is(err, rate.ErrBadLimit) {
 		t.Errorf("Apply(10 B/s) = %v, want ErrBadLimit", err)
 	}
 	if out := show(); strings.Contains(out, "htb") {
@@ -189,7 +190,7 @@ func TestShaperKernel(t *testing.T) {
 	if err := s.Apply(l); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(Limit{}); err != nil {
+	if err := s.Apply(rate.Limit{}); err != nil {
 		t.Fatal(err)
 	}
 	if out := show(); strings.Contains(out, "htb") {
@@ -208,7 +209,7 @@ func TestShaperRepairs(t *testing.T) {
 	if st, _ := s.Read(); !st.Root || st.Present {
 		t.Fatalf("root without class: %+v", st)
 	}
-	l := Limit{Rate: 3_000_000}
+	l := rate.Limit{Rate: 3_000_000}
 	if err := s.Apply(l); err != nil {
 		t.Fatal(err)
 	}

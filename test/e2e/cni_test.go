@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -72,7 +72,7 @@ func TestCNIEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	veth := dataplane.VethName(id)
+	veth := plane.VethName(id)
 	if r.CNIVersion != "1.1.0" || len(r.Interfaces) != 2 || len(r.IPs) != 1 {
 		t.Fatalf("ADD result: %+v", r)
 	}
@@ -262,8 +262,8 @@ func TestCNIGC(t *testing.T) {
 		}
 	}
 	ks := readHostState(t, sb, d.NetNSDir)
-	if slices.Contains(ks.veths, dataplane.VethName(staleID)) || !slices.Contains(ks.veths, dataplane.VethName(keepID)) {
-		t.Errorf("after GC: %+v; want %s gone and %s kept", ks, dataplane.VethName(staleID), dataplane.VethName(keepID))
+	if slices.Contains(ks.veths, plane.VethName(staleID)) || !slices.Contains(ks.veths, plane.VethName(keepID)) {
+		t.Errorf("after GC: %+v; want %s gone and %s kept", ks, plane.VethName(staleID), plane.VethName(keepID))
 	}
 	if got, err := echoFromClient(sb, "tcp", 31011); err == nil {
 		t.Errorf("traffic still reaches %q after GC", got)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -76,7 +76,7 @@ func readHostState(t *testing.T, sb *sandbox.Sandbox, netnsDir string) hostState
 		f := strings.Fields(line)
 		if len(f) > 1 {
 			name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
-			if strings.HasPrefix(name, dataplane.VethPrefix) {
+			if strings.HasPrefix(name, plane.VethPrefix) {
 				hs.veths = append(hs.veths, name)
 			}
 		}
@@ -116,7 +116,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	var got ctlContainer
 	d.CtlJSON(t, &got, "get", id1)
-	if got.State != "isolated" || got.Veth != dataplane.VethName(id1) || got.Netns != filepath.Join(d.NetNSDir, id1) || got.EphemeralPorts.End-got.EphemeralPorts.Begin != 255 {
+	if got.State != "isolated" || got.Veth != plane.VethName(id1) || got.Netns != filepath.Join(d.NetNSDir, id1) || got.EphemeralPorts.End-got.EphemeralPorts.Begin != 255 {
 		t.Fatalf("get %s: %+v", id1, got)
 	}
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -27,7 +27,7 @@ func TestDropsCounted(t *testing.T) {
 	ctx := context.Background()
 
 	m0 := scrape(t, sb)
-	for _, r := range dataplane.DropReasons {
+	for _, r := range tcfilter.DropReasons {
 		if v := value(t, m0, "isolatord_dropped_packets_total", map[string]string{"reason": r}); v != 0 {
 			t.Fatalf("dropped packets (%s) at start: %v", r, v)
 		}
@@ -62,7 +62,7 @@ func TestDropsCounted(t *testing.T) {
 		}
 		return u.DroppedPackets["port"] >= n
 	})
-	if len(u.DroppedPackets) != len(dataplane.DropReasons) || u.DroppedPackets["port"] < n {
+	if len(u.DroppedPackets) != len(tcfilter.DropReasons) || u.DroppedPackets["port"] < n {
 		t.Fatalf("usage dropped_packets = %v, want every reason and port >= %d", u.DroppedPackets, n)
 	}
 	if out := d.Ctl(t, "usage", id); !strings.Contains(out, "Refused by the host:") || !strings.Contains(out, "port "+strconv.Itoa(int(u.DroppedPackets["port"]))) {

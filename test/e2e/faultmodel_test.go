@@ -16,7 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -563,7 +563,7 @@ func (r *fmRun) checkAgain(again bool) {
 	// every veth is an isolated container's; nothing unattributed
 	want := map[string]bool{}
 	for _, c := range r.isolated() {
-		want[dataplane.VethName(c.id)] = true
+		want[plane.VethName(c.id)] = true
 	}
 	h, err := r.sb.Host.Netlink()
 	must(t, err)
@@ -577,7 +577,7 @@ func (r *fmRun) checkAgain(again bool) {
 	var got []string
 	for _, l := range ls {
 		a := l.Attrs()
-		if len(a.Name) == 15 && strings.HasPrefix(a.Name, dataplane.VethPrefix) && a.Group == 0 {
+		if len(a.Name) == 15 && strings.HasPrefix(a.Name, plane.VethPrefix) && a.Group == 0 {
 			got = append(got, a.Name)
 			if !want[a.Name] {
 				t.Fatalf("veth %s is no isolated container's (isolated: %v)", a.Name, keysB(want))

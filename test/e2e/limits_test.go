@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -40,7 +41,7 @@ func TestBandwidthLimitsThroughTheDaemon(t *testing.T) {
 		if out := sb.Host.Run(t, "ip", "-o", "link", "show"); !strings.Contains(out, entry) {
 			t.Fatalf("%s: no egress shaper %s in the host namespace:\n%s", when, entry, out)
 		}
-		veth := dataplane.VethName(id)
+		veth := plane.VethName(id)
 		if out := sb.Host.Run(t, "tc", "qdisc", "show", "dev", veth); !strings.Contains(out, "htb") {
 			t.Fatalf("%s: no ingress HTB on %s:\n%s", when, veth, out)
 		}
@@ -61,7 +62,7 @@ func TestBandwidthLimitsThroughTheDaemon(t *testing.T) {
 	entry, exit := dataplane.ShaperNames(id)
 	// (group default: not the retired links awaiting deletion)
 	out := sb.Host.Run(t, "ip", "-o", "link", "show", "group", "default")
-	if strings.Contains(out, entry) || strings.Contains(out, exit) || strings.Contains(out, dataplane.VethName(id)) {
+	if strings.Contains(out, entry) || strings.Contains(out, exit) || strings.Contains(out, plane.VethName(id)) {
 		t.Fatalf("cleanup left links behind:\n%s", out)
 	}
 	if after := readHostState(t, sb, d.NetNSDir); after.filters >= base.filters {

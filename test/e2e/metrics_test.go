@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -167,7 +167,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 
 	// Delete the container's veth behind the daemon's back, then clean up.
-	sb.Host.Run(t, "ip", "link", "del", dataplane.VethName(id))
+	sb.Host.Run(t, "ip", "link", "del", plane.VethName(id))
 	d.Ctl(t, "cleanup", id)
 	m3 := scrape(t, sb)
 	if v := value(t, m3, "isolatord_containers", map[string]string{"state": "isolated"}); v != 0 {

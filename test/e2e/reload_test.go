@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -88,10 +88,10 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	d.Ctl(t, "isolate", b, "--pid", strconv.Itoa(cb.Pid))
 	check("new container after the reload", b, 4_000_000, 1_000_000)
 	check("old container after the reload", a, 2_000_000, 0)
-	if out := sb.Host.Run(t, "tc", "qdisc", "show", "dev", dataplane.VethName(b)); !strings.Contains(out, "htb") {
+	if out := sb.Host.Run(t, "tc", "qdisc", "show", "dev", plane.VethName(b)); !strings.Contains(out, "htb") {
 		t.Fatalf("no ingress HTB on the new container's veth:\n%s", out)
 	}
-	if out := sb.Host.Run(t, "tc", "qdisc", "show", "dev", dataplane.VethName(a)); strings.Contains(out, "htb") {
+	if out := sb.Host.Run(t, "tc", "qdisc", "show", "dev", plane.VethName(a)); strings.Contains(out, "htb") {
 		t.Fatalf("the old container's veth got an ingress HTB:\n%s", out)
 	}
 	mustEcho(t, sb, "tcp", 31040, "ra")

@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/wait"
 )
@@ -72,7 +73,7 @@ func TestDaemonFinishesRetiredAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := sb.Name + "-gone"
-	for i, name := range []string{dataplane.VethName(gone)} {
+	for i, name := range []string{plane.VethName(gone)} {
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name = name
 		attrs.Group = dataplane.RetiredGroup
@@ -81,7 +82,7 @@ func TestDaemonFinishesRetiredAfterKill(t *testing.T) {
 		}
 	}
 	if err == nil {
-		err = h.LinkSetAlias(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: dataplane.VethName(gone)}}, fmt.Sprintf(`{"id":%q}`, gone))
+		err = h.LinkSetAlias(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: plane.VethName(gone)}}, fmt.Sprintf(`{"id":%q}`, gone))
 	}
 	h.Close()
 	if err != nil {

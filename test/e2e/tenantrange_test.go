@@ -16,7 +16,7 @@ import (
 	"time"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/netns/nspin"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -261,7 +261,7 @@ func setVethAlias(t *testing.T, sb *sandbox.Sandbox, id string, edit func(m map[
 	h, err := sb.Host.Netlink()
 	must(t, err)
 	defer h.Close()
-	l, err := h.LinkByName(dataplane.VethName(id))
+	l, err := h.LinkByName(plane.VethName(id))
 	must(t, err)
 	m := map[string]any{}
 	must(t, json.Unmarshal([]byte(l.Attrs().Alias), &m))

@@ -26,7 +26,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/dataplane"
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -147,7 +147,7 @@ func vethTx(h *netlink.Handle) (tx, eth0rx int64, err error) {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(a.Name, dataplane.VethPrefix):
+		case strings.HasPrefix(a.Name, plane.VethPrefix):
 			tx += int64(a.Statistics.TxPackets)
 		case a.Name == "eth0":
 			eth0rx = int64(a.Statistics.RxPackets)
