@@ -9,8 +9,10 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -282,4 +284,66 @@ func TestDockerContainerDiesWhileDockerdDown(t *testing.T) {
 	e.echoWithin(t, "tcp", 31001, "web2")
 	k.must("rm", "-f", "web2")
 	k.must("network", "rm", "isonet")
+}
+
+// TestDockerEarlyEgress: Docker 20.10 joins before the container's
+// namespace exists, so its isolation follows the namespace's appearance
+// (docs/docker.md). What the container sends from its first instruction
+// on is filtered all the same: datagrams from a port it does not own
+// (31999) never reach the client, while those from its own port (31001)
+// do once it is isolated. Its ip_local_port_range when its program began
+// is logged (a figure: the isolation usually ends before Docker starts
+// the program, but nothing orders the two).
+func TestDockerEarlyEgress(t *testing.T) {
+	e := newDockerEnv(t)
+	k := e.k
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "isonet")
+
+	// The client records the source ports of what reaches it.
+	var conn net.PacketConn
+	if err := e.sb.Client.Do(func() (err error) {
+		conn, err = net.ListenPacket("udp4", ":40001")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mu sync.Mutex
+	from := map[int]int{}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, addr, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			from[addr.(*net.UDPAddr).Port]++
+			mu.Unlock()
+		}
+	}()
+
+	client := fmt.Sprintf("%s:40001", e.sb.ClientIP)
+	script := `cat /proc/sys/net/ipv4/ip_local_port_range
+i=0; while [ $i -lt 30 ]; do /isotraffic echo --net udp --addr ` + client + ` --src 0.0.0.0:31999 --msg early --timeout 50ms >/dev/null 2>&1; i=$((i+1)); done
+i=0; while [ $i -lt 30 ]; do /isotraffic echo --net udp --addr ` + client + ` --src 0.0.0.0:31001 --msg own --timeout 50ms >/dev/null 2>&1; i=$((i+1)); done
+echo done; exec sleep 300`
+	k.must("run", "-d", "--name", "early", "--network", "isonet", "-p", "31001:31001/udp", e.image, "sh", "-c", script)
+	wait.For(t, 60*time.Second, "the container's sends to end", func() bool {
+		out, _ := k.run(10*time.Second, "logs", "early")
+		return strings.Contains(out, "done")
+	})
+	c := e.ctlByEndpoint(t, "early", "isonet")
+	atStart := strings.Fields(strings.SplitN(k.must("logs", "early"), "\n", 2)[0])
+	block := []string{strconv.Itoa(c.EphemeralPorts.Begin), strconv.Itoa(c.EphemeralPorts.End)}
+	t.Logf("ip_local_port_range when the program began: %v (its block: %v)", atStart, block)
+	mu.Lock()
+	defer mu.Unlock()
+	if from[31999] != 0 {
+		t.Fatalf("%d datagrams from port 31999, which the container does not own, reached the client", from[31999])
+	}
+	if from[31001] == 0 {
+		t.Fatalf("no datagram from the container's own port 31001 reached the client (sources seen: %v)", from)
+	}
+	k.must("rm", "-f", "early")
 }
