@@ -271,6 +271,12 @@ func (d *DataPlane) strays(ctx context.Context, keep []Container, apply bool) ([
 	for id := range d.settingUp {
 		keepVeth[VethName(id)] = true
 	}
+	// Nor are pairs staged for a runtime to move in (staged.go).
+	d.smu.Lock()
+	for id := range d.staged {
+		keepVeth[VethName(id)] = true
+	}
+	d.smu.Unlock()
 	var removed []string
 	var errs []error
 	sharedPorts := map[uint16][]string{} // ports with stray holders -> demuxes they were found on

@@ -62,6 +62,7 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if d.hclosed {
 		return "", ErrClosed
 	}
+	info := d.hostFacts() // before smu: strays takes smu under d.mu
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	if d.staged == nil {
@@ -70,7 +71,6 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if s, ok := d.staged[id]; ok {
 		return s.peer, nil
 	}
-	info := d.hostFacts()
 	spec := veth.Spec{Name: VethName(id), PeerName: StagedPeerName(id), MAC: info.MAC, MTU: info.MTU}
 	idx, err := veth.Create(d.h, d.hostNS, spec)
 	if err != nil {
@@ -81,22 +81,43 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 }
 
 // Unstage deletes container id's staged pair, if a Stage made one that no
-// Setup adopted. It reports whether there was one.
+// Setup adopted. It reports whether there was one. A pair staged by an
+// earlier run of the daemon is known by its shape: the host end named
+// VethName(id) without the alias every Setup gives its veth, and id
+// neither plumbed nor being set up.
 func (d *DataPlane) Unstage(id string) (bool, error) {
+	if err := ValidateID(id); err != nil {
+		return false, err
+	}
 	d.smu.Lock()
 	s, ok := d.staged[id]
 	delete(d.staged, id)
 	d.smu.Unlock()
-	if !ok {
-		return false, nil
-	}
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
-		return true, ErrClosed
+		return ok, ErrClosed
 	}
-	_, err := veth.Delete(d.h, s.host)
-	return true, err
+	if ok {
+		_, err := veth.Delete(d.h, s.host)
+		return true, err
+	}
+	d.mu.Lock()
+	_, plumbed := d.ctrs[id]
+	_, busy := d.settingUp[id]
+	d.mu.Unlock()
+	if plumbed || busy {
+		return false, nil
+	}
+	l, err := d.h.LinkByName(VethName(id))
+	if err != nil {
+		return false, nil // none
+	}
+	if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().Alias != "" {
+		return false, nil
+	}
+	_, err = veth.Delete(d.h, l.Attrs().Index)
+	return err == nil, err
 }
 
 // stagedIndex is the host end of container id's staged pair (0: none).

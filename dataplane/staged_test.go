@@ -162,3 +162,26 @@ func TestUnstageRemovesThePair(t *testing.T) {
 		t.Fatalf("second Unstage: %v, %v", had, err)
 	}
 }
+
+// TestUnstageAfterRestart: a pair staged by an earlier daemon (its host end
+// has no alias) is deleted by Unstage of its ID; a plumbed container's veth
+// is never taken for one.
+func TestUnstageAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	id := e.uniqueID("old")
+	peer, err := e.d.Stage(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2 := e.newDataPlane() // a restarted daemon knows nothing staged
+	if had, err := d2.Unstage(id); !had || err != nil {
+		t.Fatalf("Unstage by a restarted data plane: %v, %v", had, err)
+	}
+	if e.hasLink(peer) || e.hasLink(VethName(id)) {
+		t.Fatalf("links left: %v", e.hostLinks())
+	}
+	c := e.start("kept", 2, "40960-41983", "31001", "", 31001)
+	if had, err := e.d.Unstage(c.c.ID); had || err != nil || !e.hasLink(VethName(c.c.ID)) {
+		t.Fatalf("Unstage of a plumbed container: %v, %v; links %v", had, err, e.hostLinks())
+	}
+}
