@@ -19,9 +19,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/isolator/plane"
 )
@@ -250,7 +252,7 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 		Egress: s.egress, Ingress: s.ingress,
 	})
 	if err != nil {
-		return nil, err
+		return nil, d.explainHolders(ctx, err)
 	}
 	d.log.Info("docker endpoint prepared", "endpoint_id", req.EndpointID, "network_id", req.NetworkID, "ports", rec.Ports.String(), "shared", rec.Shared.String(), "ephemeral_ports", rec.Ephemeral.String())
 	host := d.life.Host()
@@ -259,6 +261,30 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 		out.MacAddress = host.MAC.String()
 	}
 	return createEndpointResponse{Interface: out}, nil
+}
+
+// explainHolders adds to a port conflict which holders are Docker
+// endpoints, and of which network: Docker users know containers, not
+// endpoint IDs.
+func (d *Driver) explainHolders(ctx context.Context, err error) error {
+	var ce *ephemeral.ConflictError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	var notes []string
+	for _, h := range ce.Holders {
+		r, gerr := d.life.Get(ctx, h.Container)
+		if gerr != nil {
+			continue
+		}
+		if n, ok := r.Labels[LabelNetwork]; ok {
+			notes = append(notes, fmt.Sprintf("%s is a Docker endpoint of network %s (docker network inspect %.12s names its container)", h.Container, n, n))
+		}
+	}
+	if len(notes) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; %s", err, strings.Join(notes, "; "))
 }
 
 func (d *Driver) operInfo(ctx context.Context, body []byte) (any, error) {

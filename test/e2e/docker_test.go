@@ -158,7 +158,7 @@ func TestDockerRefusals(t *testing.T) {
 	e.echoWithin(t, "tcp", 31001, "ca")
 	holder := e.ctlByEndpoint(t, "ca", "isonet").ContainerID
 	out = e.dockerFails(t, append([]string{"run", "-d", "--name", "cb", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("cb", 31001)...)...)
-	mustSay(t, "a port of another container", out, "31001", holder)
+	mustSay(t, "a port of another container", out, "31001", holder, "Docker endpoint of network")
 	k.must("rm", "-f", "cb")
 
 	// A port held by a host service names the process.
