@@ -84,6 +84,11 @@ func TestDockerRunPublishesPorts(t *testing.T) {
 	if c.State != "isolated" || len(c.Ports) != 1 || c.Ports[0].Begin != 31001 {
 		t.Fatalf("isolatord's container of web: %+v", c)
 	}
+	for _, l := range strings.Split(e.d.Log(), "\n") {
+		if strings.Contains(l, "docker endpoint isolated") {
+			t.Logf("isolatord: %s", l) // how long after Join the interface arrived
+		}
+	}
 	want := fmt.Sprintf("%d\t%d", c.EphemeralPorts.Begin, c.EphemeralPorts.End)
 	if got := k.must("exec", "web", "cat", "/proc/sys/net/ipv4/ip_local_port_range"); got != want {
 		t.Fatalf("web's ip_local_port_range = %q, want its block %q", got, want)
