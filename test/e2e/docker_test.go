@@ -29,7 +29,7 @@ type dockerEnv struct {
 	image  string
 }
 
-func newDockerEnv(t *testing.T, extra ...string) *dockerEnv {
+func newDockerEnv(t testing.TB, extra ...string) *dockerEnv {
 	t.Helper()
 	needDocker(t)
 	sb := sandbox.New(t)
