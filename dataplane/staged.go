@@ -135,7 +135,7 @@ func (d *DataPlane) adoptStaged(id string, ns *nshandle.NS) (idx int, ok bool, e
 	if idx == 0 {
 		return 0, false, nil
 	}
-	if err := peerMoved(ns, idx, nil); err != nil {
+	if err := d.peerMoved(ns, idx, nil); err != nil {
 		return 0, true, fmt.Errorf("container %s: staged veth: %w", id, err)
 	}
 	d.smu.Lock()
@@ -147,9 +147,11 @@ func (d *DataPlane) adoptStaged(id string, ns *nshandle.NS) (idx int, ok bool, e
 // errNotYet: the runtime has not finished with the staged peer.
 var errNotYet = errors.New("not yet")
 
-// peerMoved checks that eth0 in ns is the peer of host veth idx and up,
-// with address addr when addr is not nil.
-func peerMoved(ns *nshandle.NS, idx int, addr *net.IPNet) error {
+// peerMoved checks that eth0 in ns is the peer of host veth idx, as the
+// host side sees it (the host end's peer is in ns, at eth0's ifindex: a
+// link the container made itself cannot pass for it), and up, with address
+// addr when addr is not nil.
+func (d *DataPlane) peerMoved(ns *nshandle.NS, idx int, addr *net.IPNet) error {
 	h, err := ns.Netlink()
 	if err != nil {
 		return err
@@ -159,8 +161,20 @@ func peerMoved(ns *nshandle.NS, idx int, addr *net.IPNet) error {
 	if err != nil {
 		return fmt.Errorf("%w: no %s in %s", errNotYet, ContainerEth0, ns.Path())
 	}
-	if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().ParentIndex != idx {
-		return fmt.Errorf("%s in %s is not the staged veth's peer (a %s, peer ifindex %d, want %d)", ContainerEth0, ns.Path(), l.Type(), l.Attrs().ParentIndex, idx)
+	host, err := d.h.LinkByIndex(idx)
+	if err != nil {
+		return fmt.Errorf("staged veth (ifindex %d): %w", idx, err)
+	}
+	nsid, err := d.h.GetNetNsIdByFd(ns.Fd())
+	if err != nil {
+		return fmt.Errorf("id of %s: %w", ns.Path(), err)
+	}
+	if host.Attrs().NetNsID != nsid || nsid < 0 {
+		return fmt.Errorf("%w: the staged veth's peer is not in %s", errNotYet, ns.Path())
+	}
+	if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().ParentIndex != idx || l.Attrs().Index != host.Attrs().ParentIndex {
+		return fmt.Errorf("%s in %s is not the staged veth's peer (a %s, ifindex %d, peer ifindex %d; the staged peer is ifindex %d there, its host end %d)",
+			ContainerEth0, ns.Path(), l.Type(), l.Attrs().Index, l.Attrs().ParentIndex, host.Attrs().ParentIndex, idx)
 	}
 	if addr == nil {
 		return nil
@@ -219,6 +233,11 @@ var errNoNS = errors.New("no namespace mounted yet")
 // none there (a missing or empty file: the runtime has yet to mount it) or
 // it is still the host's.
 func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
+	d.hmu.RLock()
+	defer d.hmu.RUnlock()
+	if d.hclosed {
+		return ErrClosed
+	}
 	ns, err := nshandle.Open(nsPath)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoNS, err)
@@ -227,7 +246,7 @@ func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 	if ns.SameAs(d.hostNS) {
 		return errNoNS
 	}
-	return peerMoved(ns, idx, addr)
+	return d.peerMoved(ns, idx, addr)
 }
 
 // hostFacts is the host interface as the data plane knows it now.

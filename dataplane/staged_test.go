@@ -185,3 +185,43 @@ func TestUnstageAfterRestart(t *testing.T) {
 		t.Fatalf("Unstage of a plumbed container: %v, %v; links %v", had, err, e.hostLinks())
 	}
 }
+
+// TestStagedPeerCannotBeForged: a container that makes its own eth0, a veth
+// whose peer it gives the staged host end's ifindex, is not taken for the
+// staged peer: AwaitStaged keeps waiting and Setup refuses.
+func TestStagedPeerCannotBeForged(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := e.spawn("forge", []uint16{31001}, false)
+	c := e.spec("forge", p, 1, "40960-41983", "31001", "")
+	if _, err := e.d.Stage(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.d.Unstage(c.ID) })
+	idx := e.d.stagedIndex(c.ID)
+	ch, err := netlinkAtPath(p.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	fake := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fakepeer", Index: idx}, PeerName: ContainerEth0}
+	if err := ch.LinkAdd(fake); err != nil {
+		t.Fatalf("forging eth0: %v", err)
+	}
+	if l, err := ch.LinkByName(ContainerEth0); err != nil || l.Attrs().ParentIndex != idx {
+		t.Fatalf("forged eth0: %v, %v", l, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := e.d.AwaitStaged(actx, c.ID, p.NetNS); err == nil {
+		t.Fatal("AwaitStaged took the forged eth0 for the staged peer")
+	}
+	if pl, err := e.d.Setup(ctx, c); err == nil {
+		e.cleanupMount(c.ID)
+		e.d.Teardown(ctx, c)
+		t.Fatalf("Setup adopted the staged pair for a forged eth0: %+v", pl)
+	}
+	if !e.hasLink(VethName(c.ID)) {
+		t.Fatal("the refused Setup deleted the staged pair")
+	}
+}
