@@ -10,6 +10,8 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,11 +113,18 @@ func TestDockerRunPublishesPorts(t *testing.T) {
 	// The port is free again for another container; then the network goes.
 	k.must(append([]string{"run", "-d", "--name", "web2", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("web2", 31001)...)...)
 	e.echoWithin(t, "tcp", 31001, "web2")
+	netID := k.must("network", "inspect", "-f", "{{.Id}}", "isonet")
+	if b, err := os.ReadFile(filepath.Join(e.d.StateDir, "docker-networks.json")); err != nil || !strings.Contains(string(b), netID) {
+		t.Fatalf("isolatord's networks file lacks %s: %v\n%s", netID, err, b)
+	}
 	k.must("rm", "-f", "web2")
 	k.must("network", "rm", "isonet")
 	wait.For(t, 20*time.Second, "nothing left after network rm", func() bool {
 		return dockerLeftovers(t, e.sb, e.d) == ""
 	})
+	if b, err := os.ReadFile(filepath.Join(e.d.StateDir, "docker-networks.json")); err != nil || strings.Contains(string(b), netID) {
+		t.Fatalf("isolatord's networks file still has %s after network rm: %v\n%s", netID, err, b)
+	}
 }
 
 // dockerFails runs docker args, which must fail, and returns its output.
