@@ -195,6 +195,22 @@ func TestDockerRefusals(t *testing.T) {
 		return seen["s1"] && seen["s2"]
 	})
 
+	// Limits through network options.
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "-o", "egress-rate-limit=2MB/s", "-o", "ingress-rate-limit=1MB/s", "limited")
+	k.must(append([]string{"run", "-d", "--name", "lim", "--network", "limited", "-p", "31006:31006"}, e.serveArgs("lim", 31006)...)...)
+	e.echoWithin(t, "tcp", 31006, "lim")
+	eid := k.must("inspect", "-f", "{{(index .NetworkSettings.Networks \"limited\").EndpointID}}", "lim")
+	var lim struct {
+		Egress  *struct{ Rate int64 } `json:"egress_limit"`
+		Ingress *struct{ Rate int64 } `json:"ingress_limit"`
+	}
+	e.d.CtlJSON(t, &lim, "get", eid)
+	if lim.Egress == nil || lim.Egress.Rate != 2_000_000 || lim.Ingress == nil || lim.Ingress.Rate != 1_000_000 {
+		t.Fatalf("limits of a container on network limited: egress %+v ingress %+v", lim.Egress, lim.Ingress)
+	}
+	k.must("rm", "-f", "lim")
+	k.must("network", "rm", "limited")
+
 	k.must("rm", "-f", "ca", "s1", "s2")
 	k.must("network", "rm", "isonet")
 	wait.For(t, 20*time.Second, "nothing left", func() bool { return dockerLeftovers(t, e.sb, e.d) == "" })
