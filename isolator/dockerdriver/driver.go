@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -226,6 +227,9 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 	if req.Interface != nil && (req.Interface.Address != "" || req.Interface.AddressIPv6 != "") {
 		return nil, fmt.Errorf("endpoint %s was given the address %s by Docker's IPAM: create the network with --ipam-driver null (containers share the host's address)", req.EndpointID, req.Interface.Address+req.Interface.AddressIPv6)
 	}
+	if err := d.checkMAC(req.Interface); err != nil {
+		return nil, err
+	}
 	base, err := d.network(req.NetworkID)
 	if err != nil {
 		return nil, err
@@ -261,6 +265,20 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 		out.MacAddress = host.MAC.String()
 	}
 	return createEndpointResponse{Interface: out}, nil
+}
+
+// checkMAC refuses a MAC of Docker's (docker run --mac-address) other
+// than the host's: containers carry the host's MAC, and the filters and
+// neighbour entries count on it.
+func (d *Driver) checkMAC(ifc *endpointInterface) error {
+	if ifc == nil || ifc.MacAddress == "" {
+		return nil
+	}
+	want := d.life.Host().MAC
+	if m, err := net.ParseMAC(ifc.MacAddress); err != nil || m.String() != want.String() {
+		return fmt.Errorf("--mac-address %s: containers on an isolator network carry the host's MAC (%s)", ifc.MacAddress, want)
+	}
+	return nil
 }
 
 // explainHolders adds to a port conflict which holders are Docker
