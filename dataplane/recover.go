@@ -272,6 +272,12 @@ func (d *DataPlane) strays(ctx context.Context, keep []plane.Container, apply bo
 	for id := range d.settingUp {
 		keepVeth[plane.VethName(id)] = true
 	}
+	// Nor are pairs staged for a runtime to move in (staged.go).
+	d.smu.Lock()
+	for id := range d.staged {
+		keepVeth[plane.VethName(id)] = true
+	}
+	d.smu.Unlock()
 	var removed []string
 	var errs []error
 	sharedPorts := map[uint16][]string{} // ports with stray holders -> demuxes they were found on

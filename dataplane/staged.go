@@ -63,6 +63,7 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if d.hclosed {
 		return "", ErrClosed
 	}
+	info := d.hostFacts() // before smu: strays takes smu under d.mu
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	if d.staged == nil {
@@ -71,7 +72,6 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if s, ok := d.staged[id]; ok {
 		return s.peer, nil
 	}
-	info := d.hostFacts()
 	spec := veth.Spec{Name: plane.VethName(id), PeerName: StagedPeerName(id), MAC: info.MAC, MTU: info.MTU}
 	idx, err := veth.Create(d.h, d.hostNS, spec)
 	if err != nil {
@@ -82,22 +82,43 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 }
 
 // Unstage deletes container id's staged pair, if a Stage made one that no
-// Setup adopted. It reports whether there was one.
+// Setup adopted. It reports whether there was one. A pair staged by an
+// earlier run of the daemon is known by its shape: the host end named
+// VethName(id) without the alias every Setup gives its veth, and id
+// neither plumbed nor being set up.
 func (d *DataPlane) Unstage(id string) (bool, error) {
+	if err := plane.ValidateID(id); err != nil {
+		return false, err
+	}
 	d.smu.Lock()
 	s, ok := d.staged[id]
 	delete(d.staged, id)
 	d.smu.Unlock()
-	if !ok {
-		return false, nil
-	}
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
-		return true, ErrClosed
+		return ok, ErrClosed
 	}
-	_, err := veth.Delete(d.h, s.host)
-	return true, err
+	if ok {
+		_, err := veth.Delete(d.h, s.host)
+		return true, err
+	}
+	d.mu.Lock()
+	_, plumbed := d.ctrs[id]
+	_, busy := d.settingUp[id]
+	d.mu.Unlock()
+	if plumbed || busy {
+		return false, nil
+	}
+	l, err := d.h.LinkByName(plane.VethName(id))
+	if err != nil {
+		return false, nil // none
+	}
+	if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().Alias != "" {
+		return false, nil
+	}
+	_, err = veth.Delete(d.h, l.Attrs().Index)
+	return err == nil, err
 }
 
 // stagedIndex is the host end of container id's staged pair (0: none).
@@ -115,7 +136,7 @@ func (d *DataPlane) adoptStaged(id string, ns *nshandle.NS) (idx int, ok bool, e
 	if idx == 0 {
 		return 0, false, nil
 	}
-	if err := peerMoved(ns, idx, nil); err != nil {
+	if err := d.peerMoved(ns, idx, nil); err != nil {
 		return 0, true, fmt.Errorf("container %s: staged veth: %w", id, err)
 	}
 	d.smu.Lock()
@@ -127,9 +148,11 @@ func (d *DataPlane) adoptStaged(id string, ns *nshandle.NS) (idx int, ok bool, e
 // errNotYet: the runtime has not finished with the staged peer.
 var errNotYet = errors.New("not yet")
 
-// peerMoved checks that eth0 in ns is the peer of host veth idx and up,
-// with address addr when addr is not nil.
-func peerMoved(ns *nshandle.NS, idx int, addr *net.IPNet) error {
+// peerMoved checks that eth0 in ns is the peer of host veth idx, as the
+// host side sees it (the host end's peer is in ns, at eth0's ifindex: a
+// link the container made itself cannot pass for it), and up, with address
+// addr when addr is not nil.
+func (d *DataPlane) peerMoved(ns *nshandle.NS, idx int, addr *net.IPNet) error {
 	h, err := ns.Netlink()
 	if err != nil {
 		return err
@@ -139,8 +162,20 @@ func peerMoved(ns *nshandle.NS, idx int, addr *net.IPNet) error {
 	if err != nil {
 		return fmt.Errorf("%w: no %s in %s", errNotYet, ContainerEth0, ns.Path())
 	}
-	if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().ParentIndex != idx {
-		return fmt.Errorf("%s in %s is not the staged veth's peer (a %s, peer ifindex %d, want %d)", ContainerEth0, ns.Path(), l.Type(), l.Attrs().ParentIndex, idx)
+	host, err := d.h.LinkByIndex(idx)
+	if err != nil {
+		return fmt.Errorf("staged veth (ifindex %d): %w", idx, err)
+	}
+	nsid, err := d.h.GetNetNsIdByFd(ns.Fd())
+	if err != nil {
+		return fmt.Errorf("id of %s: %w", ns.Path(), err)
+	}
+	if host.Attrs().NetNsID != nsid || nsid < 0 {
+		return fmt.Errorf("%w: the staged veth's peer is not in %s", errNotYet, ns.Path())
+	}
+	if _, isVeth := l.(*netlink.Veth); !isVeth || l.Attrs().ParentIndex != idx || l.Attrs().Index != host.Attrs().ParentIndex {
+		return fmt.Errorf("%s in %s is not the staged veth's peer (a %s, ifindex %d, peer ifindex %d; the staged peer is ifindex %d there, its host end %d)",
+			ContainerEth0, ns.Path(), l.Type(), l.Attrs().Index, l.Attrs().ParentIndex, host.Attrs().ParentIndex, idx)
 	}
 	if addr == nil {
 		return nil
@@ -199,6 +234,11 @@ var errNoNS = errors.New("no namespace mounted yet")
 // none there (a missing or empty file: the runtime has yet to mount it) or
 // it is still the host's.
 func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
+	d.hmu.RLock()
+	defer d.hmu.RUnlock()
+	if d.hclosed {
+		return ErrClosed
+	}
 	ns, err := nshandle.Open(nsPath)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoNS, err)
@@ -207,7 +247,7 @@ func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 	if ns.SameAs(d.hostNS) {
 		return errNoNS
 	}
-	return peerMoved(ns, idx, addr)
+	return d.peerMoved(ns, idx, addr)
 }
 
 // hostFacts is the host interface as the data plane knows it now.

@@ -163,3 +163,66 @@ func TestUnstageRemovesThePair(t *testing.T) {
 		t.Fatalf("second Unstage: %v, %v", had, err)
 	}
 }
+
+// TestUnstageAfterRestart: a pair staged by an earlier daemon (its host end
+// has no alias) is deleted by Unstage of its ID; a plumbed container's veth
+// is never taken for one.
+func TestUnstageAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	id := e.uniqueID("old")
+	peer, err := e.d.Stage(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2 := e.newDataPlane() // a restarted daemon knows nothing staged
+	if had, err := d2.Unstage(id); !had || err != nil {
+		t.Fatalf("Unstage by a restarted data plane: %v, %v", had, err)
+	}
+	if e.hasLink(peer) || e.hasLink(plane.VethName(id)) {
+		t.Fatalf("links left: %v", e.hostLinks())
+	}
+	c := e.start("kept", 2, "40960-41983", "31001", "", 31001)
+	if had, err := e.d.Unstage(c.c.ID); had || err != nil || !e.hasLink(plane.VethName(c.c.ID)) {
+		t.Fatalf("Unstage of a plumbed container: %v, %v; links %v", had, err, e.hostLinks())
+	}
+}
+
+// TestStagedPeerCannotBeForged: a container that makes its own eth0, a veth
+// whose peer it gives the staged host end's ifindex, is not taken for the
+// staged peer: AwaitStaged keeps waiting and Setup refuses.
+func TestStagedPeerCannotBeForged(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := e.spawn("forge", []uint16{31001}, false)
+	c := e.spec("forge", p, 1, "40960-41983", "31001", "")
+	if _, err := e.d.Stage(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.d.Unstage(c.ID) })
+	idx := e.d.stagedIndex(c.ID)
+	ch, err := netlinkAtPath(p.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	fake := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fakepeer", Index: idx}, PeerName: ContainerEth0}
+	if err := ch.LinkAdd(fake); err != nil {
+		t.Fatalf("forging eth0: %v", err)
+	}
+	if l, err := ch.LinkByName(ContainerEth0); err != nil || l.Attrs().ParentIndex != idx {
+		t.Fatalf("forged eth0: %v, %v", l, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := e.d.AwaitStaged(actx, c.ID, p.NetNS); err == nil {
+		t.Fatal("AwaitStaged took the forged eth0 for the staged peer")
+	}
+	if pl, err := e.d.Setup(ctx, c); err == nil {
+		e.cleanupMount(c.ID)
+		e.d.Teardown(ctx, c)
+		t.Fatalf("Setup adopted the staged pair for a forged eth0: %+v", pl)
+	}
+	if !e.hasLink(plane.VethName(c.ID)) {
+		t.Fatal("the refused Setup deleted the staged pair")
+	}
+}

@@ -9,7 +9,9 @@
 # Arguments go to isobench, e.g. `scripts/bench.sh --quick` (N=100, short runs)
 # or `SKIP_MICRO=1 scripts/bench.sh --only control` (the control phase alone).
 # Environment: MICRO_BENCHTIME (default 300ms), MICRO_TIMEOUT (default 180s, the
-# bound on step 1), SKIP_MICRO=1 skips step 1. CNI_BEFORE=<rev> builds that
+# bound on step 1), SKIP_MICRO=1 skips step 1 and the Docker benchmark;
+# SKIP_DOCKER=1 skips the Docker benchmark alone, DOCKER_BENCH_PRESENT and
+# DOCKER_TIMEOUT (default 900s) tune it. CNI_BEFORE=<rev> builds that
 # commit's isolator-cni and isolatorctl (git archive into a temporary
 # directory, removed afterwards) and isobench measures them beside the
 # current ones against the same daemon, e.g.
@@ -75,6 +77,22 @@ if [ "${SKIP_MICRO:-0}" != 1 ]; then
     elif [ "$micro_rc" -ne 0 ]; then
       echo "bench: micro-benchmarks failed (exit $micro_rc); the results so far are kept" >&2
     fi
+  fi
+fi
+
+# Docker (test/e2e/docker_bench_test.go): docker run to first answer through the isolator
+# driver vs --network none, and with DOCKER_BENCH_PRESENT (default 100) containers present; a
+# dockerd of its own in a sandbox. Skipped without Debian's docker.io or with SKIP_DOCKER=1.
+if [ "${SKIP_DOCKER:-0}" != 1 ] && [ "${SKIP_MICRO:-0}" != 1 ] && [ -x /usr/sbin/dockerd ]; then
+  echo "== Docker: go test -bench BenchmarkDockerRun ./test/e2e/ (present: ${DOCKER_BENCH_PRESENT:-100})" >&2
+  set +e
+  timeout --kill-after=10 "${DOCKER_TIMEOUT:-900}" go test -p 1 -run '^$' -bench '^BenchmarkDockerRun$' \
+    -benchtime 1x -count 1 -timeout "$(( ${DOCKER_TIMEOUT:-900} + 30 ))s" ./test/e2e/ 2>&1 | tee -a "$tmp/micro.txt" >&2
+  docker_rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$docker_rc" -ne 0 ]; then
+    echo "bench: the Docker benchmark failed (exit $docker_rc)" >&2
+    micro_rc=1
   fi
 fi
 

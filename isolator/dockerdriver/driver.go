@@ -18,10 +18,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator"
 	"github.com/isolatord/isolatord/isolator/plane"
 )
@@ -224,6 +227,9 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 	if req.Interface != nil && (req.Interface.Address != "" || req.Interface.AddressIPv6 != "") {
 		return nil, fmt.Errorf("endpoint %s was given the address %s by Docker's IPAM: create the network with --ipam-driver null (containers share the host's address)", req.EndpointID, req.Interface.Address+req.Interface.AddressIPv6)
 	}
+	if err := d.checkMAC(req.Interface); err != nil {
+		return nil, err
+	}
 	base, err := d.network(req.NetworkID)
 	if err != nil {
 		return nil, err
@@ -250,7 +256,7 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 		Egress: s.egress, Ingress: s.ingress,
 	})
 	if err != nil {
-		return nil, err
+		return nil, d.explainHolders(ctx, err)
 	}
 	d.log.Info("docker endpoint prepared", "endpoint_id", req.EndpointID, "network_id", req.NetworkID, "ports", rec.Ports.String(), "shared", rec.Shared.String(), "ephemeral_ports", rec.Ephemeral.String())
 	host := d.life.Host()
@@ -259,6 +265,44 @@ func (d *Driver) createEndpoint(ctx context.Context, body []byte) (any, error) {
 		out.MacAddress = host.MAC.String()
 	}
 	return createEndpointResponse{Interface: out}, nil
+}
+
+// checkMAC refuses a MAC of Docker's (docker run --mac-address) other
+// than the host's: containers carry the host's MAC, and the filters and
+// neighbour entries count on it.
+func (d *Driver) checkMAC(ifc *endpointInterface) error {
+	if ifc == nil || ifc.MacAddress == "" {
+		return nil
+	}
+	want := d.life.Host().MAC
+	if m, err := net.ParseMAC(ifc.MacAddress); err != nil || m.String() != want.String() {
+		return fmt.Errorf("--mac-address %s: containers on an isolator network carry the host's MAC (%s)", ifc.MacAddress, want)
+	}
+	return nil
+}
+
+// explainHolders adds to a port conflict which holders are Docker
+// endpoints, and of which network: Docker users know containers, not
+// endpoint IDs.
+func (d *Driver) explainHolders(ctx context.Context, err error) error {
+	var ce *ephemeral.ConflictError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	var notes []string
+	for _, h := range ce.Holders {
+		r, gerr := d.life.Get(ctx, h.Container)
+		if gerr != nil {
+			continue
+		}
+		if n, ok := r.Labels[LabelNetwork]; ok {
+			notes = append(notes, fmt.Sprintf("%s is a Docker endpoint of network %s (docker network inspect %.12s names its container)", h.Container, n, n))
+		}
+	}
+	if len(notes) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; %s", err, strings.Join(notes, "; "))
 }
 
 func (d *Driver) operInfo(ctx context.Context, body []byte) (any, error) {

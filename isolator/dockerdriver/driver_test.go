@@ -255,6 +255,9 @@ func TestEndpointPortRefusals(t *testing.T) {
 			t.Errorf("%v: %q, want %q", c.opts, e, c.want)
 		}
 	}
+	if _, e := f.call("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "Interface": map[string]any{"MacAddress": "02:42:ac:11:00:02"}}, nil); !strings.Contains(e, "--mac-address") {
+		t.Errorf("a MAC of the user's: %q", e)
+	}
 	if len(f.life.prepared) != 0 {
 		t.Fatalf("refused endpoints were prepared: %+v", f.life.prepared)
 	}

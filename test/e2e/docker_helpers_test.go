@@ -30,7 +30,7 @@ const (
 )
 
 // needDocker skips unless root and Debian's docker.io are there.
-func needDocker(t *testing.T) {
+func needDocker(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("Docker tests need root")
@@ -44,7 +44,7 @@ func needDocker(t *testing.T) {
 }
 
 type dockerd struct {
-	t       *testing.T
+	t       testing.TB
 	sb      *sandbox.Sandbox
 	dir     string
 	sock    string
@@ -55,7 +55,7 @@ type dockerd struct {
 }
 
 // startDockerd starts a dockerd of the test's own in sb's host namespace.
-func startDockerd(t *testing.T, sb *sandbox.Sandbox) *dockerd {
+func startDockerd(t testing.TB, sb *sandbox.Sandbox) *dockerd {
 	t.Helper()
 	dir := runtimeDir(t, "dockerd")
 	k := &dockerd{t: t, sb: sb, dir: dir, sock: filepath.Join(dir, "docker.sock"), pidfile: filepath.Join(dir, "docker.pid")}
@@ -237,7 +237,7 @@ func (k *dockerd) importImage(name string) {
 
 // pluginSocket is a unique plugin socket under /run/docker/plugins (its
 // file name is the driver's name), removed when the test ends.
-func pluginSocket(t *testing.T, sb *sandbox.Sandbox) (path, driver string) {
+func pluginSocket(t testing.TB, sb *sandbox.Sandbox) (path, driver string) {
 	t.Helper()
 	driver = "isot" + strconv.FormatInt(int64(os.Getpid()), 36) + strings.ReplaceAll(sb.Name, "-", "")
 	if len(driver) > 40 {
@@ -250,7 +250,7 @@ func pluginSocket(t *testing.T, sb *sandbox.Sandbox) (path, driver string) {
 
 // dockerState is what a Docker test checks is gone after rm: isolatord's
 // containers, our veths (host ends and staged peers) in the sandbox host.
-func dockerLeftovers(t *testing.T, sb *sandbox.Sandbox, d *Daemon) string {
+func dockerLeftovers(t testing.TB, sb *sandbox.Sandbox, d *Daemon) string {
 	t.Helper()
 	var list []ctlContainer
 	d.CtlJSON(t, &list, "list")

@@ -9,8 +9,12 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +31,7 @@ type dockerEnv struct {
 	image  string
 }
 
-func newDockerEnv(t *testing.T, extra ...string) *dockerEnv {
+func newDockerEnv(t testing.TB, extra ...string) *dockerEnv {
 	t.Helper()
 	needDocker(t)
 	sb := sandbox.New(t)
@@ -82,6 +86,11 @@ func TestDockerRunPublishesPorts(t *testing.T) {
 	if c.State != "isolated" || len(c.Ports) != 1 || c.Ports[0].Begin != 31001 {
 		t.Fatalf("isolatord's container of web: %+v", c)
 	}
+	for _, l := range strings.Split(e.d.Log(), "\n") {
+		if strings.Contains(l, "docker endpoint isolated") {
+			t.Logf("isolatord: %s", l) // how long after Join the interface arrived
+		}
+	}
 	want := fmt.Sprintf("%d\t%d", c.EphemeralPorts.Begin, c.EphemeralPorts.End)
 	if got := k.must("exec", "web", "cat", "/proc/sys/net/ipv4/ip_local_port_range"); got != want {
 		t.Fatalf("web's ip_local_port_range = %q, want its block %q", got, want)
@@ -104,11 +113,18 @@ func TestDockerRunPublishesPorts(t *testing.T) {
 	// The port is free again for another container; then the network goes.
 	k.must(append([]string{"run", "-d", "--name", "web2", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("web2", 31001)...)...)
 	e.echoWithin(t, "tcp", 31001, "web2")
+	netID := k.must("network", "inspect", "-f", "{{.Id}}", "isonet")
+	if b, err := os.ReadFile(filepath.Join(e.d.StateDir, "docker-networks.json")); err != nil || !strings.Contains(string(b), netID) {
+		t.Fatalf("isolatord's networks file lacks %s: %v\n%s", netID, err, b)
+	}
 	k.must("rm", "-f", "web2")
 	k.must("network", "rm", "isonet")
 	wait.For(t, 20*time.Second, "nothing left after network rm", func() bool {
 		return dockerLeftovers(t, e.sb, e.d) == ""
 	})
+	if b, err := os.ReadFile(filepath.Join(e.d.StateDir, "docker-networks.json")); err != nil || strings.Contains(string(b), netID) {
+		t.Fatalf("isolatord's networks file still has %s after network rm: %v\n%s", netID, err, b)
+	}
 }
 
 // dockerFails runs docker args, which must fail, and returns its output.
@@ -156,7 +172,7 @@ func TestDockerRefusals(t *testing.T) {
 	e.echoWithin(t, "tcp", 31001, "ca")
 	holder := e.ctlByEndpoint(t, "ca", "isonet").ContainerID
 	out = e.dockerFails(t, append([]string{"run", "-d", "--name", "cb", "--network", "isonet", "-p", "31001:31001"}, e.serveArgs("cb", 31001)...)...)
-	mustSay(t, "a port of another container", out, "31001", holder)
+	mustSay(t, "a port of another container", out, "31001", holder, "Docker endpoint of network")
 	k.must("rm", "-f", "cb")
 
 	// A port held by a host service names the process.
@@ -178,6 +194,22 @@ func TestDockerRefusals(t *testing.T) {
 		}
 		return seen["s1"] && seen["s2"]
 	})
+
+	// Limits through network options.
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "-o", "egress-rate-limit=2MB/s", "-o", "ingress-rate-limit=1MB/s", "limited")
+	k.must(append([]string{"run", "-d", "--name", "lim", "--network", "limited", "-p", "31006:31006"}, e.serveArgs("lim", 31006)...)...)
+	e.echoWithin(t, "tcp", 31006, "lim")
+	eid := k.must("inspect", "-f", "{{(index .NetworkSettings.Networks \"limited\").EndpointID}}", "lim")
+	var lim struct {
+		Egress  *struct{ Rate int64 } `json:"egress_limit"`
+		Ingress *struct{ Rate int64 } `json:"ingress_limit"`
+	}
+	e.d.CtlJSON(t, &lim, "get", eid)
+	if lim.Egress == nil || lim.Egress.Rate != 2_000_000 || lim.Ingress == nil || lim.Ingress.Rate != 1_000_000 {
+		t.Fatalf("limits of a container on network limited: egress %+v ingress %+v", lim.Egress, lim.Ingress)
+	}
+	k.must("rm", "-f", "lim")
+	k.must("network", "rm", "limited")
 
 	k.must("rm", "-f", "ca", "s1", "s2")
 	k.must("network", "rm", "isonet")
@@ -282,4 +314,66 @@ func TestDockerContainerDiesWhileDockerdDown(t *testing.T) {
 	e.echoWithin(t, "tcp", 31001, "web2")
 	k.must("rm", "-f", "web2")
 	k.must("network", "rm", "isonet")
+}
+
+// TestDockerEarlyEgress: Docker 20.10 joins before the container's
+// namespace exists, so its isolation follows the namespace's appearance
+// (docs/docker.md). What the container sends from its first instruction
+// on is filtered all the same: datagrams from a port it does not own
+// (31999) never reach the client, while those from its own port (31001)
+// do once it is isolated. Its ip_local_port_range when its program began
+// is logged (a figure: the isolation usually ends before Docker starts
+// the program, but nothing orders the two).
+func TestDockerEarlyEgress(t *testing.T) {
+	e := newDockerEnv(t)
+	k := e.k
+	k.must("network", "create", "-d", e.driver, "--ipam-driver", "null", "isonet")
+
+	// The client records the source ports of what reaches it.
+	var conn net.PacketConn
+	if err := e.sb.Client.Do(func() (err error) {
+		conn, err = net.ListenPacket("udp4", ":40001")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mu sync.Mutex
+	from := map[int]int{}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, addr, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			from[addr.(*net.UDPAddr).Port]++
+			mu.Unlock()
+		}
+	}()
+
+	client := fmt.Sprintf("%s:40001", e.sb.ClientIP)
+	script := `cat /proc/sys/net/ipv4/ip_local_port_range
+i=0; while [ $i -lt 30 ]; do /isotraffic echo --net udp --addr ` + client + ` --src 0.0.0.0:31999 --msg early --timeout 50ms >/dev/null 2>&1; i=$((i+1)); done
+i=0; while [ $i -lt 30 ]; do /isotraffic echo --net udp --addr ` + client + ` --src 0.0.0.0:31001 --msg own --timeout 50ms >/dev/null 2>&1; i=$((i+1)); done
+echo done; exec sleep 300`
+	k.must("run", "-d", "--name", "early", "--network", "isonet", "-p", "31001:31001/udp", e.image, "sh", "-c", script)
+	wait.For(t, 60*time.Second, "the container's sends to end", func() bool {
+		out, _ := k.run(10*time.Second, "logs", "early")
+		return strings.Contains(out, "done")
+	})
+	c := e.ctlByEndpoint(t, "early", "isonet")
+	atStart := strings.Fields(strings.SplitN(k.must("logs", "early"), "\n", 2)[0])
+	block := []string{strconv.Itoa(c.EphemeralPorts.Begin), strconv.Itoa(c.EphemeralPorts.End)}
+	t.Logf("ip_local_port_range when the program began: %v (its block: %v)", atStart, block)
+	mu.Lock()
+	defer mu.Unlock()
+	if from[31999] != 0 {
+		t.Fatalf("%d datagrams from port 31999, which the container does not own, reached the client", from[31999])
+	}
+	if from[31001] == 0 {
+		t.Fatalf("no datagram from the container's own port 31001 reached the client (sources seen: %v)", from)
+	}
+	k.must("rm", "-f", "early")
 }

@@ -22,7 +22,7 @@ import (
 
 // needTools skips the test, saying what is missing, unless every tool is
 // on PATH (scripts/install-deps.sh installs them: make deps).
-func needTools(t *testing.T, tools ...string) {
+func needTools(t testing.TB, tools ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("real-runtime tests need root")
@@ -42,7 +42,7 @@ var (
 
 // staticIsotraffic builds isotraffic without cgo, so that it runs in a
 // rootfs that has no C library.
-func staticIsotraffic(t *testing.T) string {
+func staticIsotraffic(t testing.TB) string {
 	t.Helper()
 	staticOnce.Do(func() {
 		dir := filepath.Join(Binaries(t), "static")
@@ -74,7 +74,7 @@ func (e *buildError) Error() string {
 
 // buildRootfs makes a container root filesystem under dir: busybox (sh,
 // sleep, ...) and /isotraffic. No registry, no image.
-func buildRootfs(t *testing.T, dir string) string {
+func buildRootfs(t testing.TB, dir string) string {
 	t.Helper()
 	root := filepath.Join(dir, "rootfs")
 	for _, d := range []string{"bin", "proc", "sys", "dev", "etc", "tmp", "run"} {
@@ -94,7 +94,7 @@ func buildRootfs(t *testing.T, dir string) string {
 	return root
 }
 
-func copyFile(t *testing.T, from, to string) {
+func copyFile(t testing.TB, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
@@ -108,7 +108,7 @@ func copyFile(t *testing.T, from, to string) {
 // runtimeDir is a directory for a runtime's root and state. Unlike
 // t.TempDir it is removed only after whatever the runtime left mounted
 // under it is detached, and a failure to remove it is logged, not fatal.
-func runtimeDir(t *testing.T, name string) string {
+func runtimeDir(t testing.TB, name string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "isot-"+name+"-")
 	if err != nil {
