@@ -225,6 +225,9 @@ type DataPlane struct {
 	// held: shared port -> bucket -> since when it is held back from its
 	// assigned holder (its hold ends after SharedIdle).
 	held map[uint16]map[int]time.Time
+	// drain: shared port -> slots of its holders that drain it (drain.go);
+	// rebuilt from the spread tables' markers at Adopt.
+	drain map[uint16]map[uint16]bool
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.

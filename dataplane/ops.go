@@ -416,6 +416,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c Container) error {
 	}
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
+		d.adoptDrain(port, c.Slot)
 	}
 	// The veth's filters: a veth of an older layout (or pointing at a sink
 	// that was recreated) is brought up to date; one that is right is

@@ -1,0 +1,130 @@
+package dataplane
+
+// Draining a shared port: a holder that takes no new flows on the port
+// while its live flows keep reaching it (spread/drain.go decides,
+// tcfilter/hostdemux_drain.go marks it in the kernel). d.drain records
+// who drains which port; the spread tables' markers are the truth a
+// restarted daemon reads back (Adopt). The reconciler removes the
+// draining holder's pins as its flows end, like any pin; DrainState counts
+// what is left.
+//
+// An exclusive port is drained by first making it a shared port of its
+// one holder (SetPorts; the lifecycle does that), so every drained port
+// is a shared port here.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/isolatord/isolatord/spread"
+)
+
+// Drain puts container c's holding of shared port port into draining
+// (on) or back to taking new flows (!on), keeping every live flow where it
+// is. Draining the port's last holder that does not drain refuses new
+// flows (the host's stack answers them as a closed port). Idempotent; on
+// failure nothing changes.
+func (d *DataPlane) Drain(ctx context.Context, c Container, port uint16, on bool) error {
+	if err := d.begin(ctx, c.ID, keepCache); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	rec, ok := d.ctrs[c.ID]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknown, c.ID)
+	}
+	slot := rec.c.Slot
+	hs := d.shared[port]
+	if !rec.c.Shared.Contains(port) || !slices.ContainsFunc(hs, func(h spread.Holder) bool { return h.Slot == slot }) {
+		return fmt.Errorf("container %s: port %d is not one of its shared ports", c.ID, port)
+	}
+	if d.drain[port][slot] == on {
+		return nil
+	}
+	prev := maps.Clone(d.drain[port])
+	next := maps.Clone(prev)
+	if next == nil {
+		next = map[uint16]bool{}
+	}
+	if on {
+		next[slot] = true
+	} else {
+		delete(next, slot)
+	}
+	d.setDrainSet(port, next)
+	if err := d.setShared(port, hs); err != nil {
+		d.setDrainSet(port, prev)
+		return fmt.Errorf("container %s: drain port %d: %w", c.ID, port, err)
+	}
+	d.recoveryKnown = nil
+	return nil
+}
+
+// setDrainSet records the draining holders of port. Call with d.mu held.
+func (d *DataPlane) setDrainSet(port uint16, set map[uint16]bool) {
+	if len(set) == 0 {
+		delete(d.drain, port)
+		return
+	}
+	if d.drain == nil {
+		d.drain = map[uint16]map[uint16]bool{}
+	}
+	d.drain[port] = set
+}
+
+// pruneDrain drops from d.drain the slots that no longer hold port (a
+// slot handed out again must not inherit a drain). Call with d.mu held.
+func (d *DataPlane) pruneDrain(port uint16, hs []spread.Holder) {
+	set := d.drain[port]
+	for s := range set {
+		if !slices.ContainsFunc(hs, func(h spread.Holder) bool { return h.Slot == s }) {
+			delete(set, s)
+		}
+	}
+	if len(set) == 0 {
+		delete(d.drain, port)
+	}
+}
+
+// adoptDrain reads from the kernel's markers (eth0's spread table) whether
+// the adopted container in slot drains port. Call with d.mu held.
+func (d *DataPlane) adoptDrain(port, slot uint16) {
+	if d.eth0 == nil || !d.eth0.Draining(port)[slot] {
+		return
+	}
+	set := maps.Clone(d.drain[port])
+	if set == nil {
+		set = map[uint16]bool{}
+	}
+	set[slot] = true
+	d.setDrainSet(port, set)
+}
+
+// DrainPort is one port a container drains and how many of its flows
+// still reach it (its pins on the host's eth0 demux).
+type DrainPort struct {
+	Port      uint16
+	LiveFlows int
+}
+
+// DrainState lists the ports container id drains, from the host demux's
+// index (the kernel's markers and pins), in port order.
+func (d *DataPlane) DrainState(id string) []DrainPort {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec, ok := d.ctrs[id]
+	if !ok || d.eth0 == nil {
+		return nil
+	}
+	var out []DrainPort
+	for _, p := range rec.c.Shared.Ports() {
+		if !d.drain[p][rec.c.Slot] {
+			continue
+		}
+		st, _ := d.eth0.Spread(p)
+		out = append(out, DrainPort{Port: p, LiveFlows: st.LivePins(rec.c.Slot)})
+	}
+	return out
+}
