@@ -102,13 +102,6 @@ func (d *DataPlane) adoptDrain(port, slot uint16) {
 	d.setDrainSet(port, set)
 }
 
-// DrainPort is one port a container drains and how many of its flows
-// still reach it (its pins on the host's eth0 demux).
-type DrainPort struct {
-	Port      uint16
-	LiveFlows int
-}
-
 // DrainState lists the ports container id drains, from the host demux's
 // index (the kernel's markers and pins), in port order.
 func (d *DataPlane) DrainState(id string) []DrainPort {

@@ -19,6 +19,7 @@ type (
 	Found          = plane.Found
 	Discovery      = plane.Discovery
 	Held           = plane.Held
+	DrainPort      = plane.DrainPort
 )
 
 // MaxSlot is the largest container slot: u32 node ids have 12 bits.

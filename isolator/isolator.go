@@ -112,6 +112,15 @@ type Record struct {
 	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
 	NewShared *ephemeral.Set `json:"new_shared,omitempty"`
 
+	// Draining: static ports the container drains (drain.go; the kernel's
+	// drain markers are the truth, this is the journal).
+	Draining ephemeral.Set `json:"draining,omitzero"`
+	// HandoffFrom, HandoffPorts: a successor's predecessor and the ports it
+	// hands over, until the successor is isolated and the predecessor
+	// drains them (drain.go).
+	HandoffFrom  string        `json:"handoff_from,omitempty"`
+	HandoffPorts ephemeral.Set `json:"handoff_ports,omitzero"`
+
 	// Lost names what a rebuild from the kernel could not recover.
 	Lost []string `json:"lost,omitempty"`
 
@@ -341,6 +350,10 @@ type PrepareOptions struct {
 	// Egress and Ingress are the container's bandwidth limits; nil takes
 	// the daemon's default (Config.Egress, Config.Ingress).
 	Egress, Ingress *LimitSpec
+	// HandoffFrom names a predecessor that hands HandoffPorts (among
+	// Ports) over to this container once it is isolated (drain.go).
+	HandoffFrom  string
+	HandoffPorts []uint16
 }
 
 // PrepareWith is Prepare with labels and bandwidth limits. Repeating it
@@ -366,6 +379,9 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	}
 	in, err := s.resolveLimit("ingress_limit", o.Ingress, defIn)
 	if err != nil {
+		return Record{}, err
+	}
+	if excl, shared, err = s.prepareHandoff(ctx, id, &o, excl, shared); err != nil {
 		return Record{}, err
 	}
 	unlock := s.locks.lock(id)
@@ -419,6 +435,12 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	s.mu.Lock()
 	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels,
 		Egress: eg, Ingress: in}
+	if o.HandoffFrom != "" {
+		r.HandoffFrom = o.HandoffFrom
+		for _, p := range o.HandoffPorts {
+			r.HandoffPorts = r.HandoffPorts.Union(ephemeral.MustParseSet(strconv.Itoa(int(p))))
+		}
+	}
 	s.records[id] = r
 	s.view.show(r)
 	rec := *r
