@@ -214,3 +214,26 @@ func (s *Isolator) finishHandoff(ctx context.Context, r Record) (Record, error) 
 	s.log.Info("handoff", "container_id", r.ID, "from", r.HandoffFrom, "ports", r.HandoffPorts.String())
 	return next, nil
 }
+
+// finishHandoffs completes, after recovery, the handoffs of successors
+// that were isolated before the daemon stopped but whose predecessor had
+// not drained yet (a crash in between). Failures are logged.
+func (s *Isolator) finishHandoffs(ctx context.Context) {
+	s.mu.Lock()
+	var pending []string
+	for id, r := range s.records {
+		if r.HandoffFrom != "" && r.State == StateIsolated {
+			pending = append(pending, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range pending {
+		unlock := s.locks.lock(id)
+		if r, ok := s.get(id); ok {
+			if _, err := s.finishHandoff(ctx, r); err != nil {
+				s.log.Error("recover: handoff: the predecessor does not drain", "container_id", id, "from", r.HandoffFrom, "err", err)
+			}
+		}
+		unlock()
+	}
+}

@@ -39,7 +39,9 @@ func (s *server) withDrain(r isolator.Record) *pb.Container {
 	for _, p := range r.HandoffPorts.Ports() {
 		c.HandoffPorts = append(c.HandoffPorts, uint32(p))
 	}
-	if r.Draining.Empty() || r.State != isolator.StateIsolated {
+	// The kernel says who drains (the record only journals it): any
+	// container with shared ports is asked.
+	if r.Shared.Empty() || r.State != isolator.StateIsolated {
 		return c
 	}
 	for _, d := range s.iso.DrainState(r.ID) {
