@@ -237,3 +237,56 @@ func (s *Isolator) finishHandoffs(ctx context.Context) {
 		unlock()
 	}
 }
+
+// settleSuccessors gives the successors of pred (cleaned up) back the
+// handed-over ports they asked for exclusively, once each holds such a
+// port alone: an ordinary port update (shared to exclusive, make-before-
+// break). pred nil: nothing. Failures are logged; the port stays shared.
+func (s *Isolator) settleSuccessors(ctx context.Context, pred *Record) {
+	if pred == nil {
+		return
+	}
+	held := pred.Ports.Union(pred.Shared)
+	s.mu.Lock()
+	var ids []string
+	for id, r := range s.records {
+		if !r.HandoffExclusive.Intersect(held).Empty() {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		unlock := s.locks.lock(id)
+		s.settleSuccessor(ctx, id, held)
+		unlock()
+	}
+}
+
+// settleSuccessor is settleSuccessors for one successor; its lock is held.
+func (s *Isolator) settleSuccessor(ctx context.Context, id string, held ephemeral.Set) {
+	r, ok := s.get(id)
+	if !ok || r.State != StateIsolated && r.State != StatePrepared {
+		return
+	}
+	alone := ephemeral.Set{}
+	s.mu.Lock()
+	for _, p := range r.HandoffExclusive.Intersect(held).Intersect(r.Shared).Subtract(r.Draining).Ports() {
+		if hs := s.ledger.Holders(p); len(hs) == 1 && hs[0].Container == id {
+			alone = alone.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
+		}
+	}
+	s.mu.Unlock()
+	if alone.Empty() {
+		return
+	}
+	next, err := s.updatePorts(ctx, r, r.Ports.Union(alone), r.Shared.Subtract(alone))
+	if err != nil {
+		s.log.Warn("handoff: the successor keeps its handed-over ports shared", "container_id", id, "ports", alone.String(), "err", err)
+		return
+	}
+	next.HandoffExclusive = next.HandoffExclusive.Subtract(alone)
+	next.Draining = next.Draining.Subtract(alone)
+	if err := s.commit(&next); err != nil {
+		s.log.Warn("handoff: persist", "container_id", id, "err", err)
+	}
+}

@@ -120,6 +120,10 @@ type Record struct {
 	// drains them (drain.go).
 	HandoffFrom  string        `json:"handoff_from,omitempty"`
 	HandoffPorts ephemeral.Set `json:"handoff_ports,omitzero"`
+	// HandoffExclusive: handed-over ports the successor asked for
+	// exclusively; it holds them shared until the predecessor is cleaned
+	// up, then exclusively again (drain.go).
+	HandoffExclusive ephemeral.Set `json:"handoff_exclusive,omitzero"`
 
 	// Lost names what a rebuild from the kernel could not recover.
 	Lost []string `json:"lost,omitempty"`
@@ -381,6 +385,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	if err != nil {
 		return Record{}, err
 	}
+	askedExcl := excl
 	if excl, shared, err = s.prepareHandoff(ctx, id, &o, excl, shared); err != nil {
 		return Record{}, err
 	}
@@ -440,6 +445,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		for _, p := range o.HandoffPorts {
 			r.HandoffPorts = r.HandoffPorts.Union(ephemeral.MustParseSet(strconv.Itoa(int(p))))
 		}
+		r.HandoffExclusive = r.HandoffPorts.Intersect(askedExcl)
 	}
 	s.records[id] = r
 	s.view.show(r)
@@ -979,13 +985,19 @@ func (s *Isolator) Cleanup(ctx context.Context, id string) (err error) {
 	if err := validateID(id); err != nil {
 		return err
 	}
+	var done *Record
+	defer func() { s.settleSuccessors(ctx, done) }() // after the unlock below
 	unlock := s.locks.lock(id)
 	defer unlock()
 	r, ok := s.get(id)
 	if !ok {
 		return nil
 	}
-	return s.cleanup(ctx, &r)
+	if err := s.cleanup(ctx, &r); err != nil {
+		return err
+	}
+	done = &r
+	return nil
 }
 
 // CleanupIfLabeled is Cleanup of a container carrying each of want's labels
@@ -997,6 +1009,8 @@ func (s *Isolator) CleanupIfLabeled(ctx context.Context, id string, want map[str
 	if err := validateID(id); err != nil {
 		return false, err
 	}
+	var done *Record
+	defer func() { s.settleSuccessors(ctx, done) }() // after the unlock below
 	unlock := s.locks.lock(id)
 	defer unlock()
 	r, ok := s.get(id)
@@ -1006,7 +1020,11 @@ func (s *Isolator) CleanupIfLabeled(ctx context.Context, id string, want map[str
 	if !r.HasLabels(want) {
 		return true, nil
 	}
-	return false, s.cleanup(ctx, &r)
+	if err := s.cleanup(ctx, &r); err != nil {
+		return false, err
+	}
+	done = &r
+	return false, nil
 }
 
 // HasLabels reports whether r carries each of want's labels with its value.

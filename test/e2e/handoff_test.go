@@ -16,7 +16,6 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
-	"github.com/isolatord/isolatord/test/wait"
 )
 
 // Drain and handoff end to end, through the built daemon, isolatorctl and
@@ -307,9 +306,6 @@ func TestHandoff(t *testing.T) {
 	if drainMarkers(t, sb) != 0 || pinNodes(t, sb) != 0 {
 		t.Errorf("after A's cleanup: %d markers, %d pins on eth0", drainMarkers(t, sb), pinNodes(t, sb))
 	}
-	wait.For(t, 20*time.Second, "the spread table to steer to B alone", func() bool {
-		return len(spreadSlots(t, sb)) == 1
-	})
 	if got := newConns(sb, handoffPort, 44000, 30); got["B"] != 30 {
 		t.Fatalf("new connections after A's cleanup: %v", got)
 	}
@@ -317,10 +313,19 @@ func TestHandoff(t *testing.T) {
 	if err != nil || resp.GetContainer().GetHandoffFrom() != "" {
 		t.Fatalf("B after the handoff: %v %v", resp, err)
 	}
-	// Nothing else holds the port: a third container cannot take it
-	// exclusively.
-	_, err = d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: id("Y"), Ports: []*pb.PortRange{{Begin: handoffPort, End: handoffPort}}})
+	// B asked for the port exclusively: it holds it so again, and a third
+	// container cannot join it.
+	if ps := resp.GetContainer().GetPorts(); len(ps) != 1 || ps[0].GetShared() || ps[0].GetBegin() != handoffPort {
+		t.Errorf("B's ports after A's cleanup: %v, want %d exclusive", ps, handoffPort)
+	}
+	_, err = d.Client.Prepare(ctx, &pb.PrepareRequest{ContainerId: id("Y"), Ports: []*pb.PortRange{{Begin: handoffPort, End: handoffPort, Shared: true}}})
 	grpcErr(t, err, codes.FailedPrecondition, id("B"))
+	if got := newConns(sb, handoffPort, 44100, 20); got["B"] != 20 {
+		t.Fatalf("new connections with B holding the port exclusively again: %v", got)
+	}
+	if len(spreadSlots(t, sb)) != 0 {
+		t.Errorf("a spread table is left for the port: %v", spreadSlots(t, sb))
+	}
 }
 
 // TestDrainSharedThreeHolders: three holders share a port; one drains.
