@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net"
 	"regexp"
 	"strconv"
@@ -376,4 +377,52 @@ func TestDrainSharedThreeHolders(t *testing.T) {
 			t.Errorf("after undo: connection from %d answered by %q (%v), was %q", f.src, got, err, f.name)
 		}
 	}
+}
+
+// TestDrainAloneRefuses: the one holder of a port drains with no
+// successor: new connections are refused (a reset from the host, as at a
+// closed port) while its own connection keeps working; the drain survives
+// a kill -9 of the daemon (the container stays isolated, still draining);
+// undo serves new connections again.
+func TestDrainAloneRefuses(t *testing.T) {
+	sb := sandbox.New(t)
+	d := StartDaemon(t, sb, DaemonOptions{})
+	const port = 31730
+	P := strconv.Itoa(port)
+	id := sb.Name + "-solo"
+	p := startSharedServer(t, sb, "solo", port)
+	d.Ctl(t, "prepare", id, "--ports", P)
+	d.Ctl(t, "isolate", id, "--pid", strconv.Itoa(p.Pid))
+	f := openFlow(t, sb, port, 20001)
+	d.Ctl(t, "drain", id, "--port", P)
+	refused := func(when string) {
+		t.Helper()
+		addr := net.JoinHostPort(sb.HostIP.String(), P)
+		err := sb.Client.Do(func() error {
+			_, err := traffic.Echo(context.Background(), "tcp", addr, "new", traffic.WithTimeout(2*time.Second))
+			return err
+		})
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: a new connection to a port whose one holder drains: %v, want connection refused", when, err)
+		}
+	}
+	refused("draining")
+	if got, err := f.ask("still"); err != nil || got != "solo" {
+		t.Fatalf("the drainer's own connection: %q, %v", got, err)
+	}
+	f.c.Close()
+	d.Ctl(t, "--timeout", "90s", "drain", id, "--port", P, "--wait", "--deadline", "80s")
+	d.Kill()
+	d.Start()
+	var got ctlContainer
+	d.CtlJSON(t, &got, "get", id)
+	if got.State != "isolated" {
+		t.Fatalf("after kill -9 and restart: %+v\n%s", got, d.Log())
+	}
+	if n, ok := liveFlowsOf(t, d, id, port); !ok || n != 0 {
+		t.Fatalf("after the restart: draining %v, %d flows", ok, n)
+	}
+	refused("after the restart")
+	d.Ctl(t, "drain", id, "--port", P, "--undo")
+	mustEcho(t, sb, "tcp", port, "solo")
 }
