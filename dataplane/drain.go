@@ -121,3 +121,21 @@ func (d *DataPlane) DrainState(id string) []DrainPort {
 	}
 	return out
 }
+
+// DrainTotals counts the drained holdings (container and port) and the
+// flows still pinned to them, from the host demux's index (for metrics).
+func (d *DataPlane) DrainTotals() (holdings, flows int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.eth0 == nil {
+		return 0, 0
+	}
+	for p, set := range d.drain {
+		st, _ := d.eth0.Spread(p)
+		for slot := range set {
+			holdings++
+			flows += st.LivePins(slot)
+		}
+	}
+	return holdings, flows
+}

@@ -128,6 +128,7 @@ type Metrics struct {
 	neigh     *neighbourCollector // neighbours.go
 	follow    *followCollector    // follow.go
 	ipv6      *ipv6Collector      // ipv6.go
+	drain     *drainCollector     // drain.go
 }
 
 // New creates the registry and registers every isolatord series (each label
@@ -135,8 +136,8 @@ type Metrics struct {
 // and the Go and process collectors.
 func New(version string) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector(), follow: newFollowCollector()}
-	reg.MustRegister(m.neigh, m.ipv6, m.follow)
+	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector(), follow: newFollowCollector(), drain: newDrainCollector()}
+	reg.MustRegister(m.neigh, m.ipv6, m.follow, m.drain)
 
 	m.filterOps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace,

@@ -310,6 +310,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	}
 	m.WatchDrops(dp)
 	m.WatchIPv6ToHost(dp.IPv6ToHost)
+	m.WatchDrains(dp.DrainTotals)
 	m.WatchRecovery(iso)
 
 	// Metrics first, so that a long recovery is visible.
