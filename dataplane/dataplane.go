@@ -228,6 +228,8 @@ type DataPlane struct {
 	// drain: shared port -> slots of its holders that drain it (drain.go);
 	// rebuilt from the spread tables' markers at Adopt.
 	drain map[uint16]map[uint16]bool
+	// cut: shared port -> draining slots whose flows were cut (CutDrain)
+	cut map[uint16]map[uint16]bool
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.

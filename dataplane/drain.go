@@ -54,6 +54,9 @@ func (d *DataPlane) Drain(ctx context.Context, c Container, port uint16, on bool
 		delete(next, slot)
 	}
 	d.setDrainSet(port, next)
+	if !on {
+		delete(d.cut[port], slot)
+	}
 	if err := d.setShared(port, hs); err != nil {
 		d.setDrainSet(port, prev)
 		return fmt.Errorf("container %s: drain port %d: %w", c.ID, port, err)
@@ -85,6 +88,11 @@ func (d *DataPlane) pruneDrain(port uint16, hs []spread.Holder) {
 	}
 	if len(set) == 0 {
 		delete(d.drain, port)
+	}
+	for s := range d.cut[port] {
+		if !set[s] {
+			delete(d.cut[port], s)
+		}
 	}
 }
 
@@ -138,4 +146,52 @@ func (d *DataPlane) DrainTotals() (holdings, flows int) {
 		}
 	}
 	return holdings, flows
+}
+
+// CutDrain ends the flows container c still has on port, which it drains
+// (its deadline passed): its pins go, so their packets go where new flows
+// go. The cut lasts while c drains the port (Drain undo clears it) and is
+// kept by the reconciler; a restarted daemon forgets it (the lifecycle
+// cuts again: its deadline is in the record).
+func (d *DataPlane) CutDrain(ctx context.Context, c Container, port uint16) error {
+	if err := d.begin(ctx, c.ID, keepCache); err != nil {
+		return err
+	}
+	defer d.mu.Unlock()
+	rec, ok := d.ctrs[c.ID]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknown, c.ID)
+	}
+	slot := rec.c.Slot
+	if !d.drain[port][slot] {
+		return fmt.Errorf("container %s: does not drain port %d", c.ID, port)
+	}
+	if d.cut == nil {
+		d.cut = map[uint16]map[uint16]bool{}
+	}
+	if d.cut[port] == nil {
+		d.cut[port] = map[uint16]bool{}
+	}
+	d.cut[port][slot] = true
+	if err := d.setShared(port, d.shared[port]); err != nil {
+		delete(d.cut[port], slot)
+		return fmt.Errorf("container %s: cut the flows on port %d: %w", c.ID, port, err)
+	}
+	d.recoveryKnown = nil
+	return nil
+}
+
+// cutFlows hides from planning the flows of holders of port whose drain
+// deadline passed (CutDrain). Call with d.mu held.
+func (d *DataPlane) cutFlows(port uint16, flows spread.FlowSource) spread.FlowSource {
+	cut := d.cut[port]
+	if len(cut) == 0 || flows == nil {
+		return flows
+	}
+	return func(slot uint16) ([]uint16, bool) {
+		if cut[slot] && d.drain[port][slot] {
+			return nil, true
+		}
+		return flows(slot)
+	}
 }

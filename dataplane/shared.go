@@ -145,7 +145,7 @@ func (d *DataPlane) spreadUse(ports ...uint16) spreadUses {
 // be held back until SharedIdle after its hold began. Call with d.mu held.
 func (d *DataPlane) facts(port uint16, uses spreadUses, flows spread.FlowSource) spread.Facts {
 	idle := d.sharedIdle()
-	f := spread.Facts{Flows: flows, Draining: d.drain[port]}
+	f := spread.Facts{Flows: d.cutFlows(port, flows), Draining: d.drain[port]}
 	if uses[0] != nil && uses[1] != nil {
 		eth0, lo := uses[0][port], uses[1][port]
 		f.Seen = func(src uint16) bool {

@@ -35,6 +35,8 @@ import (
 type Drainer interface {
 	Drain(ctx context.Context, c plane.Container, port uint16, on bool) error
 	DrainState(id string) []plane.DrainPort
+	// CutDrain ends the flows c still has on a port it drains.
+	CutDrain(ctx context.Context, c plane.Container, port uint16) error
 }
 
 // holderNames names the containers the ledger has holding port.
@@ -59,7 +61,7 @@ func (s *Isolator) holderNames(port uint16) string {
 // Drain puts container id into draining for ports (undo: takes it out).
 // Every port must be one of its static ports and the container isolated;
 // otherwise nothing changes.
-func (s *Isolator) Drain(ctx context.Context, id string, ports []uint16, undo bool) (_ Record, err error) {
+func (s *Isolator) Drain(ctx context.Context, id string, ports []uint16, undo bool, deadline time.Duration) (_ Record, err error) {
 	defer s.observe("drain", time.Now(), &err)
 	if err := validateID(id); err != nil {
 		return Record{}, err
@@ -67,9 +69,57 @@ func (s *Isolator) Drain(ctx context.Context, id string, ports []uint16, undo bo
 	if len(ports) == 0 {
 		return Record{}, errorf(ErrInvalidArgument, "ports: give at least one port to drain")
 	}
+	if deadline < 0 || deadline > 0 && undo {
+		return Record{}, errorf(ErrInvalidArgument, "deadline_seconds: only with a drain, not with undo")
+	}
 	unlock := s.locks.lock(id)
 	defer unlock()
-	return s.drainLocked(ctx, id, ports, undo)
+	r, err := s.drainLocked(ctx, id, ports, undo)
+	if err != nil || deadline == 0 {
+		return r, err
+	}
+	r.DrainDeadline = time.Now().Add(deadline).UTC()
+	if err := s.commit(&r); err != nil {
+		return Record{}, err
+	}
+	s.armDrainDeadline(id, r.DrainDeadline)
+	return r, nil
+}
+
+// armDrainDeadline cuts container id's flows on the ports it drains at
+// at, unless its drain deadline has changed (undone, or set again) by then.
+func (s *Isolator) armDrainDeadline(id string, at time.Time) {
+	time.AfterFunc(time.Until(at), func() {
+		unlock := s.locks.lock(id)
+		defer unlock()
+		r, ok := s.get(id)
+		dr, can := s.dp.(Drainer)
+		if !ok || !can || !r.DrainDeadline.Equal(at) || r.State != StateIsolated {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, d := range dr.DrainState(id) {
+			if err := dr.CutDrain(ctx, s.container(&r), d.Port); err != nil {
+				s.log.Error("drain deadline: cut the flows left", "container_id", id, "port", d.Port, "err", err)
+				continue
+			}
+			s.log.Info("drain deadline: flows left cut", "container_id", id, "port", d.Port, "flows", d.LiveFlows)
+		}
+	})
+}
+
+// armDrainDeadlines re-arms, after recovery, the drain deadlines of the
+// records (a passed one fires at once: the restarted data plane does not
+// remember a cut).
+func (s *Isolator) armDrainDeadlines() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.records {
+		if !r.DrainDeadline.IsZero() && !r.Draining.Empty() {
+			s.armDrainDeadline(id, r.DrainDeadline)
+		}
+	}
 }
 
 // drainLocked is Drain with id's lock held.
@@ -117,6 +167,9 @@ func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, u
 	next := cur
 	if undo {
 		next.Draining = cur.Draining.Subtract(set)
+		if next.Draining.Empty() {
+			next.DrainDeadline = time.Time{}
+		}
 	} else {
 		next.Draining = cur.Draining.Union(set)
 	}

@@ -115,6 +115,9 @@ type Record struct {
 	// Draining: static ports the container drains (drain.go; the kernel's
 	// drain markers are the truth, this is the journal).
 	Draining ephemeral.Set `json:"draining,omitzero"`
+	// DrainDeadline: when the flows left on the drained ports are cut
+	// (zero: never).
+	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
 	// HandoffFrom, HandoffPorts: a successor's predecessor and the ports it
 	// hands over, until the successor is isolated and the predecessor
 	// drains them (drain.go).

@@ -172,6 +172,7 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 	}
 	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
 	s.finishHandoffs(ctx)
+	s.armDrainDeadlines()
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
 	}

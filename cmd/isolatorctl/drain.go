@@ -27,7 +27,7 @@ func init() {
 			ports := fs.String("port", "", "the static ports to drain, a `LIST` such as 8080,8443")
 			undo := fs.Bool("undo", false, "take the container out of draining instead")
 			wait := fs.Bool("wait", false, "wait until no flow of the container is left on the ports")
-			deadline := fs.Duration("deadline", 0, "with --wait: give up waiting after `D` (exit 1 with flows left); 0: --timeout")
+			deadline := fs.Duration("deadline", 0, "cut the container's flows left on the ports after `D` (whole seconds, rounded up); with --wait, waits at most D and 10s more")
 			return func(id string) (call, error) {
 				set, err := ephemeral.ParseSet(*ports)
 				if err != nil {
@@ -36,13 +36,13 @@ func init() {
 				if set.Empty() {
 					return nil, errors.New("--port: give the ports to drain")
 				}
-				if *deadline < 0 || *deadline > 0 && !*wait {
-					return nil, errors.New("--deadline: a positive duration, with --wait")
+				if *deadline < 0 || *deadline > 0 && *undo {
+					return nil, errors.New("--deadline: a positive duration, not with --undo")
 				}
 				if *wait && *undo {
 					return nil, errors.New("--wait: nothing to wait for with --undo")
 				}
-				req := &isolatordv1.DrainRequest{ContainerId: id, Undo: *undo}
+				req := &isolatordv1.DrainRequest{ContainerId: id, Undo: *undo, DeadlineSeconds: uint32((*deadline + time.Second - 1) / time.Second)}
 				for _, p := range set.Ports() {
 					req.Ports = append(req.Ports, uint32(p))
 				}
@@ -53,7 +53,7 @@ func init() {
 					}
 					if *deadline > 0 {
 						var cancel context.CancelFunc
-						ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), *deadline)
+						ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), *deadline+10*time.Second)
 						defer cancel()
 					}
 					return waitDrained(ctx, c, id, set)

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/dataplane"
@@ -20,7 +23,7 @@ func (s *server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResp
 		}
 		ports = append(ports, uint16(p))
 	}
-	r, err := s.iso.Drain(ctx, req.GetContainerId(), ports, req.GetUndo())
+	r, err := s.iso.Drain(ctx, req.GetContainerId(), ports, req.GetUndo(), time.Duration(req.GetDeadlineSeconds())*time.Second)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -45,7 +48,11 @@ func (s *server) withDrain(r isolator.Record) *pb.Container {
 		return c
 	}
 	for _, d := range s.iso.DrainState(r.ID) {
-		c.Draining = append(c.Draining, &pb.DrainingPort{Port: uint32(d.Port), LiveFlows: uint32(d.LiveFlows)})
+		dp := &pb.DrainingPort{Port: uint32(d.Port), LiveFlows: uint32(d.LiveFlows)}
+		if !r.DrainDeadline.IsZero() {
+			dp.Deadline = timestamppb.New(r.DrainDeadline)
+		}
+		c.Draining = append(c.Draining, dp)
 	}
 	return c
 }

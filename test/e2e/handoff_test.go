@@ -17,6 +17,7 @@ import (
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // Drain and handoff end to end, through the built daemon, isolatorctl and
@@ -299,7 +300,7 @@ func TestHandoff(t *testing.T) {
 	}
 	udp.client.Close()
 	udp.server.Close()
-	d.Ctl(t, "--timeout", "90s", "drain", id("A"), "--port", P, "--wait", "--deadline", "80s")
+	d.Ctl(t, "--timeout", "90s", "drain", id("A"), "--port", P, "--wait")
 	if n, ok := liveFlowsOf(t, d, id("A"), handoffPort); !ok || n != 0 {
 		t.Fatalf("after drain --wait: draining %v, %d flows", ok, n)
 	}
@@ -411,7 +412,7 @@ func TestDrainAloneRefuses(t *testing.T) {
 		t.Fatalf("the drainer's own connection: %q, %v", got, err)
 	}
 	f.c.Close()
-	d.Ctl(t, "--timeout", "90s", "drain", id, "--port", P, "--wait", "--deadline", "80s")
+	d.Ctl(t, "--timeout", "90s", "drain", id, "--port", P, "--wait")
 	d.Kill()
 	d.Start()
 	var got ctlContainer
@@ -425,4 +426,60 @@ func TestDrainAloneRefuses(t *testing.T) {
 	refused("after the restart")
 	d.Ctl(t, "drain", id, "--port", P, "--undo")
 	mustEcho(t, sb, "tcp", port, "solo")
+}
+
+// TestDrainDeadline: a drain with a deadline cuts the drainer's flows
+// left once it passes (their packets then go to the other holder, which
+// resets them), and not before.
+func TestDrainDeadline(t *testing.T) {
+	sb := sandbox.New(t)
+	d := StartDaemon(t, sb, DaemonOptions{})
+	const port = 31740
+	P := strconv.Itoa(port)
+	id := func(n string) string { return sb.Name + "-" + n }
+	for _, n := range []string{"d1", "d2"} {
+		p := startSharedServer(t, sb, n, port)
+		d.Ctl(t, "prepare", id(n), "--shared-ports", P)
+		d.Ctl(t, "isolate", id(n), "--pid", strconv.Itoa(p.Pid))
+	}
+	var mine []*liveFlow
+	for i := 0; i < 64 && len(mine) < 3; i++ {
+		if f := openFlow(t, sb, port, 20000+7*i); f.name == "d1" {
+			mine = append(mine, f)
+		}
+	}
+	if len(mine) == 0 {
+		t.Fatal("no connection reached d1")
+	}
+	start := time.Now()
+	d.Ctl(t, "drain", id("d1"), "--port", P, "--deadline", "3s")
+	for _, f := range mine {
+		if got, err := f.ask("still"); err != nil || got != "d1" {
+			if time.Since(start) < 3*time.Second {
+				t.Fatalf("before the deadline: d1's connection from %d answered by %q (%v)", f.src, got, err)
+			}
+		}
+	}
+	wait.For(t, 30*time.Second, "d1's flows to be cut after the deadline", func() bool {
+		n, ok := liveFlowsOf(t, d, id("d1"), port)
+		return ok && n == 0
+	})
+	if since := time.Since(start); since < 3*time.Second {
+		t.Fatalf("flows cut %v after the drain, before the 3 s deadline", since)
+	}
+	for _, f := range mine {
+		if got, err := f.ask("after"); err == nil {
+			t.Errorf("d1's connection from %d still answered (by %q) after the deadline", f.src, got)
+		}
+	}
+	var got struct {
+		Draining []struct {
+			Port     int            `json:"port"`
+			Deadline string `json:"deadline"`
+		} `json:"draining"`
+	}
+	d.CtlJSON(t, &got, "get", id("d1"))
+	if len(got.Draining) != 1 || got.Draining[0].Deadline == "" {
+		t.Errorf("get does not show the drain's deadline: %+v", got)
+	}
 }

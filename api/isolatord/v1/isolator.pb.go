@@ -1851,9 +1851,11 @@ func (x *AttachResponse) GetEth0() *AttachResponse_Interface {
 // A port a container drains and how many of its flows still reach it (the
 // host's pins of its live flows; 0: the drain is done).
 type DrainingPort struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Port          uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
-	LiveFlows     uint32                 `protobuf:"varint,2,opt,name=live_flows,json=liveFlows,proto3" json:"live_flows,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Port      uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	LiveFlows uint32                 `protobuf:"varint,2,opt,name=live_flows,json=liveFlows,proto3" json:"live_flows,omitempty"`
+	// When the flows left are cut (DrainRequest.deadline_seconds); unset: never.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1902,6 +1904,13 @@ func (x *DrainingPort) GetLiveFlows() uint32 {
 	return 0
 }
 
+func (x *DrainingPort) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 type DrainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required: an ISOLATED container.
@@ -1912,9 +1921,13 @@ type DrainRequest struct {
 	// flows the container has keep reaching it.
 	Ports []uint32 `protobuf:"varint,2,rep,packed,name=ports,proto3" json:"ports,omitempty"`
 	// Take the container out of draining instead.
-	Undo          bool `protobuf:"varint,3,opt,name=undo,proto3" json:"undo,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Undo bool `protobuf:"varint,3,opt,name=undo,proto3" json:"undo,omitempty"`
+	// When set: the container's flows on these ports are cut once this many
+	// seconds have passed (their packets then go where new flows go);
+	// unset or 0: they keep reaching it until they end.
+	DeadlineSeconds uint32 `protobuf:"varint,4,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DrainRequest) Reset() {
@@ -1966,6 +1979,13 @@ func (x *DrainRequest) GetUndo() bool {
 		return x.Undo
 	}
 	return false
+}
+
+func (x *DrainRequest) GetDeadlineSeconds() uint32 {
+	if x != nil {
+		return x.DeadlineSeconds
+	}
+	return 0
 }
 
 type DrainResponse struct {
@@ -2950,15 +2970,17 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x0eipv4_addresses\x18\x03 \x03(\tR\ripv4Addresses\x12!\n" +
 	"\fipv4_gateway\x18\x04 \x01(\tR\vipv4Gateway\x12%\n" +
 	"\x0eipv6_addresses\x18\x05 \x03(\tR\ripv6Addresses\x12!\n" +
-	"\fipv6_gateway\x18\x06 \x01(\tR\vipv6Gateway\"A\n" +
+	"\fipv6_gateway\x18\x06 \x01(\tR\vipv6Gateway\"y\n" +
 	"\fDrainingPort\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1d\n" +
 	"\n" +
-	"live_flows\x18\x02 \x01(\rR\tliveFlows\"[\n" +
+	"live_flows\x18\x02 \x01(\rR\tliveFlows\x126\n" +
+	"\bdeadline\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x86\x01\n" +
 	"\fDrainRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x14\n" +
 	"\x05ports\x18\x02 \x03(\rR\x05ports\x12\x12\n" +
-	"\x04undo\x18\x03 \x01(\bR\x04undo\"F\n" +
+	"\x04undo\x18\x03 \x01(\bR\x04undo\x12)\n" +
+	"\x10deadline_seconds\x18\x04 \x01(\rR\x0fdeadlineSeconds\"F\n" +
 	"\rDrainResponse\x125\n" +
 	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\"/\n" +
 	"\n" +
@@ -3128,20 +3150,21 @@ var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	43, // 35: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
 	4,  // 36: isolatord.v1.AttachResponse.container:type_name -> isolatord.v1.Container
 	44, // 37: isolatord.v1.AttachResponse.eth0:type_name -> isolatord.v1.AttachResponse.Interface
-	4,  // 38: isolatord.v1.DrainResponse.container:type_name -> isolatord.v1.Container
-	4,  // 39: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	4,  // 40: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	45, // 41: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	46, // 42: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	2,  // 43: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 44: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	31, // 45: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
-	32, // 46: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
-	47, // [47:47] is the sub-list for method output_type
-	47, // [47:47] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	47, // 38: isolatord.v1.DrainingPort.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 39: isolatord.v1.DrainResponse.container:type_name -> isolatord.v1.Container
+	4,  // 40: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	4,  // 41: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	45, // 42: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	46, // 43: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	2,  // 44: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 45: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	31, // 46: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	32, // 47: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
