@@ -474,7 +474,7 @@ func TestDrainDeadline(t *testing.T) {
 	}
 	var got struct {
 		Draining []struct {
-			Port     int            `json:"port"`
+			Port     int    `json:"port"`
 			Deadline string `json:"deadline"`
 		} `json:"draining"`
 	}
