@@ -27,6 +27,7 @@
 // hostdemux_ranges.go (AddRanges, DelRanges), hostdemux_tables.go (H2
 // tables made and dropped on demand, the stale list, Flush),
 // hostdemux_shared.go (shared ports: spread tables, SetSpread, Unshare),
+// hostdemux_drain.go (draining holders' marker nodes, refusing buckets),
 // hostdemux_icmp.go (ICMP tables: errors and echo by port),
 // hostdemux_fanout.go (the ICMP fan-out without cls_bpf),
 // hostdemux_entries.go (Entries from the kernel; Known, SharedHolders from
@@ -91,8 +92,9 @@
 // (2..511). Distinct aligned ranges meeting a chunk never share an id, so
 // deletion needs no saved state, and a container's old and new ranges may
 // coexist during an update. Other ids: the H1->H2 link node 0x800, a shared
-// port's link node 0x400|(port&0xff), in a spread table pins 1..0x100 and
-// the bucket node 0x800, root nodes 1..n.
+// port's link node 0x400|(port&0xff), in a spread table pins 1..0x100,
+// the bucket node 0x800 and the drain markers 0x900|slot>>8 (in bucket
+// slot&0xff, never reached), root nodes 1..n.
 //
 // # Host demux (HostDemux, host eth0 and host lo ingress)
 //
