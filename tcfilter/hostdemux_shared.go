@@ -21,8 +21,19 @@ func pinID(srcPort uint16) uint32 { return 1 + (uint32(srcPort>>9)<<1 | uint32(s
 // checkSpread validates a spread to install for port.
 func checkSpread(port uint16, s *spread.Spread) error {
 	perBucket := map[int]int{}
+	// Buckets go to the host (spread.Refuse) only all together: every
+	// holder of the port drains.
+	refuse := 0
+	for _, h := range s.Buckets {
+		if h == spread.Refuse {
+			refuse++
+		}
+	}
+	if refuse > 0 && refuse < spread.Buckets {
+		return fmt.Errorf("shared port %d: %d buckets have no holder", port, refuse)
+	}
 	check := func(what string, h spread.Holder) error {
-		if h == spread.Refuse && what[0] == 'b' {
+		if h == spread.Refuse && refuse > 0 && what[0] == 'b' {
 			return nil // a bucket of a port whose holders all drain: the host
 		}
 		if err := checkSlot(h.Slot); err != nil {
