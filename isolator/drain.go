@@ -343,3 +343,41 @@ func (s *Isolator) settleSuccessor(ctx context.Context, id string, held ephemera
 		s.log.Warn("handoff: persist", "container_id", id, "err", err)
 	}
 }
+
+// syncDrains brings the records' Draining in line with the kernel's drain
+// markers after recovery (the data plane read them at Adopt): a record
+// written before a crash may miss a drain the kernel holds, or list one it
+// does not. Failures to persist are logged.
+func (s *Isolator) syncDrains() {
+	dr, ok := s.dp.(Drainer)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	var ids []string
+	for id, r := range s.records {
+		if r.State == StateIsolated && (!r.Shared.Empty() || !r.Draining.Empty()) {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		unlock := s.locks.lock(id)
+		if r, ok := s.get(id); ok {
+			kernel := ephemeral.Set{}
+			for _, d := range dr.DrainState(id) {
+				kernel = kernel.Union(ephemeral.MustParseSet(fmt.Sprint(d.Port)))
+			}
+			if !kernel.Equal(r.Draining) {
+				next := r
+				next.Draining = kernel
+				if err := s.commit(&next); err != nil {
+					s.log.Warn("recover: record the drains the kernel holds", "container_id", id, "err", err)
+				} else {
+					s.log.Info("recover: drains from the kernel", "container_id", id, "draining", kernel.String(), "recorded", r.Draining.String())
+				}
+			}
+		}
+		unlock()
+	}
+}

@@ -42,9 +42,10 @@ func (s *server) withDrain(r isolator.Record) *pb.Container {
 	for _, p := range r.HandoffPorts.Ports() {
 		c.HandoffPorts = append(c.HandoffPorts, uint32(p))
 	}
-	// The kernel says who drains (the record only journals it): any
-	// container with shared ports is asked.
-	if r.Shared.Empty() || r.State != isolator.StateIsolated {
+	// Only a container whose record says it drains is asked (reads never
+	// wait for the data plane otherwise); recovery brings the records in
+	// line with the kernel's markers (isolator.syncDrains).
+	if r.Draining.Empty() || r.State != isolator.StateIsolated {
 		return c
 	}
 	for _, d := range s.iso.DrainState(r.ID) {
