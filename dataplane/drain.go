@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/isolatord/isolatord/spread"
 )
@@ -132,9 +133,15 @@ func (d *DataPlane) DrainState(id string) []DrainPort {
 
 // DrainTotals counts the drained holdings (container and port) and the
 // flows still pinned to them, from the host demux's index (for metrics).
+//
+// A scrape never waits for a setup or teardown holding d.mu: it then gets
+// the figures of the last scrape that did not.
 func (d *DataPlane) DrainTotals() (holdings, flows int) {
-	d.mu.Lock()
+	if !d.mu.TryLock() {
+		return int(lastDrainHoldings.Load()), int(lastDrainFlows.Load())
+	}
 	defer d.mu.Unlock()
+	defer func() { lastDrainHoldings.Store(int64(holdings)); lastDrainFlows.Store(int64(flows)) }()
 	if d.eth0 == nil {
 		return 0, 0
 	}
@@ -195,3 +202,7 @@ func (d *DataPlane) cutFlows(port uint16, flows spread.FlowSource) spread.FlowSo
 		return flows(slot)
 	}
 }
+
+// The figures of the last DrainTotals that could read them (one data
+// plane per daemon).
+var lastDrainHoldings, lastDrainFlows atomic.Int64
