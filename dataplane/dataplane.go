@@ -230,6 +230,8 @@ type DataPlane struct {
 	drain map[uint16]map[uint16]bool
 	// cut: shared port -> draining slots whose flows were cut (CutDrain)
 	cut map[uint16]map[uint16]bool
+	// drainHoldings, drainFlows: the last DrainTotals that could read them
+	drainHoldings, drainFlows atomic.Int64
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.

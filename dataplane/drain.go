@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync/atomic"
 
 	"github.com/isolatord/isolatord/spread"
 )
@@ -138,10 +137,10 @@ func (d *DataPlane) DrainState(id string) []DrainPort {
 // the figures of the last scrape that did not.
 func (d *DataPlane) DrainTotals() (holdings, flows int) {
 	if !d.mu.TryLock() {
-		return int(lastDrainHoldings.Load()), int(lastDrainFlows.Load())
+		return int(d.drainHoldings.Load()), int(d.drainFlows.Load())
 	}
 	defer d.mu.Unlock()
-	defer func() { lastDrainHoldings.Store(int64(holdings)); lastDrainFlows.Store(int64(flows)) }()
+	defer func() { d.drainHoldings.Store(int64(holdings)); d.drainFlows.Store(int64(flows)) }()
 	if d.eth0 == nil {
 		return 0, 0
 	}
@@ -202,7 +201,3 @@ func (d *DataPlane) cutFlows(port uint16, flows spread.FlowSource) spread.FlowSo
 		return flows(slot)
 	}
 }
-
-// The figures of the last DrainTotals that could read them (one data
-// plane per daemon).
-var lastDrainHoldings, lastDrainFlows atomic.Int64
