@@ -237,6 +237,13 @@ type DataPlane struct {
 	// held: shared port -> bucket -> since when it is held back from its
 	// assigned holder (its hold ends after SharedIdle).
 	held map[uint16]map[int]time.Time
+	// drain: shared port -> slots of its holders that drain it (drain.go);
+	// rebuilt from the spread tables' markers at Adopt.
+	drain map[uint16]map[uint16]bool
+	// cut: shared port -> draining slots whose flows were cut (CutDrain)
+	cut map[uint16]map[uint16]bool
+	// drainHoldings, drainFlows: the last DrainTotals that could read them
+	drainHoldings, drainFlows atomic.Int64
 
 	// hook, when set (tests), runs after each named Setup/SetPorts step and
 	// can fail it to exercise rollback.

@@ -418,6 +418,7 @@ func (d *DataPlane) Adopt(ctx context.Context, c plane.Container) error {
 	}
 	for _, port := range c.Shared.Ports() {
 		d.shared[port] = holdersWith(d.shared[port], c.Slot, veth)
+		d.adoptDrain(port, c.Slot)
 	}
 	// The veth's filters: a veth whose alias records another layout (or a
 	// sink that was recreated) is brought up to date; one that is right is

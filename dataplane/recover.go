@@ -182,6 +182,11 @@ func (d *DataPlane) Check(ctx context.Context, c plane.Container) (missing []str
 		// buckets wait for other holders' flows to end): the port being
 		// spread to its holders is what counts.
 		for _, p := range c.Shared.Ports() {
+			if dm.d.Draining(p)[c.Slot] {
+				// its drain marker: a holder that drains alone, its
+				// flows ended, owns no other node of the port
+				delete(want, fmt.Sprintf("%s shared port %d", dm.name, p))
+			}
 			for s := range dm.d.SharedHolders(p) {
 				if s != c.Slot && slices.ContainsFunc(d.shared[p], func(h spread.Holder) bool { return h.Slot == s }) {
 					delete(want, fmt.Sprintf("%s shared port %d", dm.name, p))

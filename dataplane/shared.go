@@ -143,7 +143,7 @@ func (d *DataPlane) spreadUse(ports ...uint16) spreadUses {
 // be held back until SharedIdle after its hold began. Call with d.mu held.
 func (d *DataPlane) facts(port uint16, uses spreadUses, flows spread.FlowSource) spread.Facts {
 	idle := d.sharedIdle()
-	f := spread.Facts{Flows: flows}
+	f := spread.Facts{Flows: d.cutFlows(port, flows), Draining: d.drain[port]}
 	if uses[0] != nil && uses[1] != nil {
 		eth0, lo := uses[0][port], uses[1][port]
 		f.Seen = func(src uint16) bool {
@@ -174,7 +174,7 @@ func (d *DataPlane) facts(port uint16, uses spreadUses, flows spread.FlowSource)
 // noteHeld records which buckets of port plan holds back from their
 // assigned holders, and since when. Call with d.mu held.
 func (d *DataPlane) noteHeld(port uint16, hs []spread.Holder, plan *spread.Spread) {
-	want, err := spread.Assign(port, hs)
+	want, err := spread.AssignDraining(port, hs, d.drain[port])
 	if err != nil {
 		return
 	}
@@ -350,6 +350,7 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 		}
 		delete(d.shared, port)
 		delete(d.held, port)
+		delete(d.drain, port)
 		return nil
 	}
 	var (
@@ -377,6 +378,7 @@ func (d *DataPlane) reshare(port uint16, hs []spread.Holder, fc *flowCache) erro
 		return err
 	}
 	d.shared[port] = slices.Clone(hs)
+	d.pruneDrain(port, hs)
 	d.noteHeld(port, hs, &plan)
 	d.pinLate(port, hs, cur, plan, fc)
 	return nil
@@ -439,7 +441,7 @@ func (d *DataPlane) Shared(port uint16) (SharedState, bool) {
 	}
 	st := SharedState{Holders: slices.Clone(hs)}
 	st.Spread, _ = d.eth0.Spread(port)
-	if want, err := spread.Assign(port, hs); err == nil {
+	if want, err := spread.AssignDraining(port, hs, d.drain[port]); err == nil {
 		st.Settled = st.Spread.Settled(&want)
 	}
 	return st, true
@@ -465,7 +467,7 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 	var todo []uint16
 	for _, p := range ports {
 		cur, ok := d.eth0.Spread(p)
-		want, werr := spread.Assign(p, d.shared[p])
+		want, werr := spread.AssignDraining(p, d.shared[p], d.drain[p])
 		loCur, loOK := d.lo.Spread(p)
 		if werr == nil && ok && loOK && cur.Settled(&want) && loCur.Equal(&cur) {
 			continue
@@ -517,7 +519,7 @@ func (d *DataPlane) reconcileShared() (changed, unsettled int, err error) {
 		d.noteHeld(p, d.shared[p], &plan)
 		d.pinLate(p, d.shared[p], curp, plan, fc)
 		changed++
-		want, _ := spread.Assign(p, d.shared[p])
+		want, _ := spread.AssignDraining(p, d.shared[p], d.drain[p])
 		if !plan.Settled(&want) {
 			unsettled++
 		} else {

@@ -13,13 +13,19 @@ func (s *Isolator) Cleanup(ctx context.Context, id string) (err error) {
 	if err := validateID(id); err != nil {
 		return err
 	}
+	var done *Record
+	defer func() { s.settleSuccessors(ctx, done) }() // after the unlock below
 	unlock := s.locks.lock(id)
 	defer unlock()
 	r, ok := s.get(id)
 	if !ok {
 		return nil
 	}
-	return s.cleanup(ctx, &r)
+	if err := s.cleanup(ctx, &r); err != nil {
+		return err
+	}
+	done = &r
+	return nil
 }
 
 // CleanupIfLabeled is Cleanup of a container carrying each of want's labels
@@ -31,6 +37,8 @@ func (s *Isolator) CleanupIfLabeled(ctx context.Context, id string, want map[str
 	if err := validateID(id); err != nil {
 		return false, err
 	}
+	var done *Record
+	defer func() { s.settleSuccessors(ctx, done) }() // after the unlock below
 	unlock := s.locks.lock(id)
 	defer unlock()
 	r, ok := s.get(id)
@@ -40,7 +48,11 @@ func (s *Isolator) CleanupIfLabeled(ctx context.Context, id string, want map[str
 	if !r.HasLabels(want) {
 		return true, nil
 	}
-	return false, s.cleanup(ctx, &r)
+	if err := s.cleanup(ctx, &r); err != nil {
+		return false, err
+	}
+	done = &r
+	return false, nil
 }
 
 // HasLabels reports whether r carries each of want's labels with its value.

@@ -28,5 +28,14 @@ func (s *Isolator) IsolateIfLabeled(ctx context.Context, id string, want map[str
 		was = cur.State == StateIsolated
 	}
 	r, err = s.isolateLocked(ctx, id, t)
+	if err == nil && r.HandoffFrom != "" {
+		// The successor is isolated: its predecessor drains now. A failure
+		// leaves the handoff pending (both serve new flows) and is logged.
+		if done, herr := s.finishHandoff(ctx, r); herr != nil {
+			s.log.Error("handoff: the predecessor does not drain", "container_id", id, "from", r.HandoffFrom, "err", herr)
+		} else {
+			r = done
+		}
+	}
 	return r, false, was, err
 }

@@ -114,6 +114,22 @@ type Record struct {
 	NewPorts  *ephemeral.Set `json:"new_ports,omitempty"`
 	NewShared *ephemeral.Set `json:"new_shared,omitempty"`
 
+	// Draining: static ports the container drains (drain.go; the kernel's
+	// drain markers are the truth, this is the journal).
+	Draining ephemeral.Set `json:"draining,omitzero"`
+	// DrainDeadline: when the flows left on the drained ports are cut
+	// (zero: never).
+	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
+	// HandoffFrom, HandoffPorts: a successor's predecessor and the ports it
+	// hands over, until the successor is isolated and the predecessor
+	// drains them (drain.go).
+	HandoffFrom  string        `json:"handoff_from,omitempty"`
+	HandoffPorts ephemeral.Set `json:"handoff_ports,omitzero"`
+	// HandoffExclusive: handed-over ports the successor asked for
+	// exclusively; it holds them shared until the predecessor is cleaned
+	// up, then exclusively again (drain.go).
+	HandoffExclusive ephemeral.Set `json:"handoff_exclusive,omitzero"`
+
 	// Lost names what a rebuild from the kernel could not recover.
 	Lost []string `json:"lost,omitempty"`
 

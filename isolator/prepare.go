@@ -3,6 +3,7 @@ package isolator
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -25,6 +26,10 @@ type PrepareOptions struct {
 	// Egress and Ingress are the container's bandwidth limits; nil takes
 	// the daemon's default (Config.Egress, Config.Ingress).
 	Egress, Ingress *LimitSpec
+	// HandoffFrom names a predecessor that hands HandoffPorts (among
+	// Ports) over to this container once it is isolated (drain.go).
+	HandoffFrom  string
+	HandoffPorts []uint16
 }
 
 // PrepareWith is Prepare with labels and bandwidth limits. Repeating it
@@ -50,6 +55,10 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	}
 	in, err := s.resolveLimit("ingress_limit", o.Ingress, defIn)
 	if err != nil {
+		return Record{}, err
+	}
+	askedExcl := excl
+	if excl, shared, err = s.prepareHandoff(ctx, id, &o, excl, shared); err != nil {
 		return Record{}, err
 	}
 	unlock := s.locks.lock(id)
@@ -103,6 +112,13 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 	s.mu.Lock()
 	r := &Record{ID: id, State: StatePrepared, Slot: slot, Ephemeral: block, Ports: excl, Shared: shared, Created: time.Now().UTC(), Labels: labels,
 		Egress: eg, Ingress: in}
+	if o.HandoffFrom != "" {
+		r.HandoffFrom = o.HandoffFrom
+		for _, p := range o.HandoffPorts {
+			r.HandoffPorts = r.HandoffPorts.Union(ephemeral.MustParseSet(strconv.Itoa(int(p))))
+		}
+		r.HandoffExclusive = r.HandoffPorts.Intersect(askedExcl)
+	}
 	s.records[id] = r
 	s.view.show(r)
 	rec := *r

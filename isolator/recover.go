@@ -171,6 +171,9 @@ func (s *Isolator) Start(ctx context.Context) (RecoveryReport, error) {
 		s.log.Warn("intent journal: stale intents left (ignored at the next start)", "err", err.Error())
 	}
 	s.hostPorts.watchConflicts(s.cfg.HostPortsRetry, s.log)
+	s.syncDrains()
+	s.finishHandoffs(ctx)
+	s.armDrainDeadlines()
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Recovered(rep, time.Since(start))
 	}

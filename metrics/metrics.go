@@ -129,6 +129,7 @@ type Metrics struct {
 	follow    *followCollector    // follow.go
 	ipv6      *ipv6Collector      // ipv6.go
 	frag      *fragCollector      // fragments.go
+	drain     *drainCollector     // drain.go
 }
 
 // New creates the registry and registers every isolatord series (each label
@@ -136,8 +137,8 @@ type Metrics struct {
 // and the Go and process collectors.
 func New(version string) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector(), follow: newFollowCollector(), frag: newFragCollector()}
-	reg.MustRegister(m.neigh, m.ipv6, m.follow, m.frag)
+	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector(), follow: newFollowCollector(), frag: newFragCollector(), drain: newDrainCollector()}
+	reg.MustRegister(m.neigh, m.ipv6, m.follow, m.frag, m.drain)
 
 	m.filterOps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace,

@@ -30,6 +30,7 @@
 //	hostdemux_unroute.go   removing several containers' paths at once
 //	hostdemux_tables.go    H2 tables made and dropped on demand, the stale list, Flush
 //	hostdemux_shared.go    shared ports: spread tables, SetSpread, Unshare
+//	hostdemux_drain.go     draining holders' marker nodes, refusing buckets
 //	hostdemux_shareduse.go last use of a spread node: the host's evidence of a live flow
 //	hostdemux_icmp.go      ICMP to the host IP: errors by quoted port, echo by identifier
 //	hostdemux_fanout.go    the ICMP fan-out (only without the echo programs)

@@ -152,6 +152,10 @@ func (x *HostDemux) SharedHolders(port uint16) map[uint16]bool {
 	for _, h := range sp.pins {
 		out[h.Slot] = true
 	}
+	for s := range sp.drain {
+		out[s] = true
+	}
+	delete(out, 0) // spread.Refuse: the host
 	return out
 }
 

@@ -31,7 +31,21 @@ func pinID(srcPort uint16) uint32 { return 1 + (uint32(srcPort>>9)<<1 | uint32(s
 // checkSpread validates a spread to install for port.
 func checkSpread(port uint16, s *spread.Spread) error {
 	perBucket := map[int]int{}
+	// Buckets go to the host (spread.Refuse) only all together: every
+	// holder of the port drains.
+	refuse := 0
+	for _, h := range s.Buckets {
+		if h == spread.Refuse {
+			refuse++
+		}
+	}
+	if refuse > 0 && refuse < spread.Buckets {
+		return fmt.Errorf("shared port %d: %d buckets have no holder", port, refuse)
+	}
 	check := func(what string, h spread.Holder) error {
+		if h == spread.Refuse && refuse > 0 && what[0] == 'b' {
+			return nil // a bucket of a port whose holders all drain: the host
+		}
 		if err := checkSlot(h.Slot); err != nil {
 			return fmt.Errorf("shared port %d: %s: %w", port, what, err)
 		}
@@ -52,8 +66,16 @@ func checkSpread(port uint16, s *spread.Spread) error {
 		if err := check(fmt.Sprintf("bucket %d", b), h); err != nil {
 			return err
 		}
+		if h == spread.Refuse {
+			continue
+		}
 		if err := same(h); err != nil {
 			return err
+		}
+	}
+	for s := range s.Draining {
+		if err := checkSlot(s); err != nil {
+			return fmt.Errorf("shared port %d: draining: %w", port, err)
 		}
 	}
 	for p, h := range s.Pins {
@@ -81,6 +103,7 @@ type sharedPort struct {
 	buckets [spread.Buckets]spread.Holder
 	present [spread.Buckets]bool
 	pins    map[uint16]spread.Holder
+	drain   map[uint16]bool // draining holders: their marker nodes (hostdemux_drain.go)
 }
 
 // soleHolder reports whether every node of the port goes to slot.
@@ -99,6 +122,9 @@ func (sp *sharedPort) soleHolder(slot uint16) bool {
 }
 
 func spreadNode(table uint32, b int, h spread.Holder) node {
+	if h == spread.Refuse {
+		return refuseNode(table, b)
+	}
 	return node{
 		prio: PrioIP, handle: MakeU32Handle(table, uint32(b), nodeSpread), classid: ClassID(h.Slot),
 		sel: sel(nl.TC_U32_TERMINAL), act: actRedirect, target: h.Target, own: true,
@@ -131,6 +157,9 @@ func isSpreadNode(bkt, nid uint32) bool {
 func indexSpread(sp *sharedPort, nodes []*netlink.U32) {
 	for _, f := range nodes {
 		_, bkt, nid := SplitU32Handle(f.Handle)
+		if indexDrain(sp, f, bkt, nid) {
+			continue
+		}
 		s, ok := slotOf(f.ClassId)
 		if !ok || !isSpreadNode(bkt, nid) {
 			continue
@@ -223,7 +252,7 @@ func (x *HostDemux) Spread(port uint16) (spread.Spread, bool) {
 	if sp == nil {
 		return spread.Spread{}, false
 	}
-	return spread.Spread{Buckets: sp.buckets, Pins: maps.Clone(sp.pins)}, true
+	return spread.Spread{Buckets: sp.buckets, Pins: maps.Clone(sp.pins), Draining: maps.Clone(sp.drain)}, true
 }
 
 // sharedConflict fails if r contains a shared port that some slot other
@@ -278,6 +307,9 @@ func (x *HostDemux) share(port uint16, want *spread.Spread) error {
 		sp.buckets[b], sp.present[b] = h, true
 	}
 	sp.pins = maps.Clone(want.Pins)
+	if err := x.setDrain(port, sp, want.Draining); err != nil {
+		return drop(err)
+	}
 	hb := uint8(port >> 8)
 	newH2 := false
 	if !x.h2Linked[hb] {
@@ -339,6 +371,15 @@ func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 	if sp.pins == nil {
 		sp.pins = map[uint16]spread.Holder{}
 	}
+	oldDrain := maps.Clone(sp.drain)
+	if err := x.setDrain(x.spreadUsed[sp.table], sp, want.Draining); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = x.setDrain(x.spreadUsed[sp.table], sp, oldDrain)
+		}
+	}()
 	for _, p := range slices.Sorted(maps.Keys(want.Pins)) {
 		h := want.Pins[p]
 		old, had := sp.pins[p]
@@ -409,6 +450,9 @@ func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
 		}
 		for b := range spread.Buckets {
 			hs = append(hs, MakeU32Handle(sp.table, uint32(b), nodeSpread))
+		}
+		for s := range sp.drain {
+			hs = append(hs, drainHandle(sp.table, s))
 		}
 		for _, h := range hs {
 			if err := x.d.del(KindIP, PrioIP, h); err != nil && !errors.Is(err, unix.ENOENT) {

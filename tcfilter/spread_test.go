@@ -33,6 +33,14 @@ func TestCheckSpread(t *testing.T) {
 	if checkSpread(80, &bad) == nil {
 		t.Error("an empty bucket was accepted")
 	}
+	refuse := s.Clone()
+	for b := range refuse.Buckets {
+		refuse.Buckets[b] = spread.Refuse
+	}
+	refuse.Draining = map[uint16]bool{1: true}
+	if err := checkSpread(80, &refuse); err != nil {
+		t.Errorf("every bucket to the host (every holder drains): %v", err)
+	}
 	bad = s.Clone()
 	bad.Pins[14] = spread.Holder{Slot: 1, Target: 999}
 	if checkSpread(80, &bad) == nil {

@@ -146,11 +146,16 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	from, handed, err := handoff(ctx, c, cargs, conf.Name, args.ContainerID)
+	if err != nil {
+		return err
+	}
 	att, err := c.Attach(ctx, &pb.AttachRequest{
 		Prepare: &pb.PrepareRequest{
 			ContainerId: args.ContainerID,
 			Ports:       req.Proto(),
 			Labels:      cargs.labels(conf.Name, args.IfName),
+			HandoffFrom: from, HandoffPorts: handed,
 		},
 		Target:        &pb.AttachRequest_NetnsPath{NetnsPath: args.Netns},
 		RequireLabels: ownerLabels(conf.Name, args.IfName),

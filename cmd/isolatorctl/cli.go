@@ -77,14 +77,19 @@ type command struct {
 var commands = []*command{
 	{
 		name:     "prepare",
-		synopsis: "ID [--ports LIST] [--shared-ports LIST] [--egress-rate-limit RATE] [--ingress-rate-limit RATE] ...",
+		synopsis: "ID [--ports LIST] [--shared-ports LIST] [--handoff-from ID --handoff-ports LIST] [--egress-rate-limit RATE] ...",
 		summary:  "reserve an ephemeral block and static ports for a new container",
 		takesID:  true,
 		setup: func(fs *flag.FlagSet) func(string) (call, error) {
 			pf := addPortFlags(fs)
 			lf := addLimitFlags(fs, "the daemon's default")
+			hf := addHandoffFlags(fs)
 			return func(id string) (call, error) {
 				ports, err := pf.ranges()
+				if err != nil {
+					return nil, err
+				}
+				from, handed, err := hf.parse()
 				if err != nil {
 					return nil, err
 				}
@@ -93,7 +98,8 @@ var commands = []*command{
 					return nil, err
 				}
 				return func(ctx context.Context, c *api.Client) (result, error) {
-					resp, err := c.Prepare(ctx, &isolatordv1.PrepareRequest{ContainerId: id, Ports: ports, EgressLimit: egress, IngressLimit: ingress})
+					resp, err := c.Prepare(ctx, &isolatordv1.PrepareRequest{ContainerId: id, Ports: ports, EgressLimit: egress, IngressLimit: ingress,
+						HandoffFrom: from, HandoffPorts: handed})
 					return containerResult{resp.GetContainer()}, err
 				}, nil
 			}

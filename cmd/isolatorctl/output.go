@@ -150,6 +150,7 @@ func (r containerResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "Egress limit:\t%s\n", limitString(c.GetEgressLimit()))
 	fmt.Fprintf(tw, "Ingress limit:\t%s\n", limitString(c.GetIngressLimit()))
 	fmt.Fprintf(tw, "Labels:\t%s\n", labelsString(c.GetLabels()))
+	writeDrain(tw, c)
 	return tw.Flush()
 }
 
@@ -170,7 +171,7 @@ func (l listResult) writeTable(w io.Writer) error {
 	for _, c := range l {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			c.GetContainerId(), api.StateName(c.GetState()), ephemeralString(c.GetEphemeralPorts()),
-			portsString(c.GetPorts(), false), portsString(c.GetPorts(), true),
+			portsString(c.GetPorts(), false), portsString(c.GetPorts(), true)+drainingSuffix(c),
 			orDash(c.GetVeth()), orDash(timeString(c.GetCreatedAt(), time.RFC3339)))
 	}
 	return tw.Flush()

@@ -23,6 +23,7 @@ func (s *server) Attach(ctx context.Context, req *pb.AttachRequest) (*pb.AttachR
 	r, err := s.iso.PrepareWith(ctx, id, isolator.PrepareOptions{
 		Ports: portSpecs(p.GetPorts()), Labels: p.GetLabels(),
 		Egress: limitSpec(p.GetEgressLimit()), Ingress: limitSpec(p.GetIngressLimit()),
+		HandoffFrom: p.GetHandoffFrom(), HandoffPorts: handoffPorts(p.GetHandoffPorts()),
 	})
 	if err != nil {
 		return nil, toStatus(err)

@@ -320,6 +320,7 @@ func serve(o *options, log *slog.Logger, rl *reloader) error {
 	m.WatchDrops(dp, tcfilter.DropReasons)
 	m.WatchIPv6ToHost(dp.IPv6ToHost)
 	m.WatchFragments(fragmentMetrics(dp))
+	m.WatchDrains(dp.DrainTotals)
 	m.WatchRecovery(iso)
 
 	// Metrics first, so that a long recovery is visible.

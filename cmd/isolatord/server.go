@@ -115,11 +115,12 @@ func (s *server) Prepare(ctx context.Context, req *pb.PrepareRequest) (*pb.Prepa
 	r, err := s.iso.PrepareWith(ctx, req.GetContainerId(), isolator.PrepareOptions{
 		Ports: portSpecs(req.GetPorts()), Labels: req.GetLabels(),
 		Egress: limitSpec(req.GetEgressLimit()), Ingress: limitSpec(req.GetIngressLimit()),
+		HandoffFrom: req.GetHandoffFrom(), HandoffPorts: handoffPorts(req.GetHandoffPorts()),
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PrepareResponse{Container: toProto(r)}, nil
+	return &pb.PrepareResponse{Container: s.withDrain(r)}, nil
 }
 
 func (s *server) Isolate(ctx context.Context, req *pb.IsolateRequest) (*pb.IsolateResponse, error) {
@@ -222,14 +223,14 @@ func (s *server) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, 
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.GetResponse{Container: toProto(r)}, nil
+	return &pb.GetResponse{Container: s.withDrain(r)}, nil
 }
 
 func (s *server) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
 	recs := s.iso.List(ctx)
 	resp := &pb.ListResponse{Containers: make([]*pb.Container, 0, len(recs))}
 	for _, r := range recs {
-		resp.Containers = append(resp.Containers, toProto(r))
+		resp.Containers = append(resp.Containers, s.withDrain(r))
 	}
 	return resp, nil
 }

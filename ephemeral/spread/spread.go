@@ -41,6 +41,9 @@ func Bucket(srcPort uint16) int { return int(srcPort>>1) & (Buckets - 1) }
 type Spread struct {
 	Buckets [Buckets]Holder
 	Pins    map[uint16]Holder // client source port -> holder
+	// Draining lists the holders (slots) that take no new flows: no
+	// bucket goes to them, their live flows stay pinned (drain.go).
+	Draining map[uint16]bool
 }
 
 // Holder returns where a packet from client source port srcPort goes.
@@ -53,12 +56,12 @@ func (s *Spread) Holder(srcPort uint16) Holder {
 
 // Equal reports whether s and o steer every source port the same way.
 func (s *Spread) Equal(o *Spread) bool {
-	return s.Buckets == o.Buckets && maps.Equal(s.Pins, o.Pins)
+	return s.Buckets == o.Buckets && maps.Equal(s.Pins, o.Pins) && sameDraining(s.Draining, o.Draining)
 }
 
 // Clone returns a deep copy of s.
 func (s *Spread) Clone() Spread {
-	return Spread{Buckets: s.Buckets, Pins: maps.Clone(s.Pins)}
+	return Spread{Buckets: s.Buckets, Pins: maps.Clone(s.Pins), Draining: maps.Clone(s.Draining)}
 }
 
 // Settled reports whether s is the consistent assignment want with no pins.
@@ -147,6 +150,8 @@ type FlowSource func(slot uint16) (srcPorts []uint16, ok bool)
 type Facts struct {
 	// Flows lists the holders' live flows (their namespaces' sockets).
 	Flows FlowSource
+	// Draining lists the holders that take no new flows (drain.go).
+	Draining map[uint16]bool
 	// Seen reports whether the host saw traffic lately on the node of the
 	// spread in force that steers srcPort (its pin, else its bucket): the
 	// host's own evidence, which no tenant writes. A flow counts only when
@@ -202,11 +207,11 @@ func Plan(port uint16, holders []Holder, cur *Spread, flows FlowSource) (Spread,
 // The result depends only on holders, cur and the facts, so calling it
 // again with the same inputs changes nothing.
 func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, error) {
-	want, err := Assign(port, holders)
+	want, err := AssignDraining(port, holders, f.Draining)
 	if err != nil {
 		return Spread{}, err
 	}
-	out := Spread{Buckets: want}
+	out := Spread{Buckets: want, Draining: drainingOf(holders, f.Draining)}
 	if cur == nil {
 		return out, nil
 	}
@@ -290,7 +295,9 @@ func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, err
 	})
 	held, budget := map[uint16]int{}, MaxHeld(len(holders))
 	for _, c := range crowd {
-		if f.MayHold == nil || f.MayHold(c.b) {
+		// A draining holder never keeps a bucket back: new flows must
+		// not reach it.
+		if (f.MayHold == nil || f.MayHold(c.b)) && !f.Draining[c.h.Slot] {
 			if !c.ok {
 				out.Buckets[c.b] = c.h
 				continue

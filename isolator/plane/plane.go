@@ -205,3 +205,10 @@ type RTTPercentiles struct {
 	P50, P90, P95, P99 time.Duration
 	Samples            int
 }
+
+// DrainPort is one static port a container drains and how many of its
+// flows still reach it (the host's pins of its live flows).
+type DrainPort struct {
+	Port      uint16
+	LiveFlows int
+}

@@ -330,6 +330,13 @@ type Container struct {
 	// Bandwidth limits in force; unset when there is none.
 	EgressLimit  *BandwidthLimit `protobuf:"bytes,12,opt,name=egress_limit,json=egressLimit,proto3" json:"egress_limit,omitempty"`
 	IngressLimit *BandwidthLimit `protobuf:"bytes,13,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"`
+	// Static ports the container drains (Drain; a handoff's predecessor):
+	// no new flow reaches it there, its live flows do; sorted by port.
+	Draining []*DrainingPort `protobuf:"bytes,14,rep,name=draining,proto3" json:"draining,omitempty"`
+	// A successor whose predecessor has not drained yet (until Isolate):
+	// the predecessor and the ports it hands over.
+	HandoffFrom  string   `protobuf:"bytes,15,opt,name=handoff_from,json=handoffFrom,proto3" json:"handoff_from,omitempty"`
+	HandoffPorts []uint32 `protobuf:"varint,16,rep,packed,name=handoff_ports,json=handoffPorts,proto3" json:"handoff_ports,omitempty"`
 	// What could not be recovered when the container's record was rebuilt
 	// from the kernel (e.g. "labels", "creation time"); empty otherwise.
 	NotRecovered []string `protobuf:"bytes,30,rep,name=not_recovered,json=notRecovered,proto3" json:"not_recovered,omitempty"`
@@ -463,6 +470,27 @@ func (x *Container) GetIngressLimit() *BandwidthLimit {
 	return nil
 }
 
+func (x *Container) GetDraining() []*DrainingPort {
+	if x != nil {
+		return x.Draining
+	}
+	return nil
+}
+
+func (x *Container) GetHandoffFrom() string {
+	if x != nil {
+		return x.HandoffFrom
+	}
+	return ""
+}
+
+func (x *Container) GetHandoffPorts() []uint32 {
+	if x != nil {
+		return x.HandoffPorts
+	}
+	return nil
+}
+
 func (x *Container) GetNotRecovered() []string {
 	if x != nil {
 		return x.NotRecovered
@@ -492,7 +520,14 @@ type PrepareRequest struct {
 	IngressLimit *BandwidthLimit `protobuf:"bytes,4,opt,name=ingress_limit,json=ingressLimit,proto3" json:"ingress_limit,omitempty"` // Field numbers 5-9 are kept for more per-container limits.
 	// Free-form labels stored with the container (keys and values at most 253
 	// characters, at most 32 labels); not part of the idempotency check.
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A predecessor (an existing container's id) that hands handoff_ports
+	// over to this one: each must be among ports and held by it. The ports
+	// are reserved (shared with the predecessor) at once; once this
+	// container is isolated, new flows reach it and the predecessor drains
+	// (docs/handoff.md).
+	HandoffFrom   string   `protobuf:"bytes,11,opt,name=handoff_from,json=handoffFrom,proto3" json:"handoff_from,omitempty"`
+	HandoffPorts  []uint32 `protobuf:"varint,12,rep,packed,name=handoff_ports,json=handoffPorts,proto3" json:"handoff_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -558,6 +593,20 @@ func (x *PrepareRequest) GetIngressLimit() *BandwidthLimit {
 func (x *PrepareRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *PrepareRequest) GetHandoffFrom() string {
+	if x != nil {
+		return x.HandoffFrom
+	}
+	return ""
+}
+
+func (x *PrepareRequest) GetHandoffPorts() []uint32 {
+	if x != nil {
+		return x.HandoffPorts
 	}
 	return nil
 }
@@ -1799,6 +1848,190 @@ func (x *AttachResponse) GetEth0() *AttachResponse_Interface {
 	return nil
 }
 
+// A port a container drains and how many of its flows still reach it (the
+// host's pins of its live flows; 0: the drain is done).
+type DrainingPort struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Port      uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	LiveFlows uint32                 `protobuf:"varint,2,opt,name=live_flows,json=liveFlows,proto3" json:"live_flows,omitempty"`
+	// When the flows left are cut (DrainRequest.deadline_seconds); unset: never.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainingPort) Reset() {
+	*x = DrainingPort{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainingPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainingPort) ProtoMessage() {}
+
+func (x *DrainingPort) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainingPort.ProtoReflect.Descriptor instead.
+func (*DrainingPort) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DrainingPort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *DrainingPort) GetLiveFlows() uint32 {
+	if x != nil {
+		return x.LiveFlows
+	}
+	return 0
+}
+
+func (x *DrainingPort) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+type DrainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: an ISOLATED container.
+	ContainerId string `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// Required: static ports the container holds (exclusive ones become
+	// shared ports of this one holder). New flows go to the port's other
+	// holders, or are refused (RST) as at a closed port when none is left;
+	// flows the container has keep reaching it.
+	Ports []uint32 `protobuf:"varint,2,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// Take the container out of draining instead.
+	Undo bool `protobuf:"varint,3,opt,name=undo,proto3" json:"undo,omitempty"`
+	// When set: the container's flows on these ports are cut once this many
+	// seconds have passed (their packets then go where new flows go);
+	// unset or 0: they keep reaching it until they end.
+	DeadlineSeconds uint32 `protobuf:"varint,4,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DrainRequest) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *DrainRequest) GetPorts() []uint32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *DrainRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
+}
+
+func (x *DrainRequest) GetDeadlineSeconds() uint32 {
+	if x != nil {
+		return x.DeadlineSeconds
+	}
+	return 0
+}
+
+type DrainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Container     *Container             `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DrainResponse) GetContainer() *Container {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
@@ -1808,7 +2041,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2053,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[21]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2066,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{21}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRequest) GetContainerId() string {
@@ -1852,7 +2085,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2097,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[22]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2110,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{22}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetResponse) GetContainer() *Container {
@@ -1895,7 +2128,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2140,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[23]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2153,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{23}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{26}
 }
 
 type ListResponse struct {
@@ -1933,7 +2166,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2178,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[24]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2191,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{24}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListResponse) GetContainers() []*Container {
@@ -1976,7 +2209,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2221,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[25]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2234,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{25}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
 }
 
 // StatusResponse describes the daemon. Port sets are strings in the
@@ -2076,7 +2309,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2321,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[26]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2334,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{26}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -2312,7 +2545,7 @@ type FragmentSteering struct {
 
 func (x *FragmentSteering) Reset() {
 	*x = FragmentSteering{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2557,7 @@ func (x *FragmentSteering) String() string {
 func (*FragmentSteering) ProtoMessage() {}
 
 func (x *FragmentSteering) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[27]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2570,7 @@ func (x *FragmentSteering) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentSteering.ProtoReflect.Descriptor instead.
 func (*FragmentSteering) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{27}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FragmentSteering) GetEnabled() bool {
@@ -2413,7 +2646,7 @@ type HostPortReservations struct {
 
 func (x *HostPortReservations) Reset() {
 	*x = HostPortReservations{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2658,7 @@ func (x *HostPortReservations) String() string {
 func (*HostPortReservations) ProtoMessage() {}
 
 func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[28]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2671,7 @@ func (x *HostPortReservations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPortReservations.ProtoReflect.Descriptor instead.
 func (*HostPortReservations) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{28}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HostPortReservations) GetEnabled() bool {
@@ -2475,7 +2708,7 @@ type HostPortConflict struct {
 
 func (x *HostPortConflict) Reset() {
 	*x = HostPortConflict{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2720,7 @@ func (x *HostPortConflict) String() string {
 func (*HostPortConflict) ProtoMessage() {}
 
 func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[29]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2733,7 @@ func (x *HostPortConflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPortConflict.ProtoReflect.Descriptor instead.
 func (*HostPortConflict) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{29}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HostPortConflict) GetPort() uint32 {
@@ -2525,7 +2758,7 @@ type RemoveUnattributedRequest struct {
 
 func (x *RemoveUnattributedRequest) Reset() {
 	*x = RemoveUnattributedRequest{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2770,7 @@ func (x *RemoveUnattributedRequest) String() string {
 func (*RemoveUnattributedRequest) ProtoMessage() {}
 
 func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[30]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2783,7 @@ func (x *RemoveUnattributedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnattributedRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnattributedRequest) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{30}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{33}
 }
 
 type RemoveUnattributedResponse struct {
@@ -2563,7 +2796,7 @@ type RemoveUnattributedResponse struct {
 
 func (x *RemoveUnattributedResponse) Reset() {
 	*x = RemoveUnattributedResponse{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[31]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2808,7 @@ func (x *RemoveUnattributedResponse) String() string {
 func (*RemoveUnattributedResponse) ProtoMessage() {}
 
 func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[31]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2821,7 @@ func (x *RemoveUnattributedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnattributedResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnattributedResponse) Descriptor() ([]byte, []int) {
-	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{31}
+	return file_isolatord_v1_isolator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveUnattributedResponse) GetRemoved() []string {
@@ -2618,7 +2851,7 @@ type AttachResponse_Interface struct {
 
 func (x *AttachResponse_Interface) Reset() {
 	*x = AttachResponse_Interface{}
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[41]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2863,7 @@ func (x *AttachResponse_Interface) String() string {
 func (*AttachResponse_Interface) ProtoMessage() {}
 
 func (x *AttachResponse_Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_isolatord_v1_isolator_proto_msgTypes[41]
+	mi := &file_isolatord_v1_isolator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2936,7 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x04ceil\x18\x03 \x01(\x03R\x04ceil\"8\n" +
 	"\x0eEphemeralRange\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\rR\x05begin\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\rR\x03end\"\xed\x05\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\"\xed\x06\n" +
 	"\tContainer\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.isolatord.v1.ContainerStateR\x05state\x12E\n" +
@@ -2720,19 +2953,24 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"isolatedAt\x12;\n" +
 	"\x06labels\x18\v \x03(\v2#.isolatord.v1.Container.LabelsEntryR\x06labels\x12?\n" +
 	"\fegress_limit\x18\f \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
-	"\ringress_limit\x18\r \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x12#\n" +
+	"\ringress_limit\x18\r \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x126\n" +
+	"\bdraining\x18\x0e \x03(\v2\x1a.isolatord.v1.DrainingPortR\bdraining\x12!\n" +
+	"\fhandoff_from\x18\x0f \x01(\tR\vhandoffFrom\x12#\n" +
+	"\rhandoff_ports\x18\x10 \x03(\rR\fhandoffPorts\x12#\n" +
 	"\rnot_recovered\x18\x1e \x03(\tR\fnotRecovered\x12\x1b\n" +
 	"\tpin_owned\x18( \x01(\bR\bpinOwned\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x03\n" +
 	"\x0ePrepareRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12-\n" +
 	"\x05ports\x18\x02 \x03(\v2\x17.isolatord.v1.PortRangeR\x05ports\x12?\n" +
 	"\fegress_limit\x18\x03 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\vegressLimit\x12A\n" +
 	"\ringress_limit\x18\x04 \x01(\v2\x1c.isolatord.v1.BandwidthLimitR\fingressLimit\x12@\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2(.isolatord.v1.PrepareRequest.LabelsEntryR\x06labels\x1a9\n" +
+	" \x03(\v2(.isolatord.v1.PrepareRequest.LabelsEntryR\x06labels\x12!\n" +
+	"\fhandoff_from\x18\v \x01(\tR\vhandoffFrom\x12#\n" +
+	"\rhandoff_ports\x18\f \x03(\rR\fhandoffPorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
@@ -2852,7 +3090,19 @@ const file_isolatord_v1_isolator_proto_rawDesc = "" +
 	"\x0eipv4_addresses\x18\x03 \x03(\tR\ripv4Addresses\x12!\n" +
 	"\fipv4_gateway\x18\x04 \x01(\tR\vipv4Gateway\x12%\n" +
 	"\x0eipv6_addresses\x18\x05 \x03(\tR\ripv6Addresses\x12!\n" +
-	"\fipv6_gateway\x18\x06 \x01(\tR\vipv6Gateway\"/\n" +
+	"\fipv6_gateway\x18\x06 \x01(\tR\vipv6Gateway\"y\n" +
+	"\fDrainingPort\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1d\n" +
+	"\n" +
+	"live_flows\x18\x02 \x01(\rR\tliveFlows\x126\n" +
+	"\bdeadline\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x86\x01\n" +
+	"\fDrainRequest\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x14\n" +
+	"\x05ports\x18\x02 \x03(\rR\x05ports\x12\x12\n" +
+	"\x04undo\x18\x03 \x01(\bR\x04undo\x12)\n" +
+	"\x10deadline_seconds\x18\x04 \x01(\rR\x0fdeadlineSeconds\"F\n" +
+	"\rDrainResponse\x125\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x17.isolatord.v1.ContainerR\tcontainer\"/\n" +
 	"\n" +
 	"GetRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"D\n" +
@@ -2943,7 +3193,7 @@ func file_isolatord_v1_isolator_proto_rawDescGZIP() []byte {
 }
 
 var file_isolatord_v1_isolator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_isolatord_v1_isolator_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(ContainerState)(0),                // 0: isolatord.v1.ContainerState
 	(*PortRange)(nil),                  // 1: isolatord.v1.PortRange
@@ -2967,83 +3217,89 @@ var file_isolatord_v1_isolator_proto_goTypes = []any{
 	(*CleanupResponse)(nil),            // 19: isolatord.v1.CleanupResponse
 	(*AttachRequest)(nil),              // 20: isolatord.v1.AttachRequest
 	(*AttachResponse)(nil),             // 21: isolatord.v1.AttachResponse
-	(*GetRequest)(nil),                 // 22: isolatord.v1.GetRequest
-	(*GetResponse)(nil),                // 23: isolatord.v1.GetResponse
-	(*ListRequest)(nil),                // 24: isolatord.v1.ListRequest
-	(*ListResponse)(nil),               // 25: isolatord.v1.ListResponse
-	(*StatusRequest)(nil),              // 26: isolatord.v1.StatusRequest
-	(*StatusResponse)(nil),             // 27: isolatord.v1.StatusResponse
-	(*FragmentSteering)(nil),           // 28: isolatord.v1.FragmentSteering
-	(*HostPortReservations)(nil),       // 29: isolatord.v1.HostPortReservations
-	(*HostPortConflict)(nil),           // 30: isolatord.v1.HostPortConflict
-	(*RemoveUnattributedRequest)(nil),  // 31: isolatord.v1.RemoveUnattributedRequest
-	(*RemoveUnattributedResponse)(nil), // 32: isolatord.v1.RemoveUnattributedResponse
-	nil,                                // 33: isolatord.v1.Container.LabelsEntry
-	nil,                                // 34: isolatord.v1.PrepareRequest.LabelsEntry
-	nil,                                // 35: isolatord.v1.SnmpStats.IpEntry
-	nil,                                // 36: isolatord.v1.SnmpStats.IcmpEntry
-	nil,                                // 37: isolatord.v1.SnmpStats.TcpEntry
-	nil,                                // 38: isolatord.v1.SnmpStats.UdpEntry
-	nil,                                // 39: isolatord.v1.UsageResponse.DroppedPacketsEntry
-	nil,                                // 40: isolatord.v1.CleanupRequest.RequireLabelsEntry
-	nil,                                // 41: isolatord.v1.AttachRequest.RequireLabelsEntry
-	(*AttachResponse_Interface)(nil),   // 42: isolatord.v1.AttachResponse.Interface
-	nil,                                // 43: isolatord.v1.StatusResponse.FeaturesEntry
-	nil,                                // 44: isolatord.v1.StatusResponse.ContainersByStateEntry
-	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
+	(*DrainingPort)(nil),               // 22: isolatord.v1.DrainingPort
+	(*DrainRequest)(nil),               // 23: isolatord.v1.DrainRequest
+	(*DrainResponse)(nil),              // 24: isolatord.v1.DrainResponse
+	(*GetRequest)(nil),                 // 25: isolatord.v1.GetRequest
+	(*GetResponse)(nil),                // 26: isolatord.v1.GetResponse
+	(*ListRequest)(nil),                // 27: isolatord.v1.ListRequest
+	(*ListResponse)(nil),               // 28: isolatord.v1.ListResponse
+	(*StatusRequest)(nil),              // 29: isolatord.v1.StatusRequest
+	(*StatusResponse)(nil),             // 30: isolatord.v1.StatusResponse
+	(*FragmentSteering)(nil),           // 31: isolatord.v1.FragmentSteering
+	(*HostPortReservations)(nil),       // 32: isolatord.v1.HostPortReservations
+	(*HostPortConflict)(nil),           // 33: isolatord.v1.HostPortConflict
+	(*RemoveUnattributedRequest)(nil),  // 34: isolatord.v1.RemoveUnattributedRequest
+	(*RemoveUnattributedResponse)(nil), // 35: isolatord.v1.RemoveUnattributedResponse
+	nil,                                // 36: isolatord.v1.Container.LabelsEntry
+	nil,                                // 37: isolatord.v1.PrepareRequest.LabelsEntry
+	nil,                                // 38: isolatord.v1.SnmpStats.IpEntry
+	nil,                                // 39: isolatord.v1.SnmpStats.IcmpEntry
+	nil,                                // 40: isolatord.v1.SnmpStats.TcpEntry
+	nil,                                // 41: isolatord.v1.SnmpStats.UdpEntry
+	nil,                                // 42: isolatord.v1.UsageResponse.DroppedPacketsEntry
+	nil,                                // 43: isolatord.v1.CleanupRequest.RequireLabelsEntry
+	nil,                                // 44: isolatord.v1.AttachRequest.RequireLabelsEntry
+	(*AttachResponse_Interface)(nil),   // 45: isolatord.v1.AttachResponse.Interface
+	nil,                                // 46: isolatord.v1.StatusResponse.FeaturesEntry
+	nil,                                // 47: isolatord.v1.StatusResponse.ContainersByStateEntry
+	(*timestamppb.Timestamp)(nil),      // 48: google.protobuf.Timestamp
 }
 var file_isolatord_v1_isolator_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Container.state:type_name -> isolatord.v1.ContainerState
 	3,  // 1: isolatord.v1.Container.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
 	1,  // 2: isolatord.v1.Container.ports:type_name -> isolatord.v1.PortRange
-	45, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
-	45, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
-	33, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
+	48, // 3: isolatord.v1.Container.created_at:type_name -> google.protobuf.Timestamp
+	48, // 4: isolatord.v1.Container.isolated_at:type_name -> google.protobuf.Timestamp
+	36, // 5: isolatord.v1.Container.labels:type_name -> isolatord.v1.Container.LabelsEntry
 	2,  // 6: isolatord.v1.Container.egress_limit:type_name -> isolatord.v1.BandwidthLimit
 	2,  // 7: isolatord.v1.Container.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	1,  // 8: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
-	2,  // 9: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 10: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	34, // 11: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
-	4,  // 12: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
-	4,  // 13: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
-	1,  // 14: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
-	2,  // 15: isolatord.v1.UpdateRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 16: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	4,  // 17: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
-	13, // 18: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
-	35, // 19: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
-	36, // 20: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
-	37, // 21: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
-	38, // 22: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
-	2,  // 23: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
-	3,  // 24: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
-	12, // 25: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
-	16, // 26: isolatord.v1.UsageResponse.egress_shaping:type_name -> isolatord.v1.ShapingStats
-	16, // 27: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
-	14, // 28: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
-	15, // 29: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
-	45, // 30: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
-	39, // 31: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
-	40, // 32: isolatord.v1.CleanupRequest.require_labels:type_name -> isolatord.v1.CleanupRequest.RequireLabelsEntry
-	5,  // 33: isolatord.v1.AttachRequest.prepare:type_name -> isolatord.v1.PrepareRequest
-	41, // 34: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
-	4,  // 35: isolatord.v1.AttachResponse.container:type_name -> isolatord.v1.Container
-	42, // 36: isolatord.v1.AttachResponse.eth0:type_name -> isolatord.v1.AttachResponse.Interface
-	4,  // 37: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
-	4,  // 38: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
-	43, // 39: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
-	44, // 40: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
-	2,  // 41: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
-	2,  // 42: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
-	29, // 43: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
-	28, // 44: isolatord.v1.StatusResponse.fragments:type_name -> isolatord.v1.FragmentSteering
-	30, // 45: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	22, // 8: isolatord.v1.Container.draining:type_name -> isolatord.v1.DrainingPort
+	1,  // 9: isolatord.v1.PrepareRequest.ports:type_name -> isolatord.v1.PortRange
+	2,  // 10: isolatord.v1.PrepareRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 11: isolatord.v1.PrepareRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	37, // 12: isolatord.v1.PrepareRequest.labels:type_name -> isolatord.v1.PrepareRequest.LabelsEntry
+	4,  // 13: isolatord.v1.PrepareResponse.container:type_name -> isolatord.v1.Container
+	4,  // 14: isolatord.v1.IsolateResponse.container:type_name -> isolatord.v1.Container
+	1,  // 15: isolatord.v1.UpdateRequest.ports:type_name -> isolatord.v1.PortRange
+	2,  // 16: isolatord.v1.UpdateRequest.egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 17: isolatord.v1.UpdateRequest.ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	4,  // 18: isolatord.v1.UpdateResponse.container:type_name -> isolatord.v1.Container
+	13, // 19: isolatord.v1.TcpStats.rtt:type_name -> isolatord.v1.RttPercentiles
+	38, // 20: isolatord.v1.SnmpStats.ip:type_name -> isolatord.v1.SnmpStats.IpEntry
+	39, // 21: isolatord.v1.SnmpStats.icmp:type_name -> isolatord.v1.SnmpStats.IcmpEntry
+	40, // 22: isolatord.v1.SnmpStats.tcp:type_name -> isolatord.v1.SnmpStats.TcpEntry
+	41, // 23: isolatord.v1.SnmpStats.udp:type_name -> isolatord.v1.SnmpStats.UdpEntry
+	2,  // 24: isolatord.v1.ShapingStats.limit:type_name -> isolatord.v1.BandwidthLimit
+	3,  // 25: isolatord.v1.UsageResponse.ephemeral_ports:type_name -> isolatord.v1.EphemeralRange
+	12, // 26: isolatord.v1.UsageResponse.traffic:type_name -> isolatord.v1.TrafficStats
+	16, // 27: isolatord.v1.UsageResponse.egress_shaping:type_name -> isolatord.v1.ShapingStats
+	16, // 28: isolatord.v1.UsageResponse.ingress_shaping:type_name -> isolatord.v1.ShapingStats
+	14, // 29: isolatord.v1.UsageResponse.tcp:type_name -> isolatord.v1.TcpStats
+	15, // 30: isolatord.v1.UsageResponse.snmp:type_name -> isolatord.v1.SnmpStats
+	48, // 31: isolatord.v1.UsageResponse.collected_at:type_name -> google.protobuf.Timestamp
+	42, // 32: isolatord.v1.UsageResponse.dropped_packets:type_name -> isolatord.v1.UsageResponse.DroppedPacketsEntry
+	43, // 33: isolatord.v1.CleanupRequest.require_labels:type_name -> isolatord.v1.CleanupRequest.RequireLabelsEntry
+	5,  // 34: isolatord.v1.AttachRequest.prepare:type_name -> isolatord.v1.PrepareRequest
+	44, // 35: isolatord.v1.AttachRequest.require_labels:type_name -> isolatord.v1.AttachRequest.RequireLabelsEntry
+	4,  // 36: isolatord.v1.AttachResponse.container:type_name -> isolatord.v1.Container
+	45, // 37: isolatord.v1.AttachResponse.eth0:type_name -> isolatord.v1.AttachResponse.Interface
+	48, // 38: isolatord.v1.DrainingPort.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 39: isolatord.v1.DrainResponse.container:type_name -> isolatord.v1.Container
+	4,  // 40: isolatord.v1.GetResponse.container:type_name -> isolatord.v1.Container
+	4,  // 41: isolatord.v1.ListResponse.containers:type_name -> isolatord.v1.Container
+	46, // 42: isolatord.v1.StatusResponse.features:type_name -> isolatord.v1.StatusResponse.FeaturesEntry
+	47, // 43: isolatord.v1.StatusResponse.containers_by_state:type_name -> isolatord.v1.StatusResponse.ContainersByStateEntry
+	2,  // 44: isolatord.v1.StatusResponse.default_egress_limit:type_name -> isolatord.v1.BandwidthLimit
+	2,  // 45: isolatord.v1.StatusResponse.default_ingress_limit:type_name -> isolatord.v1.BandwidthLimit
+	32, // 46: isolatord.v1.StatusResponse.host_ports:type_name -> isolatord.v1.HostPortReservations
+	31, // 47: isolatord.v1.StatusResponse.fragments:type_name -> isolatord.v1.FragmentSteering
+	33, // 48: isolatord.v1.HostPortReservations.conflicts:type_name -> isolatord.v1.HostPortConflict
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_isolatord_v1_isolator_proto_init() }
@@ -3065,7 +3321,7 @@ func file_isolatord_v1_isolator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_isolatord_v1_isolator_proto_rawDesc), len(file_isolatord_v1_isolator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -107,6 +107,7 @@ func (b *bench) run(ctx context.Context) {
 		{"one_container", b.phaseOne},
 		{"data_plane", b.phaseData},
 		{"shared_ports", b.phaseShared},
+		{"handoff", b.phaseHandoff},
 		{"amplification", b.phaseAmplification},
 		{"restart", b.phaseRestart},
 		{"rebuild", b.phaseRebuild},

@@ -24,6 +24,7 @@ type Results struct {
 	// before IPv6 was measured.
 	DataPlane6 *DataPlane    `json:"data_plane_ipv6"`
 	Shared     *SharedPorts  `json:"shared_ports"`  // see shared.go
+	Handoff    *Handoff      `json:"handoff"`       // see handoff.go
 	Control    *ControlScale `json:"control_scale"` // see control.go
 	// ARP/ICMP copies and softirq CPU at 1 and N (amplify.go)
 	Amplification *Amplification     `json:"amplification"`
@@ -644,6 +645,7 @@ func (r *Results) writeBaseMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "CPU time isolatord used while the data plane was measured: %.2f s with 1 container, %.2f s with %s.\n", *c1, *cn, nn)
 	}
 	r.Shared.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
+	r.Handoff.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
 	r.Amplification.writeMarkdown(w, r.Config.Containers)
 }
 

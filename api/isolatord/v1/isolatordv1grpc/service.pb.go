@@ -31,7 +31,7 @@ var File_isolatord_v1_isolatordv1grpc_service_proto protoreflect.FileDescriptor
 
 const file_isolatord_v1_isolatordv1grpc_service_proto_rawDesc = "" +
 	"\n" +
-	"*isolatord/v1/isolatordv1grpc/service.proto\x12\fisolatord.v1\x1a\x1bisolatord/v1/isolator.proto2\xd7\x05\n" +
+	"*isolatord/v1/isolatordv1grpc/service.proto\x12\fisolatord.v1\x1a\x1bisolatord/v1/isolator.proto2\x99\x06\n" +
 	"\bIsolator\x12F\n" +
 	"\aPrepare\x12\x1c.isolatord.v1.PrepareRequest\x1a\x1d.isolatord.v1.PrepareResponse\x12F\n" +
 	"\aIsolate\x12\x1c.isolatord.v1.IsolateRequest\x1a\x1d.isolatord.v1.IsolateResponse\x12C\n" +
@@ -42,7 +42,8 @@ const file_isolatord_v1_isolatordv1grpc_service_proto_rawDesc = "" +
 	"\x04List\x12\x19.isolatord.v1.ListRequest\x1a\x1a.isolatord.v1.ListResponse\x12C\n" +
 	"\x06Status\x12\x1b.isolatord.v1.StatusRequest\x1a\x1c.isolatord.v1.StatusResponse\x12g\n" +
 	"\x12RemoveUnattributed\x12'.isolatord.v1.RemoveUnattributedRequest\x1a(.isolatord.v1.RemoveUnattributedResponse\x12C\n" +
-	"\x06Attach\x12\x1b.isolatord.v1.AttachRequest\x1a\x1c.isolatord.v1.AttachResponseBQZOgithub.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc;isolatordv1grpcb\x06proto3"
+	"\x06Attach\x12\x1b.isolatord.v1.AttachRequest\x1a\x1c.isolatord.v1.AttachResponse\x12@\n" +
+	"\x05Drain\x12\x1a.isolatord.v1.DrainRequest\x1a\x1b.isolatord.v1.DrainResponseBQZOgithub.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc;isolatordv1grpcb\x06proto3"
 
 var file_isolatord_v1_isolatordv1grpc_service_proto_goTypes = []any{
 	(*v1.PrepareRequest)(nil),             // 0: isolatord.v1.PrepareRequest
@@ -55,16 +56,18 @@ var file_isolatord_v1_isolatordv1grpc_service_proto_goTypes = []any{
 	(*v1.StatusRequest)(nil),              // 7: isolatord.v1.StatusRequest
 	(*v1.RemoveUnattributedRequest)(nil),  // 8: isolatord.v1.RemoveUnattributedRequest
 	(*v1.AttachRequest)(nil),              // 9: isolatord.v1.AttachRequest
-	(*v1.PrepareResponse)(nil),            // 10: isolatord.v1.PrepareResponse
-	(*v1.IsolateResponse)(nil),            // 11: isolatord.v1.IsolateResponse
-	(*v1.UpdateResponse)(nil),             // 12: isolatord.v1.UpdateResponse
-	(*v1.UsageResponse)(nil),              // 13: isolatord.v1.UsageResponse
-	(*v1.CleanupResponse)(nil),            // 14: isolatord.v1.CleanupResponse
-	(*v1.GetResponse)(nil),                // 15: isolatord.v1.GetResponse
-	(*v1.ListResponse)(nil),               // 16: isolatord.v1.ListResponse
-	(*v1.StatusResponse)(nil),             // 17: isolatord.v1.StatusResponse
-	(*v1.RemoveUnattributedResponse)(nil), // 18: isolatord.v1.RemoveUnattributedResponse
-	(*v1.AttachResponse)(nil),             // 19: isolatord.v1.AttachResponse
+	(*v1.DrainRequest)(nil),               // 10: isolatord.v1.DrainRequest
+	(*v1.PrepareResponse)(nil),            // 11: isolatord.v1.PrepareResponse
+	(*v1.IsolateResponse)(nil),            // 12: isolatord.v1.IsolateResponse
+	(*v1.UpdateResponse)(nil),             // 13: isolatord.v1.UpdateResponse
+	(*v1.UsageResponse)(nil),              // 14: isolatord.v1.UsageResponse
+	(*v1.CleanupResponse)(nil),            // 15: isolatord.v1.CleanupResponse
+	(*v1.GetResponse)(nil),                // 16: isolatord.v1.GetResponse
+	(*v1.ListResponse)(nil),               // 17: isolatord.v1.ListResponse
+	(*v1.StatusResponse)(nil),             // 18: isolatord.v1.StatusResponse
+	(*v1.RemoveUnattributedResponse)(nil), // 19: isolatord.v1.RemoveUnattributedResponse
+	(*v1.AttachResponse)(nil),             // 20: isolatord.v1.AttachResponse
+	(*v1.DrainResponse)(nil),              // 21: isolatord.v1.DrainResponse
 }
 var file_isolatord_v1_isolatordv1grpc_service_proto_depIdxs = []int32{
 	0,  // 0: isolatord.v1.Isolator.Prepare:input_type -> isolatord.v1.PrepareRequest
@@ -77,18 +80,20 @@ var file_isolatord_v1_isolatordv1grpc_service_proto_depIdxs = []int32{
 	7,  // 7: isolatord.v1.Isolator.Status:input_type -> isolatord.v1.StatusRequest
 	8,  // 8: isolatord.v1.Isolator.RemoveUnattributed:input_type -> isolatord.v1.RemoveUnattributedRequest
 	9,  // 9: isolatord.v1.Isolator.Attach:input_type -> isolatord.v1.AttachRequest
-	10, // 10: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
-	11, // 11: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
-	12, // 12: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
-	13, // 13: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
-	14, // 14: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
-	15, // 15: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
-	16, // 16: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
-	17, // 17: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
-	18, // 18: isolatord.v1.Isolator.RemoveUnattributed:output_type -> isolatord.v1.RemoveUnattributedResponse
-	19, // 19: isolatord.v1.Isolator.Attach:output_type -> isolatord.v1.AttachResponse
-	10, // [10:20] is the sub-list for method output_type
-	0,  // [0:10] is the sub-list for method input_type
+	10, // 10: isolatord.v1.Isolator.Drain:input_type -> isolatord.v1.DrainRequest
+	11, // 11: isolatord.v1.Isolator.Prepare:output_type -> isolatord.v1.PrepareResponse
+	12, // 12: isolatord.v1.Isolator.Isolate:output_type -> isolatord.v1.IsolateResponse
+	13, // 13: isolatord.v1.Isolator.Update:output_type -> isolatord.v1.UpdateResponse
+	14, // 14: isolatord.v1.Isolator.Usage:output_type -> isolatord.v1.UsageResponse
+	15, // 15: isolatord.v1.Isolator.Cleanup:output_type -> isolatord.v1.CleanupResponse
+	16, // 16: isolatord.v1.Isolator.Get:output_type -> isolatord.v1.GetResponse
+	17, // 17: isolatord.v1.Isolator.List:output_type -> isolatord.v1.ListResponse
+	18, // 18: isolatord.v1.Isolator.Status:output_type -> isolatord.v1.StatusResponse
+	19, // 19: isolatord.v1.Isolator.RemoveUnattributed:output_type -> isolatord.v1.RemoveUnattributedResponse
+	20, // 20: isolatord.v1.Isolator.Attach:output_type -> isolatord.v1.AttachResponse
+	21, // 21: isolatord.v1.Isolator.Drain:output_type -> isolatord.v1.DrainResponse
+	11, // [11:22] is the sub-list for method output_type
+	0,  // [0:11] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -36,6 +36,7 @@ const (
 	Isolator_Status_FullMethodName             = "/isolatord.v1.Isolator/Status"
 	Isolator_RemoveUnattributed_FullMethodName = "/isolatord.v1.Isolator/RemoveUnattributed"
 	Isolator_Attach_FullMethodName             = "/isolatord.v1.Isolator/Attach"
+	Isolator_Drain_FullMethodName              = "/isolatord.v1.Isolator/Drain"
 )
 
 // IsolatorClient is the client API for Isolator service.
@@ -72,6 +73,9 @@ type IsolatorClient interface {
 	// Attach is Prepare then Isolate in one call, for a client that does
 	// both at once (the CNI plugin's ADD): see AttachRequest.
 	Attach(ctx context.Context, in *v1.AttachRequest, opts ...grpc.CallOption) (*v1.AttachResponse, error)
+	// Drain puts a container's holding of static ports into draining (or
+	// back): no new flows, its live flows kept (docs/handoff.md).
+	Drain(ctx context.Context, in *v1.DrainRequest, opts ...grpc.CallOption) (*v1.DrainResponse, error)
 }
 
 type isolatorClient struct {
@@ -182,6 +186,16 @@ func (c *isolatorClient) Attach(ctx context.Context, in *v1.AttachRequest, opts 
 	return out, nil
 }
 
+func (c *isolatorClient) Drain(ctx context.Context, in *v1.DrainRequest, opts ...grpc.CallOption) (*v1.DrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.DrainResponse)
+	err := c.cc.Invoke(ctx, Isolator_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IsolatorServer is the server API for Isolator service.
 // All implementations must embed UnimplementedIsolatorServer
 // for forward compatibility.
@@ -216,6 +230,9 @@ type IsolatorServer interface {
 	// Attach is Prepare then Isolate in one call, for a client that does
 	// both at once (the CNI plugin's ADD): see AttachRequest.
 	Attach(context.Context, *v1.AttachRequest) (*v1.AttachResponse, error)
+	// Drain puts a container's holding of static ports into draining (or
+	// back): no new flows, its live flows kept (docs/handoff.md).
+	Drain(context.Context, *v1.DrainRequest) (*v1.DrainResponse, error)
 	mustEmbedUnimplementedIsolatorServer()
 }
 
@@ -255,6 +272,9 @@ func (UnimplementedIsolatorServer) RemoveUnattributed(context.Context, *v1.Remov
 }
 func (UnimplementedIsolatorServer) Attach(context.Context, *v1.AttachRequest) (*v1.AttachResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Attach not implemented")
+}
+func (UnimplementedIsolatorServer) Drain(context.Context, *v1.DrainRequest) (*v1.DrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedIsolatorServer) mustEmbedUnimplementedIsolatorServer() {}
 func (UnimplementedIsolatorServer) testEmbeddedByValue()                  {}
@@ -457,6 +477,24 @@ func _Isolator_Attach_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Isolator_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IsolatorServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Isolator_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IsolatorServer).Drain(ctx, req.(*v1.DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Isolator_ServiceDesc is the grpc.ServiceDesc for Isolator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -503,6 +541,10 @@ var Isolator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Attach",
 			Handler:    _Isolator_Attach_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _Isolator_Drain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,128 @@
+package isolator
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/isolatord/isolatord/isolator/plane"
+)
+
+// drainDP is the fake data plane with drains recorded.
+type drainDP struct {
+	*fakeDP
+	mu    sync.Mutex
+	calls []string
+}
+
+func (d *drainDP) Drain(_ context.Context, c plane.Container, port uint16, on bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, c.ID+":"+strconv.Itoa(int(port))+":"+map[bool]string{true: "on", false: "off"}[on])
+	return nil
+}
+
+func (d *drainDP) DrainState(string) []plane.DrainPort { return nil }
+
+func (d *drainDP) CutDrain(context.Context, plane.Container, uint16) error { return nil }
+
+func (d *drainDP) got() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.calls...)
+}
+
+func wantKind(t *testing.T, err error, k *Kind, mentions ...string) {
+	t.Helper()
+	if !errors.Is(err, k) {
+		t.Fatalf("got %v, want %s", err, k)
+	}
+	for _, m := range mentions {
+		if !strings.Contains(err.Error(), m) {
+			t.Errorf("%q does not mention %q", err, m)
+		}
+	}
+}
+
+// TestHandoffBookkeeping: bad handoffs and drains change nothing; a
+// successor reserves the port shared with its predecessor (made shared),
+// the predecessor drains once the successor is isolated, and the
+// successor holds the port exclusively again after the predecessor's
+// cleanup.
+func TestHandoffBookkeeping(t *testing.T) {
+	dp := &drainDP{fakeDP: newFakeDP()}
+	s, err := New(testConfig(t, t.TempDir()), dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	if _, err := s.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	one := func(p uint32) []PortSpec { return []PortSpec{{p, p, false}} }
+	if _, err := s.Prepare(bg, "a", one(31000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Isolate(bg, "a", nsTarget(t, "a")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Get(bg, "a")
+
+	_, err = s.PrepareWith(bg, "x", PrepareOptions{Ports: one(31001), HandoffFrom: "a", HandoffPorts: []uint16{31001}})
+	wantKind(t, err, ErrFailedPrecondition, "handoff_ports", "31001", "nobody")
+	_, err = s.PrepareWith(bg, "x", PrepareOptions{Ports: one(31002), HandoffFrom: "a", HandoffPorts: []uint16{31000}})
+	wantKind(t, err, ErrInvalidArgument, "handoff_ports", "31000")
+	_, err = s.PrepareWith(bg, "x", PrepareOptions{Ports: one(31000), HandoffFrom: "ghost", HandoffPorts: []uint16{31000}})
+	wantKind(t, err, ErrInvalidArgument, "handoff_from", "ghost")
+	_, err = s.PrepareWith(bg, "x", PrepareOptions{Ports: one(31000), HandoffPorts: []uint16{31000}})
+	wantKind(t, err, ErrInvalidArgument, "handoff_ports")
+	_, err = s.Drain(bg, "a", []uint16{31005}, false, 0)
+	wantKind(t, err, ErrInvalidArgument, "ports", "31005", "nobody")
+	_, err = s.Drain(bg, "x", []uint16{31000}, false, 0)
+	wantKind(t, err, ErrNotFound, "x")
+	after, _ := s.Get(bg, "a")
+	if !after.Ports.Equal(before.Ports) || !after.Shared.Equal(before.Shared) || !after.Draining.Empty() {
+		t.Fatalf("bad input changed a: %+v", after)
+	}
+	if _, err := s.Get(bg, "x"); err == nil {
+		t.Fatal("a refused prepare left x")
+	}
+	if c := dp.got(); len(c) != 0 {
+		t.Fatalf("drains after bad input: %v", c)
+	}
+
+	b, err := s.PrepareWith(bg, "b", PrepareOptions{Ports: one(31000), HandoffFrom: "a", HandoffPorts: []uint16{31000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Get(bg, "a")
+	if !a.Shared.Contains(31000) || a.Ports.Contains(31000) || !b.Shared.Contains(31000) || b.HandoffFrom != "a" {
+		t.Fatalf("after b's prepare: a %s/%s, b %s/%s from %q", a.Ports, a.Shared, b.Ports, b.Shared, b.HandoffFrom)
+	}
+	if c := dp.got(); len(c) != 0 {
+		t.Fatalf("drains before b is isolated: %v", c)
+	}
+	if b, err = s.Isolate(bg, "b", nsTarget(t, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if c := dp.got(); len(c) != 1 || c[0] != "a:31000:on" {
+		t.Fatalf("drains after b's isolate: %v", c)
+	}
+	a, _ = s.Get(bg, "a")
+	if !a.Draining.Contains(31000) || b.HandoffFrom != "" {
+		t.Fatalf("after b's isolate: a drains %s, b handoff from %q", a.Draining, b.HandoffFrom)
+	}
+	if err := s.Cleanup(bg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = s.Get(bg, "b")
+	if !b.Ports.Contains(31000) || !b.Shared.Empty() {
+		t.Fatalf("after a's cleanup b holds %s exclusively, %s shared; want 31000 exclusively", b.Ports, b.Shared)
+	}
+	_, err = s.Prepare(bg, "y", []PortSpec{{31000, 31000, true}})
+	wantKind(t, err, ErrFailedPrecondition, "b")
+}
