@@ -38,8 +38,8 @@ import (
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/isolator/plane"
-	"github.com/isolatord/isolatord/isolator/store"
 	"github.com/isolatord/isolatord/isolator/plane/rate"
+	"github.com/isolatord/isolatord/isolator/store"
 )
 
 // DataPlane is the kernel side as the lifecycle sees it, in the types of
