@@ -181,9 +181,24 @@ func ourProcess(pid int, dir string) bool {
 	return strings.Contains(string(b), dir+"/")
 }
 
+// inContainerOf reports whether pid is a live process in a mount
+// namespace of its own (not ours: our namespace may still hold mounts under
+// dir) with a mount under dir: a container of the dockerd whose directory
+// dir is.
+func inContainerOf(pid int, dir string) bool {
+	ours, err1 := os.Readlink("/proc/self/ns/mnt")
+	its, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err1 != nil || err2 != nil || ours == its {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	return err == nil && strings.Contains(string(b), dir+"/")
+}
+
 // endShims kills what this dockerd left running after it stopped:
 // processes whose command line names its directory (shims whose
-// containerd died with a killed dockerd).
+// containerd died with a killed dockerd) and containers' processes (their
+// mounts are under its directory).
 func (k *dockerd) endShims() {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -194,7 +209,7 @@ func (k *dockerd) endShims() {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if ourProcess(pid, k.dir) {
+		if ourProcess(pid, k.dir) || inContainerOf(pid, k.dir) {
 			k.t.Logf("killing pid %d left by the test's dockerd", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
