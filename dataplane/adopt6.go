@@ -60,6 +60,9 @@ func (d *DataPlane) refreshContainerSide(c Container, pinPath string) error {
 		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
 			return err
 		}
+		if err := containerns.SetIPv6MTU(ns, ContainerEth0, d.info.MTU); err != nil {
+			return err
+		}
 	}
 	cf, err := d.containerFiltersIn(ch)
 	if err != nil {

@@ -107,6 +107,7 @@ func testContainerIPv6Config(t *testing.T, off []string) {
 		"net/ipv6/conf/eth0/autoconf":             "0",
 		"net/ipv6/conf/eth0/router_solicitations": "0",
 		"net/ipv6/conf/eth0/addr_gen_mode":        "1",
+		"net/ipv6/conf/eth0/mtu":                  "1400", // eth0 has EthMTU (mtu.go)
 		"net/ipv4/ip_local_port_range":            "40960 40975",
 		// eth0's IPv4 settings go in the same request as its address
 		// generation mode.
