@@ -57,10 +57,7 @@ func (d *DataPlane) refreshContainerSide(c Container, pinPath string) error {
 		return err
 	}
 	if d.v6 != nil {
-		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
-			return err
-		}
-		if err := containerns.SetIPv6MTU(ns, ContainerEth0, d.info.MTU); err != nil {
+		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6, d.info.MTU); err != nil {
 			return err
 		}
 	}

@@ -517,11 +517,7 @@ func (d *DataPlane) syncInside(j inside) error {
 			}
 		}
 	case d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu):
-		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
-			return err
-		}
-		// eth0 keeps EthMTU; its IPv6 routes the host's MTU.
-		if err := containerns.SetIPv6MTU(ns, ContainerEth0, d.info.MTU); err != nil {
+		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6, d.info.MTU); err != nil {
 			return err
 		}
 	}

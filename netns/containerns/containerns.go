@@ -152,10 +152,7 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 		return cl, fmt.Errorf("container %s up: %w", cfg.Eth0, err)
 	}
 	if cfg.IPv6 != nil {
-		if err := postIPv6Up(h, cl.Eth0, cfg.IPv6); err != nil {
-			return cl, err
-		}
-		if err := SetIPv6MTU(ns, cfg.Eth0, cfg.MTU); err != nil {
+		if err := postIPv6Up(h, cl.Eth0, cfg.IPv6, cfg.MTU); err != nil {
 			return cl, err
 		}
 	}

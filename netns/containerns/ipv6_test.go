@@ -107,7 +107,6 @@ func testContainerIPv6Config(t *testing.T, off []string) {
 		"net/ipv6/conf/eth0/autoconf":             "0",
 		"net/ipv6/conf/eth0/router_solicitations": "0",
 		"net/ipv6/conf/eth0/addr_gen_mode":        "1",
-		"net/ipv6/conf/eth0/mtu":                  "1400", // eth0 has EthMTU (mtu.go)
 		"net/ipv4/ip_local_port_range":            "40960 40975",
 		// eth0's IPv4 settings go in the same request as its address
 		// generation mode.
@@ -153,6 +152,9 @@ func testContainerIPv6Config(t *testing.T, off []string) {
 	}
 	var rs []string
 	for _, r := range routes {
+		if r.Type == unix.RTN_UNICAST && r.MTU != 1400 {
+			t.Errorf("container IPv6 route %v via %v: MTU metric %d, want the host's 1400 (eth0 has EthMTU)", r.Dst, r.Gw, r.MTU)
+		}
 		if r.Type == unix.RTN_UNICAST && r.Gw != nil {
 			rs = append(rs, fmt.Sprintf("%v via %v metric %d", r.Dst, r.Gw, r.Priority))
 		}

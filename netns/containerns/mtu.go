@@ -1,17 +1,13 @@
 package containerns
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
-	"strconv"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/isolatord/isolatord/netns/nshandle"
-	"github.com/isolatord/isolatord/netns/sysctl"
+	"github.com/isolatord/isolatord/netns/hostlink"
 )
 
 // MTUs of a container (docs/fragments.md, "The lo path"). A veth checks
@@ -25,10 +21,16 @@ import (
 //     frame larger than the wire's MTU on it (GSO packets aside, which
 //     the kernel segments to the MSS the route gave), whatever it sets
 //     inside.
-//   - What the container sends keeps the host's MTU: IPv4 through an MTU
-//     metric on the routes through eth0 (the connected one, replaced, and
-//     the default one), IPv6 through eth0's net/ipv6/conf/eth0/mtu (which
-//     routes without a metric go by). TCP's MSS follows from them.
+//   - What the container sends keeps the host's MTU: an MTU metric on
+//     its routes through eth0, IPv4 (the connected one, replaced, and the
+//     default one) and IPv6 (the prefix routes of its addresses, replaced,
+//     and the host's routes). TCP's MSS follows from them. Not IPv6's
+//     net/ipv6/conf/eth0/mtu: the kernel resets that to the device's MTU
+//     at every carrier change (addrconf_notify, NETDEV_CHANGE), and with
+//     it the metrics equal to it (rt6_mtu_change). Routes the kernel adds
+//     itself (IPv4 broadcast, IPv6 ff00::/8) keep eth0's MTU: a
+//     broadcast or multicast datagram over the host's MTU is dropped at
+//     the host veth instead of being fragmented.
 //   - lo has the host's MTU, as before.
 const EthMTU = 65535
 
@@ -62,29 +64,29 @@ func connectedMTU4(h *netlink.Handle, idx int, addr net.IPNet, mtu int) error {
 	return nil
 }
 
-// SetIPv6MTU writes mtu to net/ipv6/conf/<eth0>/mtu in namespace ns: the
-// MTU of the container's IPv6 routes through eth0. The kernel resets it
-// to the device's MTU when eth0 comes up or its MTU changes, so it is
-// written after those (Configure, TurnOnIPv6, the follower). A namespace
-// without IPv6 on eth0 is left alone.
-func SetIPv6MTU(ns *nshandle.NS, eth0 string, mtu int) error {
+// ip6RoutePrioAddrconf is the metric of the prefix route the kernel
+// adds with an IPv6 address (IP6_RT_PRIO_ADDRCONF).
+const ip6RoutePrioAddrconf = 256
+
+// prefixMTU6 replaces the prefix route the kernel made for each of eth0's
+// IPv6 addresses (link idx) by the same route with an MTU metric. The
+// kernel deletes it with the address all the same (cleanup_prefix_route
+// finds it by prefix and device).
+func prefixMTU6(h *netlink.Handle, idx int, v6 *hostlink.IPv6, mtu int) error {
 	if mtu <= 0 {
 		return nil
 	}
-	name := "net/ipv6/conf/" + eth0 + "/mtu"
-	err := sysctl.In(ns, func(sd *sysctl.Dir) error {
-		if !sd.HasIPv6() {
-			return nil
+	for _, a := range addrs6(v6) {
+		ones, bits := a.Mask.Size()
+		if ones >= bits || bits != 128 {
+			continue
 		}
-		if v, err := sd.Read(name); err == nil && v == strconv.Itoa(mtu) {
-			return nil
-		} else if errors.Is(err, fs.ErrNotExist) {
-			return nil
+		dst := &net.IPNet{IP: a.IP.Mask(a.Mask), Mask: a.Mask}
+		r := &netlink.Route{LinkIndex: idx, Family: netlink.FAMILY_V6, Dst: dst, Protocol: unix.RTPROT_KERNEL,
+			Priority: ip6RoutePrioAddrconf, MTU: mtu}
+		if err := h.RouteReplace(r); err != nil {
+			return fmt.Errorf("container IPv6 prefix route %s MTU %d: %w", dst, mtu, err)
 		}
-		return sd.Write(name, strconv.Itoa(mtu))
-	})
-	if err != nil {
-		return fmt.Errorf("container %s IPv6 MTU %d: %w", eth0, mtu, err)
 	}
 	return nil
 }
