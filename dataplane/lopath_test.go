@@ -54,13 +54,15 @@ func sendFrom(t testing.TB, ns doer, network, addr, msg string) {
 // the host's IPv6 address reach the container whole (lo does not
 // fragment them; the container's eth0 takes them), and its echo server
 // answers those over the host addresses (its reply is fragmented in the
-// container at lo's MTU, the host's).
+// container at lo's MTU, the host's); a host echo server's large replies
+// reach a container.
 func TestFragmentsHostToContainerLo(t *testing.T) {
 	checkRootUnchanged(t)
 	e := steeredEnv6(t)
 	a := e.start("A", 1, "40960-41983", "31000-31009", "", 31000)
 	pc4 := listenUDPIn(t, a.proc, "udp4", "0.0.0.0:31001")
 	pc6 := listenUDPIn(t, a.proc, "udp6", "[::]:31002")
+	serveIn(t, e.sb.Host, "[::]:8000", "host")
 	for _, n := range fragSizes {
 		for _, c := range []struct {
 			nw, addr string
@@ -79,6 +81,9 @@ func TestFragmentsHostToContainerLo(t *testing.T) {
 		}
 		mustEchoBig(t, e.sb.Host, "udp4", hostAddr(31000), "A", bigMsg("h4", n))
 		mustEchoBig(t, e.sb.Host, "udp6", host6Addr(e, 31000), "A", bigMsg("h6", n))
+		// A host server's large reply to a container.
+		mustEchoBig(t, a.proc, "udp4", hostAddr(8000), "host", bigMsg("r4", n))
+		mustEchoBig(t, a.proc, "udp6", host6Addr(e, 8000), "host", bigMsg("r6", n))
 	}
 }
 
