@@ -301,7 +301,8 @@ func TestFollowIPv4RenumberGatewayMTU(t *testing.T) {
 		t.Errorf("container's outgoing connection: source %q, err %v; want 198.18.0.1", src, err)
 	}
 
-	// 3. MTU 1,500 -> 1,400 -> 1,500: eth0, lo and the host veth follow.
+	// 3. MTU 1,500 -> 1,400 -> 1,500: eth0's route metrics (eth0 stays at
+	// containerns.EthMTU), lo and the host veth follow.
 	for _, mtu := range []int{1400, 1500} {
 		ip(t, sb.Host, "link", "set", "eth0", "mtu", fmt.Sprint(mtu))
 		took = fe.waitInLine(t, web.proc, "web", port, "198.18.0.1/24", "198.18.0.2", mtu)

@@ -2,7 +2,8 @@
 // the host's IPv4 address and MAC (and, when asked, its IPv6 addresses:
 // ipv6.go): the settings every traffic path needs
 // (sysctls, per-device IPv4 settings), lo with the host's MAC and MTU, eth0
-// with the host's address, and the default route. It also names the host
+// with the host's address, and the default route; eth0 has MTU EthMTU and
+// the routes through it the host's MTU (mtu.go). It also names the host
 // sysctls copied into every container. It is tested on a real veth between
 // scratch namespaces (root; the tests skip otherwise).
 package containerns
