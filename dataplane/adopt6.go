@@ -58,7 +58,7 @@ func (d *DataPlane) refreshContainerSide(c plane.Container, pinPath string) erro
 		return err
 	}
 	if d.v6 != nil {
-		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
+		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6, d.info.MTU); err != nil {
 			return err
 		}
 	}

@@ -646,13 +646,23 @@ func TestAttackSuite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := h.LinkSetMTU(l, 9000); err != nil {
-				t.Fatal(err)
+			// eth0 has containerns.EthMTU already; the host's MTU is
+			// on its routes: the tenant raises them.
+			setRouteMTU := func(mtu int) {
+				rs, err := h.RouteList(l, netlink.FAMILY_V4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range rs {
+					r.MTU = mtu
+					if err := h.RouteReplace(&r); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
+			setRouteMTU(9000)
 			x.sendUDP(t, nil, clientAddr(bedClientPort), append(m, make([]byte, 4000)...))
-			if err := h.LinkSetMTU(l, x.e.info.MTU); err != nil {
-				t.Fatal(err)
-			}
+			setRouteMTU(x.e.info.MTU) // as it was
 			x.nothingReached(t, m)
 			st1, err := x.e.d.Stats(context.Background(), x.a.c)
 			if err != nil {

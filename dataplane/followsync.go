@@ -504,7 +504,7 @@ func (d *DataPlane) syncInside(j inside) error {
 	case d.v6 != nil && in.v6 == "" && want.v6 != "":
 		// IPv6 came on (--ipv6=auto): the container gets it as a
 		// host process would.
-		if err := containerns.TurnOnIPv6(ns, ch, ContainerEth0, d.v6); err != nil {
+		if err := containerns.TurnOnIPv6(ns, ch, ContainerEth0, d.v6, d.info.MTU); err != nil {
 			return err
 		}
 		// Its neighbour sync member again, now serving IPv6 too (its
@@ -518,7 +518,7 @@ func (d *DataPlane) syncInside(j inside) error {
 			}
 		}
 	case d.v6 != nil && (in.v6 != want.v6 || in.mtu != want.mtu):
-		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6); err != nil {
+		if err := containerns.SyncIPv6(ch, ContainerEth0, d.v6, d.info.MTU); err != nil {
 			return err
 		}
 	}

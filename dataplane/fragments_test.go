@@ -120,8 +120,7 @@ func TestFragmentsAcrossRestart(t *testing.T) {
 // host IP and a host IPv6 address: fragmented in the container (its lo
 // has the host's MTU), every fragment goes out through the host, the
 // first to the port's owner, the later ones after it. (Through 127.0.0.1
-// and ::1 they stay lost, and the host's replies larger than the veth's
-// MTU do not reach a container: docs/fragments.md.)
+// and ::1 they stay lost: docs/fragments.md.)
 func TestFragmentsBetweenContainers(t *testing.T) {
 	checkRootUnchanged(t)
 	e := steeredEnv6(t)

@@ -7,6 +7,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// containerEthMTU is the MTU isolatord gives a container's eth0
+// (containerns.EthMTU): the host's own datagrams over lo reach it whole,
+// while its routes and lo carry the host's MTU (docs/fragments.md).
+const containerEthMTU = 65535
+
 // nsIface is what the container's interface looks like from inside its
 // namespace: what the CNI result reports.
 type nsIface struct {
@@ -36,6 +41,13 @@ func readNSIface(nsPath, ifname string) (nsIface, error) {
 		return out, fmt.Errorf("%s in %s: %w", ifname, nsPath, err)
 	}
 	out.MAC, out.MTU = l.mac, l.mtu
+	if l.mtu == containerEthMTU {
+		// isolatord's eth0: the MTU the container sends with is the
+		// host's, on its routes and its lo (containerns.EthMTU).
+		if lo, err := s.linkByName("lo"); err == nil {
+			out.MTU = lo.mtu
+		}
+	}
 	addrs, err := s.addresses(l.index)
 	if err != nil {
 		return out, fmt.Errorf("addresses of %s in %s: %w", ifname, nsPath, err)

@@ -2,7 +2,8 @@
 // the host's IPv4 address and MAC (and, when asked, its IPv6 addresses:
 // ipv6.go): the settings every traffic path needs
 // (sysctls, per-device IPv4 settings), lo with the host's MAC and MTU, eth0
-// with the host's address, and the default route. It also names the host
+// with the host's address, and the default route; eth0 has MTU EthMTU and
+// the routes through it the host's MTU (mtu.go). It also names the host
 // sysctls copied into every container. It is tested on a real veth between
 // scratch namespaces (root; the tests skip otherwise).
 package containerns
@@ -29,7 +30,7 @@ type Config struct {
 	Lo      string           // loopback name, "" = "lo"
 	Addr    net.IPNet        // the host's primary IPv4 address and prefix
 	MAC     net.HardwareAddr // the host's MAC (given to lo; eth0 got it at creation)
-	MTU     int              // the host's MTU (given to lo; eth0 got it at creation)
+	MTU     int              // the host's MTU (lo's, and the routes' through eth0; eth0 gets EthMTU: mtu.go)
 	Gateway net.IP           // default gateway, nil for none
 	Ports   ephemeral.Range  // becomes ip_local_port_range
 	Copy    []sysctl.Setting // host sysctls to replicate (skipped if missing in the namespace)
@@ -113,6 +114,9 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 
 	ethConf, loConf := Devconf()
 	ethChange := linkChange{index: cl.Eth0, ipv4: ethConf, noAddrGen: cfg.IPv6 != nil}
+	if cfg.MTU > 0 {
+		ethChange.mtu = EthMTU // the routes carry cfg.MTU (mtu.go)
+	}
 	// lo's settings only let more through (accept_local, route_localnet,
 	// rp_filter off), so that the kernel sets them just after the flags
 	// within the request opens no window for anything unwanted.
@@ -149,12 +153,15 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 		return cl, fmt.Errorf("container %s up: %w", cfg.Eth0, err)
 	}
 	if cfg.IPv6 != nil {
-		if err := postIPv6Up(h, cl.Eth0, cfg.IPv6); err != nil {
+		if err := postIPv6Up(h, cl.Eth0, cfg.IPv6, cfg.MTU); err != nil {
 			return cl, err
 		}
 	}
+	if err := connectedMTU4(h, cl.Eth0, cfg.Addr, cfg.MTU); err != nil {
+		return cl, err
+	}
 	if cfg.Gateway != nil {
-		r := &netlink.Route{LinkIndex: cl.Eth0, Gw: cfg.Gateway.To4(), Scope: netlink.SCOPE_UNIVERSE}
+		r := &netlink.Route{LinkIndex: cl.Eth0, Gw: cfg.Gateway.To4(), Scope: netlink.SCOPE_UNIVERSE, MTU: cfg.MTU}
 		if err := h.RouteReplace(r); err != nil {
 			return cl, fmt.Errorf("container default route via %s: %w", cfg.Gateway, err)
 		}

@@ -98,9 +98,15 @@ func TestConfigure(t *testing.T) {
 	if len(addrs) != 1 || addrs[0].IPNet.String() != "198.18.0.1/24" {
 		t.Fatalf("container eth0 addresses %v (IPv6 must be off)", addrs)
 	}
+	if eth.Attrs().MTU != EthMTU {
+		t.Errorf("container eth0 MTU %d, want %d", eth.Attrs().MTU, EthMTU)
+	}
 	routes, _ := ch.RouteList(eth, netlink.FAMILY_V4)
 	var gw bool
 	for _, r := range routes {
+		if r.MTU != 1400 {
+			t.Errorf("container route %s via %s: MTU metric %d, want the host's 1400", r.Dst, r.Gw, r.MTU)
+		}
 		if (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw.Equal(net.ParseIP("198.18.0.2")) {
 			gw = true
 		}

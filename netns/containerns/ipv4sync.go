@@ -13,7 +13,7 @@ import (
 type Host4 struct {
 	Addr    net.IPNet        // the host's primary IPv4 address; IP nil: it has none now
 	Gateway net.IP           // IPv4 default gateway, nil for none
-	MTU     int              // eth0's and lo's MTU (0: left alone)
+	MTU     int              // lo's MTU and the routes' through eth0 (0: left alone; eth0 gets EthMTU)
 	MAC     net.HardwareAddr // eth0's and lo's MAC (nil: left alone)
 }
 
@@ -45,7 +45,11 @@ func SyncIPv4(h *netlink.Handle, eth0, lo string, want Host4) error {
 	if err := addAddr4(h, eth, have, want.Addr); err != nil {
 		return err
 	}
-	if err := syncLink(h, eth, want); err != nil {
+	ethWant := want
+	if want.MTU > 0 {
+		ethWant.MTU = EthMTU // the routes carry want.MTU (mtu.go)
+	}
+	if err := syncLink(h, eth, ethWant); err != nil {
 		return err
 	}
 	if l, err := h.LinkByName(lo); err != nil {
@@ -53,7 +57,7 @@ func SyncIPv4(h *netlink.Handle, eth0, lo string, want Host4) error {
 	} else if err := syncLink(h, l, want); err != nil {
 		return err
 	}
-	if err := syncDefault4(h, eth, want); err != nil {
+	if err := syncRoutes4(h, eth, want); err != nil {
 		return err
 	}
 	for _, a := range have {
@@ -77,7 +81,7 @@ func SyncIPv4(h *netlink.Handle, eth0, lo string, want Host4) error {
 	if err := addAddr4(h, eth, now, want.Addr); err != nil {
 		return err
 	}
-	return syncDefault4(h, eth, want)
+	return syncRoutes4(h, eth, want)
 }
 
 // addAddr4 adds want to eth unless have lists it (IP nil: nothing).
@@ -118,7 +122,7 @@ func syncLink(h *netlink.Handle, l netlink.Link, want Host4) error {
 func syncDefault4(h *netlink.Handle, eth netlink.Link, want Host4) error {
 	idx := eth.Attrs().Index
 	if want.Gateway != nil && want.Addr.IP != nil {
-		r := &netlink.Route{LinkIndex: idx, Gw: want.Gateway.To4(), Scope: netlink.SCOPE_UNIVERSE}
+		r := &netlink.Route{LinkIndex: idx, Gw: want.Gateway.To4(), Scope: netlink.SCOPE_UNIVERSE, MTU: want.MTU}
 		err := h.RouteReplace(r)
 		if errors.Is(err, unix.ENETUNREACH) {
 			// A gateway outside the container's subnet: the host reaches

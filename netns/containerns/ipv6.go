@@ -80,13 +80,18 @@ func preIPv6Up(h *netlink.Handle, eth, lo netlink.Link, v6 *hostlink.IPv6) error
 }
 
 // postIPv6Up adds the host's IPv6 routes once eth0 is up (a route via a
-// gateway needs its device up).
-func postIPv6Up(h *netlink.Handle, eth int, v6 *hostlink.IPv6) error {
+// gateway needs its device up), with mtu as their MTU metric, and gives
+// the kernel's prefix routes of eth0's addresses that metric too
+// (mtu.go; 0: no metric).
+func postIPv6Up(h *netlink.Handle, eth int, v6 *hostlink.IPv6, mtu int) error {
+	if err := prefixMTU6(h, eth, v6, mtu); err != nil {
+		return err
+	}
 	for _, r := range v6.Routes {
 		if r.Dst == nil && r.Gw == nil {
 			continue
 		}
-		nr := &netlink.Route{LinkIndex: eth, Family: netlink.FAMILY_V6, Dst: r.Dst, Gw: r.Gw, Priority: r.Priority}
+		nr := &netlink.Route{LinkIndex: eth, Family: netlink.FAMILY_V6, Dst: r.Dst, Gw: r.Gw, Priority: r.Priority, MTU: mtu}
 		if r.Dst == nil {
 			nr.Dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 		}

@@ -152,6 +152,9 @@ func testContainerIPv6Config(t *testing.T, off []string) {
 	}
 	var rs []string
 	for _, r := range routes {
+		if r.Type == unix.RTN_UNICAST && r.MTU != 1400 {
+			t.Errorf("container IPv6 route %v via %v: MTU metric %d, want the host's 1400 (eth0 has EthMTU)", r.Dst, r.Gw, r.MTU)
+		}
 		if r.Type == unix.RTN_UNICAST && r.Gw != nil {
 			rs = append(rs, fmt.Sprintf("%v via %v metric %d", r.Dst, r.Gw, r.Priority))
 		}

@@ -16,9 +16,9 @@ import (
 // address of its own), then eth0's DAD, router advertisements,
 // autoconfiguration and router solicitations off, and only then IPv6 on
 // (all/disable_ipv6=0); then the host's addresses, lo's ::1 and the
-// host's routes. ns is the container's namespace, h a handle in it. A
+// host's routes, with mtu (the host's) as their MTU metric. ns is the container's namespace, h a handle in it. A
 // namespace that already has IPv6 addresses on eth0 is left to SyncIPv6.
-func TurnOnIPv6(ns *nshandle.NS, h *netlink.Handle, eth0 string, v6 *hostlink.IPv6) error {
+func TurnOnIPv6(ns *nshandle.NS, h *netlink.Handle, eth0 string, v6 *hostlink.IPv6, mtu int) error {
 	eth, err := h.LinkByName(eth0)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", eth0, err)
@@ -48,5 +48,5 @@ func TurnOnIPv6(ns *nshandle.NS, h *netlink.Handle, eth0 string, v6 *hostlink.IP
 	if err := preIPv6Up(h, eth, lo, v6); err != nil {
 		return err
 	}
-	return postIPv6Up(h, eth.Attrs().Index, v6)
+	return postIPv6Up(h, eth.Attrs().Index, v6, mtu)
 }

@@ -20,7 +20,8 @@ import (
 // address, and its veth filters no longer let it through). The
 // container keeps no IPv6 when it was created without (no IPv6 address
 // on eth0: turning it on takes the settings only Configure writes).
-func SyncIPv6(h *netlink.Handle, eth0 string, v6 *hostlink.IPv6) error {
+// Its routes through eth0 get mtu (the host's) as their MTU metric.
+func SyncIPv6(h *netlink.Handle, eth0 string, v6 *hostlink.IPv6, mtu int) error {
 	eth, err := h.LinkByName(eth0)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", eth0, err)
@@ -35,7 +36,7 @@ func SyncIPv6(h *netlink.Handle, eth0 string, v6 *hostlink.IPv6) error {
 	if err := addAddrs6(h, eth, v6); err != nil {
 		return err
 	}
-	if err := postIPv6Up(h, eth.Attrs().Index, v6); err != nil {
+	if err := postIPv6Up(h, eth.Attrs().Index, v6, mtu); err != nil {
 		return err
 	}
 	want := map[string]bool{}

@@ -41,7 +41,7 @@ func TestSyncIPv6(t *testing.T) {
 			LinkLocal: v6.LinkLocal,
 			Routes:    []hostlink.Route6{{Gw: net.ParseIP("fe80::3"), Priority: 1024}},
 		}
-		if err := SyncIPv6(ch, "eth0", &now); err != nil {
+		if err := SyncIPv6(ch, "eth0", &now, 1400); err != nil {
 			t.Fatalf("IPv6 %v: %v", withIPv6, err)
 		}
 		eth := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: cl.Eth0}}

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/test/sandbox"
 )
 
@@ -114,7 +115,24 @@ func namespaceEth0(t *testing.T, netnsPath string) string {
 			}
 		}
 	}
-	s := fmt.Sprintf("mac %s mtu %d", link.Attrs().HardwareAddr, link.Attrs().MTU)
+	// eth0 has containerns.EthMTU; the MTU the container sends with is
+	// the one of its routes (every one through eth0 carries the host's).
+	mtu := link.Attrs().MTU
+	if mtu == containerns.EthMTU {
+		mtu = 0
+		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			routes, err := h.RouteList(link, fam)
+			must(t, err)
+			for _, rt := range routes {
+				if rt.Type == unix.RTN_UNICAST && mtu == 0 {
+					mtu = rt.MTU
+				} else if rt.Type == unix.RTN_UNICAST && rt.MTU != mtu {
+					t.Errorf("eth0 in %s: route %v MTU %d, another one %d", netnsPath, rt.Dst, rt.MTU, mtu)
+				}
+			}
+		}
+	}
+	s := fmt.Sprintf("mac %s mtu %d", link.Attrs().HardwareAddr, mtu)
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		addrs, err := h.AddrList(link, fam)
 		must(t, err)
