@@ -19,9 +19,9 @@ func TestPlanDrain(t *testing.T) {
 	for i := range MaxPinsPerBucket + 4 {
 		live = append(live, uint16(30000+512*i)) // all in one bucket
 	}
-	flows := func(slot uint16) ([]uint16, bool) {
+	flows := func(slot uint16) ([]Flow, bool) {
 		if slot == a.Slot {
-			return live, true
+			return fls(live...), true
 		}
 		return nil, true
 	}
@@ -39,8 +39,8 @@ func TestPlanDrain(t *testing.T) {
 		t.Errorf("draining %v", got.Draining)
 	}
 	for _, p := range live[:40] {
-		if got.Holder(p) != a {
-			t.Errorf("live flow from %d goes to %+v, want A", p, got.Holder(p))
+		if got.Holder(fl(p)) != a {
+			t.Errorf("live flow from %d goes to %+v, want A", p, got.Holder(fl(p)))
 		}
 	}
 	if n := got.LivePins(a.Slot); n < 40 || n > 40+MaxPinsPerBucket {
@@ -55,7 +55,7 @@ func TestPlanDrain(t *testing.T) {
 			t.Fatalf("A drains alone: bucket %d goes to %+v, want Refuse", bk, h)
 		}
 	}
-	if alone.Holder(live[0]) != a {
+	if alone.Holder(fl(live[0])) != a {
 		t.Error("A drains alone: its live flow is not pinned")
 	}
 }
