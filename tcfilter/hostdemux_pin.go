@@ -148,12 +148,18 @@ func pinOf(f *netlink.U32, bkt uint32) (spread.Flow, bool) {
 	return fl, true
 }
 
-// newPinID is the lowest node id in f's bucket that no pin of sp uses.
+// newPinID is the lowest node id in f's bucket that no pin (or stray node
+// waiting for deletion) of sp uses.
 func (sp *sharedPort) newPinID(f spread.Flow) uint32 {
 	b := spread.Bucket(f.Port())
 	used := map[uint32]bool{}
 	for p, id := range sp.pinIDs {
 		if spread.Bucket(p.Port()) == b {
+			used[id] = true
+		}
+	}
+	for _, h := range sp.strays {
+		if _, bkt, id := SplitU32Handle(h); int(bkt) == b {
 			used[id] = true
 		}
 	}

@@ -104,6 +104,7 @@ type sharedPort struct {
 	present [spread.Buckets]bool
 	pins    map[spread.Flow]spread.Holder
 	pinIDs  map[spread.Flow]uint32 // each pin's node id in its bucket (newPinID)
+	strays  []uint32               // pin-range nodes that are no pin (older layout, duplicates): the next change deletes them
 	drain   map[uint16]bool        // draining holders: their marker nodes (hostdemux_drain.go)
 }
 
@@ -173,6 +174,7 @@ func indexSpread(sp *sharedPort, nodes []*netlink.U32) {
 		}
 		p, ok := pinOf(f, bkt)
 		if _, dup := sp.pins[p]; !ok || dup {
+			sp.strays = append(sp.strays, f.Handle)
 			continue
 		}
 		sp.setPin(p, nid, h)
@@ -416,7 +418,23 @@ func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 		undos = append(undos, undo{n: pinNode(sp.table, p, id, old), pin: p})
 		sp.dropPin(p)
 	}
+	x.dropStrays(sp)
 	return nil
+}
+
+// dropStrays deletes the nodes of sp's table in the pin range that are no
+// pin the index knows (a pin keyed on the source port alone, from an older
+// daemon, or a second node for one client): they would steer packets the
+// planner does not know of (newPinID never reuses their ids). Best
+// effort: what fails stays listed.
+func (x *HostDemux) dropStrays(sp *sharedPort) {
+	var left []uint32
+	for _, h := range sp.strays {
+		if err := x.d.del(KindIP, PrioIP, h); err != nil && !errors.Is(err, unix.ENOENT) {
+			left = append(left, h)
+		}
+	}
+	sp.strays = left
 }
 
 func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
@@ -443,6 +461,7 @@ func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
 		for s := range sp.drain {
 			hs = append(hs, drainHandle(sp.table, s))
 		}
+		hs = append(hs, sp.strays...)
 		for _, h := range hs {
 			if err := x.d.del(KindIP, PrioIP, h); err != nil && !errors.Is(err, unix.ENOENT) {
 				break // the table delete will take the rest
