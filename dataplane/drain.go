@@ -195,7 +195,7 @@ func (d *DataPlane) cutFlows(port uint16, flows spread.FlowSource) spread.FlowSo
 	if len(cut) == 0 || flows == nil {
 		return flows
 	}
-	return func(slot uint16) ([]uint16, bool) {
+	return func(slot uint16) ([]spread.Flow, bool) {
 		if cut[slot] && d.drain[port][slot] {
 			return nil, true
 		}

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -157,6 +159,30 @@ func TestDrainHandoff(t *testing.T) {
 	}
 	if newAt["B"] != 100 {
 		t.Fatalf("new connections after the handoff: %v, want all 100 at B", newAt)
+	}
+	// A hostile client: another address on the client side using the
+	// source ports of A's live flows. Pins match the client's address and
+	// port (read from A's sockets): its new connections reach B, and A's
+	// flows from those ports still reach A.
+	const other = "198.18.1.77" // off the /24: containers reach it through the gateway
+	if err := e.sb.Client.Do(func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		ad, _ := netlink.ParseAddr(other + "/32")
+		return netlink.AddrAdd(l, ad)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range flows[:10] {
+		got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource(net.JoinHostPort(other, fmt.Sprint(f.src))))
+		if err != nil || got != "B" {
+			t.Errorf("new connection from %s:%d (a source port A's flow pins) answered by %q (%v), want B", other, f.src, got, err)
+		}
+		if got, err := f.ask(); err != nil || got != "A" {
+			t.Errorf("A's connection from port %d answered by %q (%v) after another client used its port", f.src, got, err)
+		}
 	}
 
 	// A's flows end; reconciler passes drop its pins.

@@ -90,6 +90,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -146,14 +147,14 @@ func (d *DataPlane) facts(port uint16, uses spreadUses, flows spread.FlowSource)
 	f := spread.Facts{Flows: d.cutFlows(port, flows), Draining: d.drain[port]}
 	if uses[0] != nil && uses[1] != nil {
 		eth0, lo := uses[0][port], uses[1][port]
-		f.Seen = func(src uint16) bool {
+		f.Seen = func(src spread.Flow) bool {
 			for _, u := range []*tcfilter.SpreadUse{eth0, lo} {
 				if u == nil {
 					return true // not shared there: nothing to tell
 				}
 				age, ok := u.Pins[src]
 				if !ok {
-					age = u.Buckets[spread.Bucket(src)]
+					age = u.Buckets[spread.Bucket(src.Port())]
 				}
 				if age < idle {
 					return true
@@ -205,13 +206,13 @@ func (d *DataPlane) noteHeld(port uint16, hs []spread.Holder, plan *spread.Sprea
 type flowCache struct {
 	d      *DataPlane
 	ports  []uint16
-	got    map[uint16]map[uint16][]uint16 // slot -> local port -> remote ports
+	got    map[uint16]map[uint16][]spread.Flow // slot -> local port -> clients
 	failed map[uint16]bool
 	reads  int
 }
 
 func (d *DataPlane) newFlowCache(ports ...uint16) *flowCache {
-	return &flowCache{d: d, ports: ports, got: map[uint16]map[uint16][]uint16{}, failed: map[uint16]bool{}}
+	return &flowCache{d: d, ports: ports, got: map[uint16]map[uint16][]spread.Flow{}, failed: map[uint16]bool{}}
 }
 
 // maxParallelReads bounds the holders' namespaces read at the same time.
@@ -222,7 +223,7 @@ const maxParallelReads = 4
 // holders losing buckets or having pins), so a dry run finds it.
 func asked(plan func(spread.FlowSource)) []uint16 {
 	seen := map[uint16]bool{}
-	plan(func(slot uint16) ([]uint16, bool) { seen[slot] = true; return nil, false })
+	plan(func(slot uint16) ([]spread.Flow, bool) { seen[slot] = true; return nil, false })
 	return slices.Sorted(maps.Keys(seen))
 }
 
@@ -232,7 +233,7 @@ func asked(plan func(spread.FlowSource)) []uint16 {
 func (fc *flowCache) prefetch(slots []uint16) {
 	type result struct {
 		slot uint16
-		m    map[uint16][]uint16
+		m    map[uint16][]spread.Flow
 		err  error
 	}
 	var todo []uint16
@@ -256,11 +257,7 @@ func (fc *flowCache) prefetch(slots []uint16) {
 		go func(slot uint16, path string) {
 			defer func() { <-sem }()
 			cs, err := nsstats.Conns(path, fc.ports...)
-			m := map[uint16][]uint16{}
-			for _, c := range cs {
-				m[c.Local.Port()] = append(m[c.Local.Port()], c.Remote.Port())
-			}
-			results <- result{slot, m, err}
+			results <- result{slot, clientsOf(cs), err}
 		}(s, paths[s])
 	}
 	for range todo {
@@ -277,7 +274,7 @@ func (fc *flowCache) prefetch(slots []uint16) {
 
 // source is the spread.FlowSource of port. Call with d.mu held.
 func (fc *flowCache) source(port uint16) spread.FlowSource {
-	return func(slot uint16) ([]uint16, bool) {
+	return func(slot uint16) ([]spread.Flow, bool) {
 		if fc.failed[slot] {
 			return nil, false
 		}
@@ -296,10 +293,7 @@ func (fc *flowCache) source(port uint16) spread.FlowSource {
 				fc.failed[slot] = true
 				return nil, false
 			}
-			m = map[uint16][]uint16{}
-			for _, c := range cs {
-				m[c.Local.Port()] = append(m[c.Local.Port()], c.Remote.Port())
-			}
+			m = clientsOf(cs)
 			fc.got[slot] = m
 		}
 		return m[port], true
@@ -307,11 +301,27 @@ func (fc *flowCache) source(port uint16) spread.FlowSource {
 }
 
 // listed reports whether the holder in slot listed a flow from client
-// source port src on port when fc read it. Call with d.mu held.
-func (fc *flowCache) listed(port uint16) func(slot, src uint16) bool {
-	return func(slot, src uint16) bool {
+// src on port when fc read it. Call with d.mu held.
+func (fc *flowCache) listed(port uint16) func(slot uint16, src spread.Flow) bool {
+	return func(slot uint16, src spread.Flow) bool {
 		return slices.Contains(fc.got[slot][port], src)
 	}
+}
+
+// clientsOf maps the local ports of a holder's connections to their
+// clients, as pins match them: the remote address (an IPv4 client of a
+// dual-stack socket as plain IPv4, no zone) and port.
+func clientsOf(cs []nsstats.Conn) map[uint16][]spread.Flow {
+	m := map[uint16][]spread.Flow{}
+	for _, c := range cs {
+		a := c.Remote.Addr().Unmap().WithZone("")
+		if !a.IsValid() || a.IsUnspecified() {
+			continue
+		}
+		p := c.Local.Port()
+		m[p] = append(m[p], netip.AddrPortFrom(a, c.Remote.Port()))
+	}
+	return m
 }
 
 // nsPathOfSlot is the pinned namespace of the container in slot ("" if

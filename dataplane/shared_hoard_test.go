@@ -248,8 +248,8 @@ func TestSharedJoinHoarderBusy(t *testing.T) {
 	}
 	per := map[int]int{}
 	for p := range st.Spread.Pins {
-		if per[spread.Bucket(p)]++; per[spread.Bucket(p)] > spread.MaxPinsPerBucket {
-			t.Fatalf("bucket %d over the pin bound", spread.Bucket(p))
+		if per[spread.Bucket(p.Port())]++; per[spread.Bucket(p.Port())] > spread.MaxPinsPerBucket {
+			t.Fatalf("bucket %d over the pin bound", spread.Bucket(p.Port()))
 		}
 	}
 	t.Logf("after the join: %d of B's %d buckets held back, %d pins", held, due, len(st.Spread.Pins))
@@ -289,7 +289,7 @@ func TestSharedPinsFollowTraffic(t *testing.T) {
 	st, _ := e.d.Shared(port)
 	var talk, quiet []*flowConn
 	for _, f := range flows {
-		if _, ok := st.Spread.Pins[uint16(f.src)]; ok {
+		if _, ok := st.Spread.Pins[clientFlow(f.src)]; ok {
 			if len(talk) <= len(quiet) {
 				talk = append(talk, f)
 			} else {
@@ -309,12 +309,12 @@ func TestSharedPinsFollowTraffic(t *testing.T) {
 		e.pass()
 		st, _ = e.d.Shared(port)
 		for _, f := range talk {
-			if _, ok := st.Spread.Pins[uint16(f.src)]; !ok {
+			if _, ok := st.Spread.Pins[clientFlow(f.src)]; !ok {
 				t.Fatalf("talking connection from %d lost its pin", f.src)
 			}
 		}
 		for _, f := range quiet {
-			if _, ok := st.Spread.Pins[uint16(f.src)]; ok {
+			if _, ok := st.Spread.Pins[clientFlow(f.src)]; ok {
 				return false
 			}
 		}

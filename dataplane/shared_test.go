@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,9 +18,17 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/tcfilter"
+	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
+
+// clientFlow is the flow from the sandbox client's source port src, as a
+// pin matches it.
+func clientFlow(src int) spread.Flow {
+	a, _ := netip.AddrFromSlice(sandbox.ClientIP.To4())
+	return netip.AddrPortFrom(a, uint16(src))
+}
 
 // flowConn is a TCP connection from the sandbox client that stays open.
 type flowConn struct {
@@ -312,7 +321,7 @@ func TestSharedJoinPinsLateFlows(t *testing.T) {
 		t.Fatalf("the connection opened during the change was not answered by A first: %+v", late)
 	}
 	st, _ := e.d.Shared(port)
-	if h, ok := st.Spread.Pins[uint16(src)]; !ok || h.Slot != 1 {
+	if h, ok := st.Spread.Pins[clientFlow(src)]; !ok || h.Slot != 1 {
 		t.Fatalf("source port %d (bucket moved to B) not pinned to A: %v", src, st.Spread.Pins)
 	}
 	if got, err := late.ask(); err != nil || got != "A" {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -44,9 +46,9 @@ func TestTrafficDrainMarkers(t *testing.T) {
 	}
 	cur, _ := w.eth0D.Spread(port)
 	drainA := map[uint16]bool{a.slot: true}
-	flows := func(slot uint16) ([]uint16, bool) {
+	flows := func(slot uint16) ([]spread.Flow, bool) {
 		if slot == a.slot {
-			return srcs, true
+			return fls(srcs...), true
 		}
 		return nil, true
 	}
@@ -67,17 +69,41 @@ func TestTrafficDrainMarkers(t *testing.T) {
 			t.Errorf("A's connection from %d answered by %q (%v) while A drains", l.src, got, err)
 		}
 	}
-	newConn := func(src int) (string, error) {
+	newConnFrom := func(ip string, src int) (string, error) {
 		var reply string
 		err := w.s.Client.Do(func() (err error) {
-			reply, err = traffic.Echo(context.Background(), "tcp", addr, "x", traffic.WithSource(fmt.Sprintf(":%d", src)), traffic.WithTimeout(2*time.Second))
+			reply, err = traffic.Echo(context.Background(), "tcp", addr, "x", traffic.WithSource(net.JoinHostPort(ip, fmt.Sprint(src))), traffic.WithTimeout(2*time.Second))
 			return err
 		})
 		return traffic.ReplyName(reply), err
 	}
+	newConn := func(src int) (string, error) { return newConnFrom("", src) }
 	for i := range 20 {
 		if got, err := newConn(40000 + 2*i); err != nil || got != "cb" {
 			t.Fatalf("new connection %d answered by %q (%v), want cb", i, got, err)
+		}
+	}
+	// A hostile client: another address of the client side, from the
+	// source port of one of A's pinned flows. Pins match the client's
+	// address and port: its new connection reaches B, and A's flow from
+	// that port still reaches A.
+	other := "198.18.1.77" // off the /24: containers reach it through the gateway
+	if err := w.s.Client.Do(func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		a, _ := netlink.ParseAddr(other + "/32")
+		return netlink.AddrAdd(l, a)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range conns[:4] {
+		if got, err := newConnFrom(other, int(l.src)); err != nil || got != "cb" {
+			t.Errorf("new connection from %s:%d (A's pinned port) answered by %q (%v), want cb", other, l.src, got, err)
+		}
+		if got, err := l.ask(fmt.Sprint("after", i)); err != nil || got != "ca" {
+			t.Errorf("A's pinned connection from %d answered by %q (%v) after another client used its port", l.src, got, err)
 		}
 	}
 

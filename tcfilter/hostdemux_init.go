@@ -90,6 +90,11 @@ func (x *HostDemux) initLocked() error {
 	}
 	x.retryStale()
 	// Repairs.
+	// Pin-range nodes of spread tables that are no pin (the port-only
+	// pins of an older daemon) would steer every client's source port.
+	for _, sp := range x.shared {
+		x.dropStrays(sp)
+	}
 	for b := 0; b < 256; b++ {
 		switch {
 		case x.h2[b] > 0 && !x.h2Linked[b]:

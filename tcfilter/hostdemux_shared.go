@@ -3,7 +3,8 @@ package tcfilter
 // Shared ports (SetSpread, Unshare): the port's node in its H2 bucket
 // links to a spread table of its own, hashed on source-port bits 1..8
 // into spread.Buckets buckets; each bucket ends with one redirect to its
-// holder and may hold pins (one node per pinned client source port).
+// holder and may hold pins (one node per pinned client: its address and
+// source port, hostdemux_pin.go).
 // Changes add pins, then replace bucket nodes, then delete pins, so a
 // pinned flow never meets its moved bucket unpinned. Which holder gets
 // which bucket is package spread's (pure). Unsharing unlinks the port's
@@ -23,10 +24,6 @@ import (
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
 )
-
-// pinID is the node id of the pin of srcPort inside its bucket (1..0x100):
-// the source ports of one bucket differ only in bits 0 and 9..15.
-func pinID(srcPort uint16) uint32 { return 1 + (uint32(srcPort>>9)<<1 | uint32(srcPort&1)) }
 
 // checkSpread validates a spread to install for port.
 func checkSpread(port uint16, s *spread.Spread) error {
@@ -79,13 +76,16 @@ func checkSpread(port uint16, s *spread.Spread) error {
 		}
 	}
 	for p, h := range s.Pins {
-		if err := check(fmt.Sprintf("pin of source port %d", p), h); err != nil {
+		if err := checkFlow(p); err != nil {
+			return fmt.Errorf("shared port %d: %w", port, err)
+		}
+		if err := check(fmt.Sprintf("pin of client %s", p), h); err != nil {
 			return err
 		}
 		if err := same(h); err != nil {
 			return err
 		}
-		b := spread.Bucket(p)
+		b := spread.Bucket(p.Port())
 		if perBucket[b]++; perBucket[b] > spread.MaxPinsPerBucket {
 			return fmt.Errorf("shared port %d: bucket %d has more than %d pins", port, b, spread.MaxPinsPerBucket)
 		}
@@ -102,8 +102,10 @@ type sharedPort struct {
 	table   uint32
 	buckets [spread.Buckets]spread.Holder
 	present [spread.Buckets]bool
-	pins    map[uint16]spread.Holder
-	drain   map[uint16]bool // draining holders: their marker nodes (hostdemux_drain.go)
+	pins    map[spread.Flow]spread.Holder
+	pinIDs  map[spread.Flow]uint32 // each pin's node id in its bucket (newPinID)
+	strays  []uint32               // pin-range nodes that are no pin (older layout, duplicates): the next change deletes them
+	drain   map[uint16]bool        // draining holders: their marker nodes (hostdemux_drain.go)
 }
 
 // soleHolder reports whether every node of the port goes to slot.
@@ -131,10 +133,10 @@ func spreadNode(table uint32, b int, h spread.Holder) node {
 	}
 }
 
-func pinNode(table uint32, srcPort uint16, h spread.Holder) node {
+func pinNode(table uint32, f spread.Flow, id uint32, h spread.Holder) node {
 	return node{
-		prio: PrioIP, handle: MakeU32Handle(table, uint32(spread.Bucket(srcPort)), pinID(srcPort)), classid: ClassID(h.Slot),
-		sel: sel(nl.TC_U32_TERMINAL, sportKey(ephemeral.Range{Begin: srcPort, End: srcPort})), act: actRedirect, target: h.Target, own: true,
+		prio: PrioIP, handle: MakeU32Handle(table, uint32(spread.Bucket(f.Port())), id), classid: ClassID(h.Slot),
+		sel: sel(nl.TC_U32_TERMINAL, pinKeys(f)...), act: actRedirect, target: h.Target, own: true,
 	}
 }
 
@@ -170,14 +172,12 @@ func indexSpread(sp *sharedPort, nodes []*netlink.U32) {
 			sp.present[bkt] = true
 			continue
 		}
-		p, ok := pinOf(f, bkt, nid)
-		if !ok {
+		p, ok := pinOf(f, bkt)
+		if _, dup := sp.pins[p]; !ok || dup {
+			sp.strays = append(sp.strays, f.Handle)
 			continue
 		}
-		if sp.pins == nil {
-			sp.pins = map[uint16]spread.Holder{}
-		}
-		sp.pins[p] = h
+		sp.setPin(p, nid, h)
 	}
 }
 
@@ -295,10 +295,12 @@ func (x *HostDemux) share(port uint16, want *spread.Spread) error {
 	}
 	sp := &sharedPort{table: t}
 	// replace, not add: a table left behind by a crash may hold nodes
-	for p, h := range want.Pins {
-		if err := x.d.replace(KindIP, pinNode(t, p, h)); err != nil {
+	for _, p := range slices.SortedFunc(maps.Keys(want.Pins), cmpFlow) {
+		id, h := sp.newPinID(p), want.Pins[p]
+		if err := x.d.replace(KindIP, pinNode(t, p, id, h)); err != nil {
 			return drop(err)
 		}
+		sp.setPin(p, id, h)
 	}
 	for b, h := range want.Buckets {
 		if err := x.d.replace(KindIP, spreadNode(t, b, h)); err != nil {
@@ -306,7 +308,6 @@ func (x *HostDemux) share(port uint16, want *spread.Spread) error {
 		}
 		sp.buckets[b], sp.present[b] = h, true
 	}
-	sp.pins = maps.Clone(want.Pins)
 	if err := x.setDrain(port, sp, want.Draining); err != nil {
 		return drop(err)
 	}
@@ -337,7 +338,8 @@ func (x *HostDemux) share(port uint16, want *spread.Spread) error {
 func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 	type undo struct {
 		n   node
-		del bool // the node was added: delete it
+		pin spread.Flow // the pin n is (when it is one)
+		del bool        // the node was added: delete it
 	}
 	var undos []undo
 	defer func() {
@@ -349,11 +351,7 @@ func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 			_, bkt, nid := SplitU32Handle(u.n.handle)
 			if u.del {
 				if x.d.del(KindIP, PrioIP, u.n.handle) == nil {
-					for p := range sp.pins {
-						if uint32(spread.Bucket(p)) == bkt && pinID(p) == nid {
-							delete(sp.pins, p)
-						}
-					}
+					sp.dropPin(u.pin)
 				}
 				continue
 			}
@@ -363,14 +361,11 @@ func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 			h := spread.Holder{Slot: uint16(u.n.classid & 0xffff), Target: u.n.target}
 			if nid == nodeSpread {
 				sp.buckets[bkt], sp.present[bkt] = h, true
-			} else if p, ok := pinPort(u.n); ok {
-				sp.pins[p] = h
+			} else {
+				sp.setPin(u.pin, nid, h)
 			}
 		}
 	}()
-	if sp.pins == nil {
-		sp.pins = map[uint16]spread.Holder{}
-	}
 	oldDrain := maps.Clone(sp.drain)
 	if err := x.setDrain(x.spreadUsed[sp.table], sp, want.Draining); err != nil {
 		return err
@@ -380,21 +375,25 @@ func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 			_ = x.setDrain(x.spreadUsed[sp.table], sp, oldDrain)
 		}
 	}()
-	for _, p := range slices.Sorted(maps.Keys(want.Pins)) {
+	for _, p := range slices.SortedFunc(maps.Keys(want.Pins), cmpFlow) {
 		h := want.Pins[p]
 		old, had := sp.pins[p]
 		if had && old == h {
 			continue
 		}
-		if err := x.d.replace(KindIP, pinNode(sp.table, p, h)); err != nil {
+		id := sp.newPinID(p)
+		if had {
+			id = sp.pinIDs[p]
+		}
+		if err := x.d.replace(KindIP, pinNode(sp.table, p, id, h)); err != nil {
 			return err
 		}
 		if had {
-			undos = append(undos, undo{n: pinNode(sp.table, p, old)})
+			undos = append(undos, undo{n: pinNode(sp.table, p, id, old), pin: p})
 		} else {
-			undos = append(undos, undo{n: pinNode(sp.table, p, h), del: true})
+			undos = append(undos, undo{n: pinNode(sp.table, p, id, h), pin: p, del: true})
 		}
-		sp.pins[p] = h
+		sp.setPin(p, id, h)
 	}
 	for b, h := range want.Buckets {
 		if sp.present[b] && sp.buckets[b] == h {
@@ -408,26 +407,34 @@ func (x *HostDemux) reassign(sp *sharedPort, want *spread.Spread) (err error) {
 		}
 		sp.buckets[b], sp.present[b] = h, true
 	}
-	for _, p := range slices.Sorted(maps.Keys(sp.pins)) {
+	for _, p := range slices.SortedFunc(maps.Keys(sp.pins), cmpFlow) {
 		if _, keep := want.Pins[p]; keep {
 			continue
 		}
-		old := sp.pins[p]
-		if err := x.d.del(KindIP, PrioIP, pinNode(sp.table, p, old).handle); err != nil && !errors.Is(err, unix.ENOENT) {
+		old, id := sp.pins[p], sp.pinIDs[p]
+		if err := x.d.del(KindIP, PrioIP, pinNode(sp.table, p, id, old).handle); err != nil && !errors.Is(err, unix.ENOENT) {
 			return err
 		}
-		undos = append(undos, undo{n: pinNode(sp.table, p, old)})
-		delete(sp.pins, p)
+		undos = append(undos, undo{n: pinNode(sp.table, p, id, old), pin: p})
+		sp.dropPin(p)
 	}
+	x.dropStrays(sp)
 	return nil
 }
 
-// pinPort reads the source port of a pin node description.
-func pinPort(n node) (uint16, bool) {
-	if n.sel == nil || len(n.sel.Keys) != 1 || n.sel.Keys[0].Mask != 0xffff0000 {
-		return 0, false
+// dropStrays deletes the nodes of sp's table in the pin range that are no
+// pin the index knows (a pin keyed on the source port alone, from an older
+// daemon, or a second node for one client): they would steer packets the
+// planner does not know of (newPinID never reuses their ids). Best
+// effort: what fails stays listed.
+func (x *HostDemux) dropStrays(sp *sharedPort) {
+	var left []uint32
+	for _, h := range sp.strays {
+		if err := x.d.del(KindIP, PrioIP, h); err != nil && !errors.Is(err, unix.ENOENT) {
+			left = append(left, h)
+		}
 	}
-	return uint16(n.sel.Keys[0].Val >> 16), true
+	sp.strays = left
 }
 
 func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
@@ -445,8 +452,8 @@ func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
 	t := tableRef{KindIP, PrioIP, sp.table}
 	if busy, _ := x.d.delTables([]tableRef{t}, 0); len(busy) > 0 {
 		var hs []uint32
-		for p := range sp.pins {
-			hs = append(hs, MakeU32Handle(sp.table, uint32(spread.Bucket(p)), pinID(p)))
+		for p, id := range sp.pinIDs {
+			hs = append(hs, MakeU32Handle(sp.table, uint32(spread.Bucket(p.Port())), id))
 		}
 		for b := range spread.Buckets {
 			hs = append(hs, MakeU32Handle(sp.table, uint32(b), nodeSpread))
@@ -454,6 +461,7 @@ func (x *HostDemux) unshare(port uint16, sp *sharedPort) error {
 		for s := range sp.drain {
 			hs = append(hs, drainHandle(sp.table, s))
 		}
+		hs = append(hs, sp.strays...)
 		for _, h := range hs {
 			if err := x.d.del(KindIP, PrioIP, h); err != nil && !errors.Is(err, unix.ENOENT) {
 				break // the table delete will take the rest

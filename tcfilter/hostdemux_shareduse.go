@@ -29,7 +29,7 @@ const userHZ = 100
 // of keeping flows.
 type SpreadUse struct {
 	Buckets [spread.Buckets]time.Duration
-	Pins    map[uint16]time.Duration // pinned client source port -> age
+	Pins    map[spread.Flow]time.Duration // pinned client -> age
 }
 
 // SpreadUse reads the last use of the spread nodes of the shared ports
@@ -45,7 +45,7 @@ func (x *HostDemux) SpreadUse(ports ...uint16) (map[uint16]*SpreadUse, error) {
 	byTable := map[uint32]*SpreadUse{}
 	for _, p := range ports {
 		if sp := x.shared[p]; sp != nil && out[p] == nil {
-			out[p] = &SpreadUse{Pins: map[uint16]time.Duration{}}
+			out[p] = &SpreadUse{Pins: map[spread.Flow]time.Duration{}}
 			byTable[sp.table] = out[p]
 		}
 	}
@@ -65,7 +65,7 @@ func (x *HostDemux) SpreadUse(ports ...uint16) (map[uint16]*SpreadUse, error) {
 		age := lastUse(f)
 		if nid == nodeSpread {
 			u.Buckets[bkt] = age
-		} else if p, ok := pinOf(f, bkt, nid); ok {
+		} else if p, ok := pinOf(f, bkt); ok {
 			u.Pins[p] = age
 		}
 	}
@@ -86,17 +86,4 @@ func lastUse(f *netlink.U32) time.Duration {
 		return time.Duration(m.Timestamp.LastUsed) * time.Second / userHZ
 	}
 	return 0
-}
-
-// pinOf is the client source port a pin node (node id nid in bucket bkt of
-// a spread table) matches.
-func pinOf(f *netlink.U32, bkt, nid uint32) (uint16, bool) {
-	if f.Sel == nil || len(f.Sel.Keys) != 1 || f.Sel.Keys[0].Off != 0 || f.Sel.Keys[0].Mask != 0xffff0000 {
-		return 0, false
-	}
-	p := uint16(f.Sel.Keys[0].Val >> 16)
-	if uint32(spread.Bucket(p)) != bkt || pinID(p) != nid {
-		return 0, false
-	}
-	return p, true
 }

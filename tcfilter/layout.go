@@ -105,8 +105,8 @@ const (
 	// TableICMP nodes 0x10..0x21 and 0x800: see hostdemux_icmp.go
 	nodeH2Link     = 0x800
 	nodeSharedBase = 0x400 // shared-port link node in H2: 0x400 | (port & 0xff)
-	// Spread-table bucket b holds pin nodes 1..0x100 (one per pinned source
-	// port, see pinID) before its match-all default node.
+	// Spread-table bucket b holds pin nodes 1..0x100 (one per pinned
+	// client, see newPinID) before its match-all default node.
 	nodeSpread = 0x800
 )
 

@@ -108,9 +108,9 @@ func TestTrafficSpreadPins(t *testing.T) {
 	}
 	show := w.tcShow(t, "eth0")
 	for p := range plan.Pins {
-		h := FormatHandle(MakeU32Handle(w.eth0D.shared[port].table, uint32(spread.Bucket(p)), pinID(p)))
+		h := FormatHandle(MakeU32Handle(w.eth0D.shared[port].table, uint32(spread.Bucket(p.Port())), w.eth0D.shared[port].pinIDs[p]))
 		if !strings.Contains(show, "fh "+h+" ") {
-			t.Fatalf("pin of port %d (%s) not in the kernel:\n%s", p, h, show)
+			t.Fatalf("pin of %s (%s) not in the kernel:\n%s", p, h, show)
 		}
 	}
 	for _, l := range conns {
@@ -121,7 +121,7 @@ func TestTrafficSpreadPins(t *testing.T) {
 	// A new connection from a free port of a moved bucket reaches the newcomer.
 	newcomer := 0
 	for p := uint16(50001); p < 50400; p += 2 {
-		if _, pinned := plan.Pins[p]; pinned || plan.Holder(p).Slot != c.slot {
+		if _, pinned := plan.Pins[fl(p)]; pinned || plan.Holder(fl(p)).Slot != c.slot {
 			continue
 		}
 		if got := dialLive(t, w, addr, p); got.name != "cc" {

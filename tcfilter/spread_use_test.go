@@ -37,7 +37,7 @@ func TestTrafficSpreadUse(t *testing.T) {
 			free = p
 		}
 	}
-	s := spread.Spread{Buckets: want, Pins: map[uint16]spread.Holder{pinned: two[0]}}
+	s := spread.Spread{Buckets: want, Pins: map[spread.Flow]spread.Holder{fl(pinned): two[0]}}
 	if err := w.eth0D.SetSpread(port, s); err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +49,8 @@ func TestTrafficSpreadUse(t *testing.T) {
 		}
 		return u[port]
 	}
-	if u := use(); u.Buckets[0] > time.Second || u.Pins[pinned] > time.Second || len(u.Pins) != 1 {
-		t.Fatalf("fresh nodes: bucket 0 idle %v, pin %v (%d pins): installing is a use", u.Buckets[0], u.Pins[pinned], len(u.Pins))
+	if u := use(); u.Buckets[0] > time.Second || u.Pins[fl(pinned)] > time.Second || len(u.Pins) != 1 {
+		t.Fatalf("fresh nodes: bucket 0 idle %v, pin %v (%d pins): installing is a use", u.Buckets[0], u.Pins[fl(pinned)], len(u.Pins))
 	}
 	const old = 400 * time.Millisecond
 	wait.For(t, 10*time.Second, "every node idle", func() bool {
@@ -60,15 +60,15 @@ func TestTrafficSpreadUse(t *testing.T) {
 				return false
 			}
 		}
-		return u.Pins[pinned] >= old
+		return u.Pins[fl(pinned)] >= old
 	})
 	addr := net.JoinHostPort(w.s.HostIP.String(), fmt.Sprint(port))
 	if l := dialLive(t, w, addr, pinned); l.name != "ca" {
 		t.Fatalf("pinned port answered by %s", l.name)
 	}
 	u := use()
-	if u.Pins[pinned] >= old || u.Buckets[spread.Bucket(pinned)] < old {
-		t.Errorf("after traffic from the pinned port: pin idle %v, its bucket %v", u.Pins[pinned], u.Buckets[spread.Bucket(pinned)])
+	if u.Pins[fl(pinned)] >= old || u.Buckets[spread.Bucket(pinned)] < old {
+		t.Errorf("after traffic from the pinned port: pin idle %v, its bucket %v", u.Pins[fl(pinned)], u.Buckets[spread.Bucket(pinned)])
 	}
 	if l := dialLive(t, w, addr, free); l.name != "cb" {
 		t.Fatalf("free port answered by %s", l.name)

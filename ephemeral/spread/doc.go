@@ -6,7 +6,8 @@
 // source port (Bucket). Assign gives each bucket a holder by rendezvous
 // hashing, so a change of holders moves few buckets; PlanFacts moves from
 // the spread in force towards that assignment without breaking live flows
-// of holders that stay, by pinning their source ports (at most
+// of holders that stay, by pinning their flows (client address and
+// source port, Flow; at most
 // MaxPinsPerBucket per bucket); PinLate adds pins for flows that began
 // while a spread was being installed. A flow is live when the holder's
 // namespace lists it and the host saw its traffic lately (Facts.Seen: a

@@ -1,6 +1,9 @@
 package spread
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+)
 
 // TestPlanDrain: a draining holder loses every bucket, keeps its live
 // flows pinned (never a held bucket), and with no other holder every
@@ -19,9 +22,9 @@ func TestPlanDrain(t *testing.T) {
 	for i := range MaxPinsPerBucket + 4 {
 		live = append(live, uint16(30000+512*i)) // all in one bucket
 	}
-	flows := func(slot uint16) ([]uint16, bool) {
+	flows := func(slot uint16) ([]Flow, bool) {
 		if slot == a.Slot {
-			return live, true
+			return fls(live...), true
 		}
 		return nil, true
 	}
@@ -39,8 +42,8 @@ func TestPlanDrain(t *testing.T) {
 		t.Errorf("draining %v", got.Draining)
 	}
 	for _, p := range live[:40] {
-		if got.Holder(p) != a {
-			t.Errorf("live flow from %d goes to %+v, want A", p, got.Holder(p))
+		if got.Holder(fl(p)) != a {
+			t.Errorf("live flow from %d goes to %+v, want A", p, got.Holder(fl(p)))
 		}
 	}
 	if n := got.LivePins(a.Slot); n < 40 || n > 40+MaxPinsPerBucket {
@@ -55,7 +58,34 @@ func TestPlanDrain(t *testing.T) {
 			t.Fatalf("A drains alone: bucket %d goes to %+v, want Refuse", bk, h)
 		}
 	}
-	if alone.Holder(live[0]) != a {
+	if alone.Holder(fl(live[0])) != a {
 		t.Error("A drains alone: its live flow is not pinned")
+	}
+}
+
+// TestDrainPinKeepsOnlyItsClient: a draining holder's pin keeps its
+// client's flow and no other: another client from the same source port
+// is a new flow and goes to the holder that does not drain.
+func TestDrainPinKeepsOnlyItsClient(t *testing.T) {
+	a, b := Holder{Slot: 1, Target: 101}, Holder{Slot: 2, Target: 102}
+	cur, _ := Plan(9100, []Holder{a}, nil, nil)
+	x := fl(40000)
+	y := netip.AddrPortFrom(netip.MustParseAddr("198.18.1.77"), x.Port())
+	x6 := netip.AddrPortFrom(netip.MustParseAddr("2001:db8::2"), x.Port())
+	flows := func(slot uint16) ([]Flow, bool) {
+		if slot == a.Slot {
+			return []Flow{x, x6}, true
+		}
+		return nil, true
+	}
+	got, err := PlanFacts(9100, []Holder{a, b}, &cur, Facts{Flows: flows, Draining: map[uint16]bool{a.Slot: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Holder(x) != a || got.Holder(x6) != a || len(got.Pins) != 2 {
+		t.Fatalf("live flows %s, %s not pinned to A: %v", x, x6, got.Pins)
+	}
+	if got.Holder(y) != b {
+		t.Errorf("new flow %s from a pinned source port goes to %+v, want B", y, got.Holder(y))
 	}
 }

@@ -163,11 +163,11 @@ func TestPlanPinBound(t *testing.T) {
 		{"flows unreadable: stays", 1, 0, true, false, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cur := Spread{Buckets: want, Pins: map[uint16]Holder{}}
+			cur := Spread{Buckets: want, Pins: map[Flow]Holder{}}
 			cur.Buckets[b] = holders(1)[0]
 			mine, theirs := flowsIn(0, c.flows), flowsIn(c.flows, c.kept)
 			for _, p := range theirs {
-				cur.Pins[p] = holders(3)[0]
+				cur.Pins[fl(p)] = holders(3)[0]
 			}
 			known := map[uint16][]uint16{1: mine, 2: nil, 3: theirs}
 			if c.unreadable {
@@ -182,7 +182,7 @@ func TestPlanPinBound(t *testing.T) {
 			}
 			per := map[uint16]int{}
 			for p, h := range next.Pins {
-				if Bucket(p) == b {
+				if Bucket(p.Port()) == b {
 					per[h.Slot]++
 				}
 			}
@@ -194,7 +194,7 @@ func TestPlanPinBound(t *testing.T) {
 			}
 			for slot, ps := range map[uint16][]uint16{1: mine, 3: theirs} {
 				for _, p := range ps {
-					if got := next.Holder(p).Slot; got != slot {
+					if got := next.Holder(fl(p)).Slot; got != slot {
 						t.Errorf("live flow %d of slot %d now goes to %d", p, slot, got)
 					}
 				}

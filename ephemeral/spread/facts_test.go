@@ -31,7 +31,7 @@ func TestPlanHoarderUnseen(t *testing.T) {
 	const port = 9300
 	cur, _ := Plan(port, holders(1), nil, nil)
 	flows := flowsOf(map[uint16][]uint16{1: hoard(&cur, 1)}, nil)
-	next, err := PlanFacts(port, holders(1, 2), &cur, Facts{Flows: flows, Seen: func(uint16) bool { return false }})
+	next, err := PlanFacts(port, holders(1, 2), &cur, Facts{Flows: flows, Seen: func(Flow) bool { return false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +49,8 @@ func TestPlanHoarderUnseen(t *testing.T) {
 	}
 	few := []uint16{uint16(b<<1 | 1<<9), uint16(b<<1 | 2<<9)}
 	flows = flowsOf(map[uint16][]uint16{1: append(hoard(&cur, 1)[:0:0], append(few, uint16((b+1)%Buckets<<1|3<<9))...)}, nil)
-	next, _ = PlanFacts(port, holders(1, 2), &cur, Facts{Flows: flows, Seen: func(p uint16) bool { return Bucket(p) == b }})
-	if len(next.Pins) != 2 || next.Pins[few[0]].Slot != 1 || next.Pins[few[1]].Slot != 1 || next.Buckets != want {
+	next, _ = PlanFacts(port, holders(1, 2), &cur, Facts{Flows: flows, Seen: func(p Flow) bool { return Bucket(p.Port()) == b }})
+	if len(next.Pins) != 2 || next.Pins[fl(few[0])].Slot != 1 || next.Pins[fl(few[1])].Slot != 1 || next.Buckets != want {
 		t.Fatalf("pins %v, settled buckets %v: want the two seen flows pinned, every bucket assigned", next.Pins, next.Buckets == want)
 	}
 }
@@ -85,11 +85,11 @@ func TestPlanHoarderSeen(t *testing.T) {
 	}
 	per := map[int]int{}
 	for p, h := range next.Pins {
-		if h.Slot != 1 || next.Buckets[Bucket(p)].Slot != 2 {
-			t.Fatalf("pin %d -> %d in a bucket of %d", p, h.Slot, next.Buckets[Bucket(p)].Slot)
+		if h.Slot != 1 || next.Buckets[Bucket(p.Port())].Slot != 2 {
+			t.Fatalf("pin %v -> %d in a bucket of %d", p, h.Slot, next.Buckets[Bucket(p.Port())].Slot)
 		}
-		if per[Bucket(p)]++; per[Bucket(p)] > MaxPinsPerBucket {
-			t.Fatalf("bucket %d over the pin bound", Bucket(p))
+		if per[Bucket(p.Port())]++; per[Bucket(p.Port())] > MaxPinsPerBucket {
+			t.Fatalf("bucket %d over the pin bound", Bucket(p.Port()))
 		}
 	}
 	// Holds may not last: every bucket moves, pins stay bounded.
@@ -101,7 +101,7 @@ func TestPlanHoarderSeen(t *testing.T) {
 		t.Errorf("%d pins", len(done.Pins))
 	}
 	// Unseen pins go at the next plan even though the flows are listed.
-	gone, _ := PlanFacts(port, holders(1, 2), &done, Facts{Flows: flows, Seen: func(uint16) bool { return false }, MayHold: func(int) bool { return false }})
+	gone, _ := PlanFacts(port, holders(1, 2), &done, Facts{Flows: flows, Seen: func(Flow) bool { return false }, MayHold: func(int) bool { return false }})
 	if !gone.Settled(&want) {
 		t.Errorf("%d pins left whose traffic the host did not see", len(gone.Pins))
 	}
@@ -124,8 +124,8 @@ func TestPinLateSkipsKnown(t *testing.T) {
 		}
 	}
 	next, changed := PinLate(&prev, &plan, holders(1, 2), flowsOf(map[uint16][]uint16{1: {old, fresh}}, nil),
-		func(slot, p uint16) bool { return slot == 1 && p == old })
-	if !changed || len(next.Pins) != 1 || next.Pins[fresh].Slot != 1 {
+		func(slot uint16, p Flow) bool { return slot == 1 && p == fl(old) })
+	if !changed || len(next.Pins) != 1 || next.Pins[fl(fresh)].Slot != 1 {
 		t.Fatalf("pins %v: want only the late flow %d", next.Pins, fresh)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 )
 
@@ -33,25 +34,37 @@ const MaxPinsPerBucket = 16
 // source port srcPort fall into: source-port bits 1..8.
 func Bucket(srcPort uint16) int { return int(srcPort>>1) & (Buckets - 1) }
 
+// Flow is a client of a shared port: its address (IPv4 plain, never
+// IPv4-mapped; no zone) and source port. Pins match both.
+type Flow = netip.AddrPort
+
+// cmpFlow orders flows by source port, then address.
+func cmpFlow(a, b Flow) int {
+	if a.Port() != b.Port() {
+		return int(a.Port()) - int(b.Port())
+	}
+	return a.Addr().Compare(b.Addr())
+}
+
 // Spread is how a shared port's flows are steered. Each of the
 // Buckets virtual buckets (Bucket of the client's source port)
-// goes to one holder; a pinned source port goes to its pin's holder
-// whatever its bucket. Pins keep established flows on the holder that has
+// goes to one holder; a pinned flow (client address and source port) goes
+// to its pin's holder whatever its bucket. Pins keep established flows on the holder that has
 // their sockets while their bucket moves to another holder (see Plan).
 type Spread struct {
 	Buckets [Buckets]Holder
-	Pins    map[uint16]Holder // client source port -> holder
+	Pins    map[Flow]Holder // client address and source port -> holder
 	// Draining lists the holders (slots) that take no new flows: no
 	// bucket goes to them, their live flows stay pinned (drain.go).
 	Draining map[uint16]bool
 }
 
-// Holder returns where a packet from client source port srcPort goes.
-func (s *Spread) Holder(srcPort uint16) Holder {
-	if h, ok := s.Pins[srcPort]; ok {
+// Holder returns where a packet of flow f goes.
+func (s *Spread) Holder(f Flow) Holder {
+	if h, ok := s.Pins[f]; ok {
 		return h
 	}
-	return s.Buckets[Bucket(srcPort)]
+	return s.Buckets[Bucket(f.Port())]
 }
 
 // Equal reports whether s and o steer every source port the same way.
@@ -141,10 +154,10 @@ func Assign(port uint16, holders []Holder) ([Buckets]Holder, error) {
 }
 
 // FlowSource reports the live flows of a shared port in one holder's
-// namespace: the client (remote) source ports of its connected sockets on
-// the port. ok is false when they could not be read. The answer is the
+// namespace: the clients (remote address and port) of its connected
+// sockets on the port. ok is false when they could not be read. The answer is the
 // tenant's socket table: Facts.Seen is what the host itself saw.
-type FlowSource func(slot uint16) (srcPorts []uint16, ok bool)
+type FlowSource func(slot uint16) (flows []Flow, ok bool)
 
 // Facts are what Plan knows besides the holders and the spread in force.
 type Facts struct {
@@ -153,11 +166,11 @@ type Facts struct {
 	// Draining lists the holders that take no new flows (drain.go).
 	Draining map[uint16]bool
 	// Seen reports whether the host saw traffic lately on the node of the
-	// spread in force that steers srcPort (its pin, else its bucket): the
+	// spread in force that steers flow f (its pin, else its bucket): the
 	// host's own evidence, which no tenant writes. A flow counts only when
 	// it is seen and that node steers to the holder listing it. nil: every
 	// listed flow counts.
-	Seen func(srcPort uint16) bool
+	Seen func(f Flow) bool
 	// MayHold reports whether bucket b may (still) be held back from its
 	// assigned holder: false once a hold has lasted its time limit. nil:
 	// any bucket may.
@@ -219,10 +232,10 @@ func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, err
 	for _, h := range holders {
 		byslot[h.Slot] = h
 	}
-	seen := func(p uint16) bool { return f.Seen == nil || f.Seen(p) }
+	seen := func(p Flow) bool { return f.Seen == nil || f.Seen(p) }
 	type known struct {
-		ports map[int][]uint16 // bucket -> distinct live source ports, ascending
-		has   map[uint16]bool
+		ports map[int][]Flow // bucket -> distinct live flows, ascending
+		has   map[Flow]bool
 		ok    bool
 	}
 	cache := map[uint16]*known{}
@@ -230,26 +243,26 @@ func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, err
 		if k, ok := cache[slot]; ok {
 			return k
 		}
-		k := &known{ports: map[int][]uint16{}, has: map[uint16]bool{}}
+		k := &known{ports: map[int][]Flow{}, has: map[Flow]bool{}}
 		if f.Flows != nil {
-			var ps []uint16
+			var ps []Flow
 			ps, k.ok = f.Flows(slot)
 			for _, p := range ps {
 				if !k.has[p] && cur.Holder(p).Slot == slot && seen(p) {
 					k.has[p] = true
-					b := Bucket(p)
+					b := Bucket(p.Port())
 					k.ports[b] = append(k.ports[b], p)
 				}
 			}
 			for _, ps := range k.ports {
-				slices.Sort(ps)
+				slices.SortFunc(ps, cmpFlow)
 			}
 		}
 		cache[slot] = k
 		return k
 	}
 	// Pins that may stay (if their bucket does not end at their holder).
-	keep := map[uint16]Holder{}
+	keep := map[Flow]Holder{}
 	room := map[int]int{}
 	for p, ph := range cur.Pins {
 		h, stays := byslot[ph.Slot]
@@ -258,11 +271,11 @@ func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, err
 		}
 		if k := live(h.Slot); k.has[p] || !k.ok && seen(p) {
 			keep[p] = h
-			room[Bucket(p)]--
+			room[Bucket(p.Port())]--
 		}
 	}
-	pins := map[uint16]Holder{}
-	pinFirst := func(h Holder, ps []uint16, n int) {
+	pins := map[Flow]Holder{}
+	pinFirst := func(h Holder, ps []Flow, n int) {
 		for _, p := range ps[:min(len(ps), max(n, 0))] {
 			pins[p] = h
 		}
@@ -314,9 +327,9 @@ func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, err
 		pins[p] = h
 	}
 	for p, h := range pins {
-		if out.Buckets[Bucket(p)].Slot != h.Slot {
+		if out.Buckets[Bucket(p.Port())].Slot != h.Slot {
 			if out.Pins == nil {
-				out.Pins = map[uint16]Holder{}
+				out.Pins = map[Flow]Holder{}
 			}
 			out.Pins[p] = h
 		}
@@ -333,7 +346,7 @@ func PlanFacts(port uint16, holders []Holder, cur *Spread, f Facts) (Spread, err
 // connection whose first packet reached the old holder in between is
 // caught here if its next packet has not arrived yet. changed reports
 // whether any pin was added. Only holders that lost a bucket are asked.
-func PinLate(prev, s *Spread, holders []Holder, flows FlowSource, before func(slot, srcPort uint16) bool) (next Spread, changed bool) {
+func PinLate(prev, s *Spread, holders []Holder, flows FlowSource, before func(slot uint16, f Flow) bool) (next Spread, changed bool) {
 
 	next = s.Clone()
 	byslot := make(map[uint16]Holder, len(holders))
@@ -342,7 +355,7 @@ func PinLate(prev, s *Spread, holders []Holder, flows FlowSource, before func(sl
 	}
 	perBucket := map[int]int{}
 	for p := range next.Pins {
-		perBucket[Bucket(p)]++
+		perBucket[Bucket(p.Port())]++
 	}
 	lost := map[uint16][]int{} // slot -> buckets it lost
 	for b := range s.Buckets {
@@ -361,12 +374,12 @@ func PinLate(prev, s *Spread, holders []Holder, flows FlowSource, before func(sl
 			moved[b] = true
 		}
 		for _, p := range ps {
-			b := Bucket(p)
+			b := Bucket(p.Port())
 			if _, pinned := next.Pins[p]; pinned || !moved[b] || perBucket[b] >= MaxPinsPerBucket || before != nil && before(slot, p) {
 				continue
 			}
 			if next.Pins == nil {
-				next.Pins = map[uint16]Holder{}
+				next.Pins = map[Flow]Holder{}
 			}
 			next.Pins[p] = byslot[slot]
 			perBucket[b]++

@@ -2,6 +2,7 @@ package spread
 
 import (
 	"math/rand"
+	"net/netip"
 	"slices"
 	"testing"
 )
@@ -17,13 +18,27 @@ func holders(slots ...uint16) []Holder {
 // flowsOf returns a FlowSource from a fixed map of slot -> source ports
 // (slots missing from known are unreadable) and records who was asked.
 func flowsOf(known map[uint16][]uint16, asked map[uint16]int) FlowSource {
-	return func(slot uint16) ([]uint16, bool) {
+	return func(slot uint16) ([]Flow, bool) {
 		if asked != nil {
 			asked[slot]++
 		}
 		ps, ok := known[slot]
-		return ps, ok
+		return fls(ps...), ok
 	}
+}
+
+// client is the address of the tests' flows that give only a source port.
+var client = netip.MustParseAddr("198.18.0.1")
+
+// fl is the flow from client's source port p.
+func fl(p uint16) Flow { return netip.AddrPortFrom(client, p) }
+
+func fls(ps ...uint16) []Flow {
+	var out []Flow
+	for _, p := range ps {
+		out = append(out, fl(p))
+	}
+	return out
 }
 
 func TestBucket(t *testing.T) {
@@ -98,14 +113,14 @@ func TestPlanJoinKeepsFlows(t *testing.T) {
 	// Every flow still reaches its holder; pins only where needed.
 	for slot, ps := range known {
 		for _, p := range ps {
-			if got := next.Holder(p); got.Slot != slot {
+			if got := next.Holder(fl(p)); got.Slot != slot {
 				t.Errorf("flow from port %d of holder %d now goes to %d", p, slot, got.Slot)
 			}
 		}
 	}
 	for p, h := range next.Pins {
-		if next.Buckets[Bucket(p)].Slot == h.Slot {
-			t.Errorf("useless pin %d -> %d", p, h.Slot)
+		if next.Buckets[Bucket(p.Port())].Slot == h.Slot {
+			t.Errorf("useless pin %v -> %d", p, h.Slot)
 		}
 	}
 	if len(next.Pins) != moved {
@@ -127,17 +142,17 @@ func TestPlanJoinKeepsFlows(t *testing.T) {
 func TestPlanLeave(t *testing.T) {
 	const port = 8443
 	want4, _ := Assign(port, holders(1, 2, 3, 4))
-	cur := Spread{Buckets: want4, Pins: map[uint16]Holder{}}
+	cur := Spread{Buckets: want4, Pins: map[Flow]Holder{}}
 	// pins of 2 and 3 from an earlier join, in buckets now held by others
 	var pin2, pin3 uint16
 	for p := uint16(1000); pin2 == 0 || pin3 == 0; p += 2 {
 		switch h := want4[Bucket(p)].Slot; {
 		case pin2 == 0 && h != 2:
 			pin2 = p
-			cur.Pins[p] = Holder{2, 102}
+			cur.Pins[fl(p)] = Holder{2, 102}
 		case pin3 == 0 && h != 3 && h != 2 && p != pin2:
 			pin3 = p
-			cur.Pins[p] = Holder{3, 103}
+			cur.Pins[fl(p)] = Holder{3, 103}
 		}
 	}
 	flows := map[uint16][]uint16{1: nil, 3: {pin3}, 4: nil}
@@ -154,10 +169,10 @@ func TestPlanLeave(t *testing.T) {
 			t.Errorf("leaver's bucket %d went to %d, want %d", b, next.Buckets[b].Slot, want3[b].Slot)
 		}
 	}
-	if _, ok := next.Pins[pin2]; ok {
+	if _, ok := next.Pins[fl(pin2)]; ok {
 		t.Error("the leaver's pin survived")
 	}
-	if h, ok := next.Pins[pin3]; !ok || h.Slot != 3 {
+	if h, ok := next.Pins[fl(pin3)]; !ok || h.Slot != 3 {
 		t.Errorf("a staying holder's pin with a live flow went: %v", next.Pins)
 	}
 }
@@ -182,7 +197,7 @@ func TestPlanRandom(t *testing.T) {
 			// new flows land where the spread sends them
 			for i := 0; i < rng.Intn(400); i++ {
 				p := uint16(rng.Intn(65536))
-				h := cur.Holder(p).Slot
+				h := cur.Holder(fl(p)).Slot
 				flows[h] = append(flows[h], p)
 			}
 			// some flows end
@@ -203,15 +218,15 @@ func TestPlanRandom(t *testing.T) {
 			}
 			for s, ps := range flows {
 				for _, p := range ps {
-					if got := plan.Holder(p).Slot; got != s {
+					if got := plan.Holder(fl(p)).Slot; got != s {
 						t.Fatalf("round %d step %d: flow %d of holder %d moved to %d", round, step, p, s, got)
 					}
 				}
 			}
 			per := map[int]int{}
 			for p := range plan.Pins {
-				if per[Bucket(p)]++; per[Bucket(p)] > MaxPinsPerBucket {
-					t.Fatalf("bucket %d has more than %d pins", Bucket(p), MaxPinsPerBucket)
+				if per[Bucket(p.Port())]++; per[Bucket(p.Port())] > MaxPinsPerBucket {
+					t.Fatalf("bucket %d has more than %d pins", Bucket(p.Port()), MaxPinsPerBucket)
 				}
 			}
 			cur, members = plan, next
@@ -244,7 +259,7 @@ func TestPinLate(t *testing.T) {
 	}
 	asked := map[uint16]int{}
 	next, changed := PinLate(&prev, &plan, holders(1, 2, 3), flowsOf(map[uint16][]uint16{1: {late, stay}, 2: nil}, asked), nil)
-	if !changed || next.Pins[late].Slot != 1 || len(next.Pins) != 1 {
+	if !changed || next.Pins[fl(late)].Slot != 1 || len(next.Pins) != 1 {
 		t.Fatalf("late flow %d not pinned alone: %v", late, next.Pins)
 	}
 	if asked[3] != 0 || asked[1] != 1 {
