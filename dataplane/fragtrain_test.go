@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
@@ -156,77 +155,32 @@ func TestFragmentFirstLast(t *testing.T) {
 	}
 }
 
-// fragCapture counts, per host-side veth, the IP fragments the host sends to
-// the container (PACKET_OUTGOING on the host side), by (source, id).
-type fragCapture struct {
-	fds map[string]int // container name -> packet socket
-}
-
-func (e *env) fragCapture(t testing.TB, veths map[string]int) *fragCapture {
-	t.Helper()
-	c := &fragCapture{fds: map[string]int{}}
-	err := e.sb.Host.Do(func() error {
-		for name, idx := range veths {
-			fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, int(htons(unix.ETH_P_ALL)))
-			if err != nil {
-				return err
-			}
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
-			if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: idx}); err != nil {
-				unix.Close(fd)
-				return err
-			}
-			c.fds[name] = fd
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, fd := range c.fds {
-			unix.Close(fd)
-		}
-	})
-	return c
-}
-
 // fragKey names a fragment: source address and id.
 type fragKey struct {
 	src string
 	id  uint32
 }
 
-// read drains every socket: container name -> fragment key -> count.
-func (c *fragCapture) read() map[string]map[fragKey]int {
-	out := map[string]map[fragKey]int{}
-	buf := make([]byte, 65536)
-	for name, fd := range c.fds {
-		m := map[fragKey]int{}
-		for range 100000 {
-			n, from, err := unix.Recvfrom(fd, buf, 0)
-			if err != nil {
-				break
+// fragments counts the IP fragments among frames by (source, id).
+func fragments(frames [][]byte) map[fragKey]int {
+	m := map[fragKey]int{}
+	for _, f := range frames {
+		if len(f) < 14+48 {
+			continue
+		}
+		p := f[14:]
+		switch binary.BigEndian.Uint16(f[12:]) {
+		case 0x0800:
+			if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
+				m[fragKey{net.IP(p[12:16]).String(), uint32(binary.BigEndian.Uint16(p[4:]))}]++
 			}
-			ll, ok := from.(*unix.SockaddrLinklayer)
-			if !ok || ll.Pkttype != unix.PACKET_OUTGOING || n < 14+48 {
-				continue
-			}
-			p := buf[14:n]
-			switch binary.BigEndian.Uint16(buf[12:]) {
-			case 0x0800:
-				if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
-					m[fragKey{net.IP(p[12:16]).String(), uint32(binary.BigEndian.Uint16(p[4:]))}]++
-				}
-			case 0x86dd:
-				if p[6] == 44 {
-					m[fragKey{net.IP(p[8:24]).String(), binary.BigEndian.Uint32(p[44:])}]++
-				}
+		case 0x86dd:
+			if p[6] == 44 {
+				m[fragKey{net.IP(p[8:24]).String(), binary.BigEndian.Uint32(p[44:])}]++
 			}
 		}
-		out[name] = m
 	}
-	return out
+	return m
 }
 
 // TestFragmentTrainsInterleaved: trains from several sources to three
@@ -244,9 +198,10 @@ func TestFragmentTrainsInterleaved(t *testing.T) {
 	}
 	names := []string{"A", "B", "C"}
 	ports := []uint16{31000, 31010, 31020}
-	veths := map[string]int{}
+	// what the host sends each container on its veth
+	capt := map[string]*traffic.Capture{}
 	for i, c := range ctrs {
-		veths[names[i]] = e.d.ctrs[c.c.ID].veth
+		capt[names[i]] = traffic.StartCapture(t, e.sb.Host.Do, plane.VethName(c.c.ID), names[i]+"'s veth")
 	}
 	fc := newFragClient(t, e)
 	// extra client addresses (the client plays several hosts)
@@ -261,7 +216,6 @@ func TestFragmentTrainsInterleaved(t *testing.T) {
 		e.sb.Client.Run(t, "ip", "-6", "addr", "add", a6.String()+"/64", "dev", "eth0", "nodad")
 		src4, src6 = append(src4, a4), append(src6, a6)
 	}
-	capt := e.fragCapture(t, veths)
 	type want struct {
 		pc    net.PacketConn
 		reply string
@@ -303,7 +257,22 @@ func TestFragmentTrainsInterleaved(t *testing.T) {
 			t.Errorf("train %v to %s: reply %.50q, want %s's echo", w.key, w.owner, got, w.owner)
 		}
 	}
-	seen := capt.read()
+	// every train reached its owner: the captures have caught up
+	seen := map[string]map[fragKey]int{}
+	read := func() {
+		for _, n := range names {
+			seen[n] = fragments(capt[n].Outgoing())
+		}
+	}
+	wait.Until(5*time.Second, func() bool {
+		read()
+		for i, w := range wants {
+			if seen[w.owner][w.key] < len(trains[i]) {
+				return false
+			}
+		}
+		return true
+	})
 	for _, w := range wants {
 		tr := trains[0]
 		for i := range wants {
@@ -398,5 +367,6 @@ func newFragEnv(t *testing.T, size int) *env {
 	return e
 }
 
-// htons: a 16-bit value in network byte order, as AF_PACKET wants its protocol.
+// htons: a 16-bit value in network byte order, as AF_PACKET wants its
+// protocol (lopath_test.go's capture; traffic.Capture serves the rest).
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

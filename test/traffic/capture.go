@@ -26,6 +26,7 @@ type Capture struct {
 	fd     int
 	mu     sync.Mutex
 	frames [][]byte
+	out    []bool // per frame: the interface sent it (PACKET_OUTGOING)
 }
 
 // StartCapture opens a packet socket on ifname inside a namespace (do runs
@@ -49,6 +50,9 @@ func StartCapture(t testing.TB, do func(func() error) error, ifname, name string
 			return err
 		}
 		c.fd = fd
+		// Room for a burst the reader has not caught up with yet (best
+		// effort: the default buffer holds about a hundred frames).
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
 		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 			return err
 		}
@@ -71,13 +75,15 @@ func StartCapture(t testing.TB, do func(func() error) error, ifname, name string
 				return
 			default:
 			}
-			n, _, err := unix.Recvfrom(c.fd, buf, 0)
+			n, from, err := unix.Recvfrom(c.fd, buf, 0)
 			if err != nil || n <= 0 {
 				continue
 			}
+			ll, _ := from.(*unix.SockaddrLinklayer)
 			c.mu.Lock()
 			if len(c.frames) < maxCaptured {
 				c.frames = append(c.frames, bytes.Clone(buf[:n]))
+				c.out = append(c.out, ll != nil && ll.Pkttype == unix.PACKET_OUTGOING)
 			}
 			c.mu.Unlock()
 		}
@@ -97,6 +103,21 @@ func (c *Capture) Count(marker []byte) int {
 		}
 	}
 	return n
+}
+
+// Outgoing is the frames seen so far that the interface sent
+// (PACKET_OUTGOING: on a host-side veth, what went to the container), in
+// order; the caller must not change them.
+func (c *Capture) Outgoing() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]byte
+	for i, f := range c.frames {
+		if c.out[i] {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // WaitFor waits until a frame containing marker has been seen, at most

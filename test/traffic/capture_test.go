@@ -1,10 +1,13 @@
 package traffic
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestCaptureSeesLoopback: a capture on lo sees a datagram sent to
@@ -42,6 +45,19 @@ func TestCaptureSeesLoopback(t *testing.T) {
 	}
 	if c.Count(marker) < 1 {
 		t.Error("Count after WaitFor is 0")
+	}
+	// lo shows a datagram twice: sent (PACKET_OUTGOING), then received
+	if !wait.Until(5*time.Second, func() bool { return c.Count(marker) == 2 }) {
+		t.Fatalf("lo showed the datagram %d times, want 2 (sent, received)", c.Count(marker))
+	}
+	sent := 0
+	for _, f := range c.Outgoing() {
+		if bytes.Contains(f, marker) {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Errorf("the datagram among the frames lo sent: %d times, want 1", sent)
 	}
 }
 
