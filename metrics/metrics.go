@@ -125,11 +125,11 @@ type Metrics struct {
 	state     *stateCollector
 	hostPorts *hostPortsCollector // hostports.go
 	drops     *dropCollector      // drops.go
-	neigh     *neighbourCollector // neighbours.go
-	follow    *followCollector    // follow.go
-	ipv6      *ipv6Collector      // ipv6.go
-	frag      *fragCollector      // fragments.go
-	drain     *drainCollector     // drain.go
+	neigh     *scrapedCollector   // neighbours.go
+	follow    *scrapedCollector   // follow.go
+	ipv6      *scrapedCollector   // ipv6.go
+	frag      *scrapedCollector   // fragments.go
+	drain     *scrapedCollector   // drain.go
 }
 
 // New creates the registry and registers every isolatord series (each label
@@ -137,7 +137,8 @@ type Metrics struct {
 // and the Go and process collectors.
 func New(version string) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{reg: reg, neigh: newNeighbourCollector(), ipv6: newIPv6Collector(), follow: newFollowCollector(), frag: newFragCollector(), drain: newDrainCollector()}
+	m := &Metrics{reg: reg, neigh: newScrapedCollector(neighbourSeries), ipv6: newScrapedCollector(ipv6Series),
+		follow: newScrapedCollector(followSeries), frag: newScrapedCollector(fragmentSeries), drain: newScrapedCollector(drainSeries)}
 	reg.MustRegister(m.neigh, m.ipv6, m.follow, m.frag, m.drain)
 
 	m.filterOps = prometheus.NewCounterVec(prometheus.CounterOpts{
