@@ -5,92 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
-
-// udpFlow is a connected UDP socket in a container answering one client
-// port with the container's name (a QUIC-like server: its flow is a
-// socket the data plane sees), and the client's socket.
-type udpFlow struct {
-	client, server *net.UDPConn
-}
-
-func openUDPFlow(t *testing.T, srv *sandbox.Container, client doer, name string, port, src int) *udpFlow {
-	t.Helper()
-	var sc *net.UDPConn
-	err := srv.Do(func() error {
-		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
-			return serr
-		}}
-		pc, err := lc.ListenPacket(context.Background(), "udp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
-		if err != nil {
-			return err
-		}
-		uc := pc.(*net.UDPConn)
-		raw, _ := uc.SyscallConn()
-		var cerr error
-		raw.Control(func(fd uintptr) {
-			cerr = unix.Connect(int(fd), &unix.SockaddrInet4{Port: src, Addr: [4]byte(sandbox.ClientIP.To4())})
-		})
-		if cerr != nil {
-			uc.Close()
-			return cerr
-		}
-		sc = uc
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("connected UDP server in %s: %v", name, err)
-	}
-	t.Cleanup(func() { sc.Close() })
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			n, err := sc.Read(buf)
-			if err != nil {
-				return
-			}
-			sc.Write([]byte(name + " " + string(buf[:n])))
-		}
-	}()
-	var cc *net.UDPConn
-	if err := client.Do(func() (err error) {
-		cc, err = net.DialUDP("udp4", &net.UDPAddr{Port: src}, &net.UDPAddr{IP: sandbox.HostIP, Port: port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return &udpFlow{client: cc, server: sc}
-}
-
-func (u *udpFlow) ask() (string, error) {
-	u.client.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := u.client.Write([]byte("ping")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 64)
-	n, err := u.client.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	name, _, _ := strings.Cut(string(buf[:n]), " ")
-	return name, nil
-}
 
 // TestDrainHandoff: A holds port 9000 exclusively with 40 long-lived TCP
 // connections and a UDP flow. The port becomes shared, B joins it and A
@@ -118,8 +44,8 @@ func TestDrainHandoff(t *testing.T) {
 		}
 		flows = append(flows, f)
 	}
-	uf := openUDPFlow(t, pa, e.sb.Client, "A", port, 33333)
-	if got, err := uf.ask(); err != nil || got != "A" {
+	uf := traffic.OpenUDPFlow(t, pa.Do, e.sb.Client.Do, "A", sandbox.HostIP, sandbox.ClientIP, port, 33333)
+	if got, err := uf.Ask(); err != nil || got != "A" {
 		t.Fatalf("UDP flow answered by %q (%v) before the handoff", got, err)
 	}
 
@@ -146,7 +72,7 @@ func TestDrainHandoff(t *testing.T) {
 			t.Errorf("connection from port %d answered by %q (%v) after the handoff", f.src, got, err)
 		}
 	}
-	if got, err := uf.ask(); err != nil || got != "A" {
+	if got, err := uf.Ask(); err != nil || got != "A" {
 		t.Errorf("UDP flow answered by %q (%v) after the handoff", got, err)
 	}
 	newAt := map[string]int{}
@@ -189,8 +115,7 @@ func TestDrainHandoff(t *testing.T) {
 	for _, f := range flows {
 		f.c.Close()
 	}
-	uf.client.Close()
-	uf.server.Close()
+	uf.Close()
 	var rerr error
 	wait.For(t, 20*time.Second, "A's pins to go after its flows ended", func() bool {
 		e.d.mu.Lock()

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
@@ -27,76 +26,6 @@ const (
 	handoffPort = 31700
 	drainPort   = 31710
 )
-
-// udpPeer is a connected UDP socket in a container (a QUIC-like server:
-// one socket per client, which the data plane sees as a live flow) and
-// the client's socket talking to it.
-type udpPeer struct{ client, server *net.UDPConn }
-
-func openUDPPeer(t *testing.T, sb *sandbox.Sandbox, srv *sandbox.Container, name string, port, src int) *udpPeer {
-	t.Helper()
-	var sc *net.UDPConn
-	err := srv.Do(func() error {
-		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
-			return serr
-		}}
-		pc, err := lc.ListenPacket(context.Background(), "udp4", ":"+strconv.Itoa(port))
-		if err != nil {
-			return err
-		}
-		uc := pc.(*net.UDPConn)
-		raw, _ := uc.SyscallConn()
-		var cerr error
-		raw.Control(func(fd uintptr) {
-			cerr = unix.Connect(int(fd), &unix.SockaddrInet4{Port: src, Addr: [4]byte(net.ParseIP(clientHost).To4())})
-		})
-		if cerr != nil {
-			uc.Close()
-			return cerr
-		}
-		sc = uc
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("connected UDP server in %s: %v", name, err)
-	}
-	t.Cleanup(func() { sc.Close() })
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			n, err := sc.Read(buf)
-			if err != nil {
-				return
-			}
-			sc.Write([]byte(name + " " + string(buf[:n])))
-		}
-	}()
-	var cc *net.UDPConn
-	if err := sb.Client.Do(func() (err error) {
-		cc, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(clientHost), Port: src}, &net.UDPAddr{IP: sb.HostIP, Port: port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return &udpPeer{client: cc, server: sc}
-}
-
-func (u *udpPeer) ask() (string, error) {
-	u.client.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := u.client.Write([]byte("ping")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 64)
-	n, err := u.client.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	name, _, _ := strings.Cut(string(buf[:n]), " ")
-	return name, nil
-}
 
 // newConns makes n new TCP connections to port from client source ports
 // first, first+1, ... and counts who answered; errors (resets, refusals,
@@ -181,8 +110,8 @@ func TestHandoff(t *testing.T) {
 		}
 		flows = append(flows, f)
 	}
-	udp := openUDPPeer(t, sb, pa, "A", handoffPort, 23456)
-	if got, err := udp.ask(); err != nil || got != "A" {
+	udp := traffic.OpenUDPFlow(t, pa.Do, sb.Client.Do, "A", sb.HostIP, net.ParseIP(clientHost), handoffPort, 23456)
+	if got, err := udp.Ask(); err != nil || got != "A" {
 		t.Fatalf("UDP flow answered by %q (%v)", got, err)
 	}
 	checkA := func(when string) {
@@ -192,7 +121,7 @@ func TestHandoff(t *testing.T) {
 				t.Fatalf("%s: connection from port %d answered by %q (%v), want A", when, f.src, got, err)
 			}
 		}
-		if got, err := udp.ask(); err != nil || got != "A" {
+		if got, err := udp.Ask(); err != nil || got != "A" {
 			t.Fatalf("%s: UDP flow answered by %q (%v), want A", when, got, err)
 		}
 	}
@@ -298,8 +227,7 @@ func TestHandoff(t *testing.T) {
 	for _, f := range flows {
 		f.c.Close()
 	}
-	udp.client.Close()
-	udp.server.Close()
+	udp.Close()
 	d.Ctl(t, "--timeout", "90s", "drain", id("A"), "--port", P, "--wait")
 	if n, ok := liveFlowsOf(t, d, id("A"), handoffPort); !ok || n != 0 {
 		t.Fatalf("after drain --wait: draining %v, %d flows", ok, n)
