@@ -27,12 +27,7 @@ func TestTrafficDrainMarkers(t *testing.T) {
 	const port = 9292
 	a := w.plumb(t, "ca", 1, rg(32768, 33023))
 	b := w.plumb(t, "cb", 2, rg(33024, 33279))
-	for _, x := range []*ctr{a, b} {
-		if err := x.vf.SetRanges(x.ranges, append(x.ranges, rg(port, port))); err != nil {
-			t.Fatal(err)
-		}
-		serve(t, x.c.Do, x.name, port)
-	}
+	holdPort(t, port, a, b)
 	ha, hb := spread.Holder{Slot: a.slot, Target: a.veth}, spread.Holder{Slot: b.slot, Target: b.veth}
 	if err := w.eth0D.setShared(port, []spread.Holder{ha}); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,18 @@ func dialLive(t *testing.T, w *wire, addr string, src uint16) *liveConn {
 	return l
 }
 
+// holdPort gives each container port beside its ranges and serves it
+// there (each answers with its name).
+func holdPort(t *testing.T, port uint16, xs ...*ctr) {
+	t.Helper()
+	for _, x := range xs {
+		if err := x.vf.SetRanges(x.ranges, append(x.ranges, rg(port, port))); err != nil {
+			t.Fatal(err)
+		}
+		serve(t, x.c.Do, x.name, int(port))
+	}
+}
+
 // TestTrafficSpreadPins joins a third holder to a shared port while 48 TCP
 // connections are open: the plan pins the connections whose buckets move,
 // every one keeps talking to its container, new connections in the moved
@@ -73,12 +85,7 @@ func TestTrafficSpreadPins(t *testing.T) {
 	b := w.plumb(t, "cb", 2, rg(33024, 33279))
 	c := w.plumb(t, "cc", 3, rg(33280, 33535))
 	slotOf := map[string]uint16{"ca": 1, "cb": 2, "cc": 3}
-	for _, x := range []*ctr{a, b, c} {
-		if err := x.vf.SetRanges(x.ranges, append(x.ranges, rg(port, port))); err != nil {
-			t.Fatal(err)
-		}
-		serve(t, x.c.Do, x.name, port)
-	}
+	holdPort(t, port, a, b, c)
 	two := []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}
 	three := append(two, spread.Holder{Slot: c.slot, Target: c.veth})
 	if err := w.eth0D.setShared(port, two); err != nil {

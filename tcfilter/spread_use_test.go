@@ -19,12 +19,7 @@ func TestTrafficSpreadUse(t *testing.T) {
 	const port = 9292
 	a := w.plumb(t, "ca", 1, rg(32768, 33023))
 	b := w.plumb(t, "cb", 2, rg(33024, 33279))
-	for _, x := range []*ctr{a, b} {
-		if err := x.vf.SetRanges(x.ranges, append(x.ranges, rg(port, port))); err != nil {
-			t.Fatal(err)
-		}
-		serve(t, x.c.Do, x.name, port)
-	}
+	holdPort(t, port, a, b)
 	two := []spread.Holder{{Slot: a.slot, Target: a.veth}, {Slot: b.slot, Target: b.veth}}
 	want, _ := spread.Assign(port, two)
 	var pinned, free uint16 // in b's buckets; pinned goes to a
