@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/isolatord/isolatord/test/traffic"
@@ -91,16 +89,7 @@ func TestDrainHandoff(t *testing.T) {
 	// port (read from A's sockets): its new connections reach B, and A's
 	// flows from those ports still reach A.
 	const other = "198.18.1.77" // off the /24: containers reach it through the gateway
-	if err := e.sb.Client.Do(func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		ad, _ := netlink.ParseAddr(other + "/32")
-		return netlink.AddrAdd(l, ad)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e.sb.Client.Run(t, "ip", "addr", "add", other+"/32", "dev", "eth0")
 	for _, f := range flows[:10] {
 		got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource(net.JoinHostPort(other, fmt.Sprint(f.src))))
 		if err != nil || got != "B" {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/isolatord/isolatord/ephemeral/spread"
 	"github.com/isolatord/isolatord/test/traffic"
 )
@@ -83,16 +81,7 @@ func TestTrafficDrainMarkers(t *testing.T) {
 	// address and port: its new connection reaches B, and A's flow from
 	// that port still reaches A.
 	other := "198.18.1.77" // off the /24: containers reach it through the gateway
-	if err := w.s.Client.Do(func() error {
-		l, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		a, _ := netlink.ParseAddr(other + "/32")
-		return netlink.AddrAdd(l, a)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	w.s.Client.Run(t, "ip", "addr", "add", other+"/32", "dev", "eth0")
 	for i, l := range conns[:4] {
 		if got, err := newConnFrom(other, int(l.src)); err != nil || got != "cb" {
 			t.Errorf("new connection from %s:%d (A's pinned port) answered by %q (%v), want cb", other, l.src, got, err)
