@@ -62,16 +62,7 @@ func (c *fragClient) send(frames ...[]byte) {
 // datagrams come to it).
 func (c *fragClient) listen(ip net.IP, port uint16) net.PacketConn {
 	c.t.Helper()
-	var pc net.PacketConn
-	err := c.e.sb.Client.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", net.JoinHostPort(ip.String(), fmt.Sprint(port)))
-		return err
-	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { pc.Close() })
-	return pc
+	return udpListenIn(c.t, c.e.sb.Client, net.JoinHostPort(ip.String(), fmt.Sprint(port)))
 }
 
 // reply reads one datagram from pc within d ("" on timeout).
