@@ -20,6 +20,7 @@ import (
 
 	"github.com/isolatord/isolatord/isolator/plane"
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // hostState is what isolatord may add to the sandbox host namespace.
@@ -222,16 +223,13 @@ func (d *demo) cleanup(ctx context.Context) error {
 }
 
 // settledHostState reads the sandbox host's state until its filters are
-// back to the baseline or wait has passed (deferred kernel work).
-func (d *demo) settledHostState(wait time.Duration) (hostState, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		hs, err := readHostState(d.sb)
-		if err != nil || !d.hasBase || hs.filters <= d.baseline.filters || time.Now().After(deadline) {
-			return hs, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// back to the baseline or within has passed (deferred kernel work).
+func (d *demo) settledHostState(within time.Duration) (hs hostState, err error) {
+	wait.Until(within, func() bool {
+		hs, err = readHostState(d.sb)
+		return err != nil || !d.hasBase || hs.filters <= d.baseline.filters
+	})
+	return hs, err
 }
 
 // splitTables separates tc filter lines that only declare a u32 hash table
