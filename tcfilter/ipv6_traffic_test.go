@@ -58,6 +58,19 @@ func waitLocal6(t testing.TB, h *netlink.Handle, ip net.IP) {
 func newWire6(t testing.TB) *wire {
 	w := newWire(t)
 	addAddr6(t, w.h, w.eth0, host6)
+	w.addClientAddr6(t, client6)
+	if err := w.eth0D.SetIPv6(&IPv6Demux{Addrs: []net.IP{host6}, Sink: w.sink}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.loD.SetIPv6(&IPv6Demux{}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// addClientAddr6 gives the client's eth0 the IPv6 address ip (no DAD).
+func (w *wire) addClientAddr6(t testing.TB, ip net.IP) {
+	t.Helper()
 	ch, err := w.s.Client.Netlink()
 	if err != nil {
 		t.Fatal(err)
@@ -67,14 +80,7 @@ func newWire6(t testing.TB) *wire {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addAddr6(t, ch, cl.Attrs().Index, client6)
-	if err := w.eth0D.SetIPv6(&IPv6Demux{Addrs: []net.IP{host6}, Sink: w.sink}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.loD.SetIPv6(&IPv6Demux{}); err != nil {
-		t.Fatal(err)
-	}
-	return w
+	addAddr6(t, ch, cl.Attrs().Index, ip)
 }
 
 // plumb6 is plumb with IPv6: the container's eth0 gets host6 (no DAD, no

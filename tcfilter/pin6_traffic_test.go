@@ -30,16 +30,7 @@ func TestTrafficDrainPinIPv6(t *testing.T) {
 	a := w.plumb6(t, "ca", 1, rg(32768, 33023))
 	b := w.plumb6(t, "cb", 2, rg(33024, 33279))
 	other6 := net.ParseIP("2001:db8::77")
-	ch, err := w.s.Client.Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	cl, err := ch.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addAddr6(t, ch, cl.Attrs().Index, other6)
+	w.addClientAddr6(t, other6)
 	for _, x := range []*ctr{a, b} {
 		if err := x.vf.SetRanges(x.ranges, append(x.ranges, rg(port, port))); err != nil {
 			t.Fatal(err)
