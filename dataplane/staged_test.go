@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/test/sandbox"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,7 +37,7 @@ func dockerMoves(t *testing.T, e *env, peer, nsPath string, addr net.IPNet, mac 
 	if err := hh.LinkSetNsFd(l, int(f.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := netlinkAtPath(nsPath)
+	ch, err := sandbox.NS{Path: nsPath}.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +57,6 @@ func dockerMoves(t *testing.T, e *env, peer, nsPath string, addr net.IPNet, mac 
 			t.Fatalf("docker's step %d: %v", i, err)
 		}
 	}
-}
-
-func netlinkAtPath(path string) (*netlink.Handle, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return netlink.NewHandleAt(netns.NsHandle(int(f.Fd())), unix.NETLINK_ROUTE)
 }
 
 // TestStagedVethAdoptedBySetup: a pair staged in the host namespace, its
@@ -114,7 +105,7 @@ func TestStagedVethAdoptedBySetup(t *testing.T) {
 			t.Fatalf("host end %s is up before Setup", a.Name)
 		}
 	}
-	ch, err := netlinkAtPath(p.NetNS)
+	ch, err := sandbox.NS{Path: p.NetNS}.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +191,7 @@ func TestStagedPeerCannotBeForged(t *testing.T) {
 	}
 	t.Cleanup(func() { e.d.Unstage(c.ID) })
 	idx := e.d.stagedIndex(c.ID)
-	ch, err := netlinkAtPath(p.NetNS)
+	ch, err := sandbox.NS{Path: p.NetNS}.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
