@@ -34,11 +34,11 @@ func TestDrainHandoff(t *testing.T) {
 	pl := e.setup(a.c)
 	a.c.Pin, a.c.PinOwned = pl.Mount, pl.PinOwned
 
-	var flows []*flowConn
+	var flows []*traffic.Flow
 	for i := 0; i < 40; i++ {
 		f := openFlow(t, e.sb.Client, hostAddr(port), 20000+i*7)
-		if f.name != "A" {
-			t.Fatalf("connection %d answered by %q before the handoff", i, f.name)
+		if f.Name != "A" {
+			t.Fatalf("connection %d answered by %q before the handoff", i, f.Name)
 		}
 		flows = append(flows, f)
 	}
@@ -66,8 +66,8 @@ func TestDrainHandoff(t *testing.T) {
 		t.Fatalf("DrainState(A) = %+v, want port %d with >= 40 live flows", ds, port)
 	}
 	for _, f := range flows {
-		if got, err := f.ask(); err != nil || got != "A" {
-			t.Errorf("connection from port %d answered by %q (%v) after the handoff", f.src, got, err)
+		if got, err := f.Ask("again"); err != nil || got != "A" {
+			t.Errorf("connection from port %d answered by %q (%v) after the handoff", f.Src, got, err)
 		}
 	}
 	if got, err := uf.Ask(); err != nil || got != "A" {
@@ -91,18 +91,18 @@ func TestDrainHandoff(t *testing.T) {
 	const other = "198.18.1.77" // off the /24: containers reach it through the gateway
 	e.sb.Client.Run(t, "ip", "addr", "add", other+"/32", "dev", "eth0")
 	for _, f := range flows[:10] {
-		got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource(net.JoinHostPort(other, fmt.Sprint(f.src))))
+		got, err := echo(e.sb.Client, "tcp", hostAddr(port), traffic.WithSource(net.JoinHostPort(other, fmt.Sprint(f.Src))))
 		if err != nil || got != "B" {
-			t.Errorf("new connection from %s:%d (a source port A's flow pins) answered by %q (%v), want B", other, f.src, got, err)
+			t.Errorf("new connection from %s:%d (a source port A's flow pins) answered by %q (%v), want B", other, f.Src, got, err)
 		}
-		if got, err := f.ask(); err != nil || got != "A" {
-			t.Errorf("A's connection from port %d answered by %q (%v) after another client used its port", f.src, got, err)
+		if got, err := f.Ask("again"); err != nil || got != "A" {
+			t.Errorf("A's connection from port %d answered by %q (%v) after another client used its port", f.Src, got, err)
 		}
 	}
 
 	// A's flows end; reconciler passes drop its pins.
 	for _, f := range flows {
-		f.c.Close()
+		f.Close()
 	}
 	uf.Close()
 	var rerr error

@@ -279,7 +279,7 @@ func TestSharedPinsFollowTraffic(t *testing.T) {
 	ctx := context.Background()
 	e.start("A", 1, "40960-41983", "", "9320", port)
 	b := e.start("B", 2, "41984-43007", "31000", "", port)
-	var flows []*flowConn
+	var flows []*traffic.Flow
 	for i := 0; i < 40; i++ {
 		flows = append(flows, openFlow(t, e.sb.Client, hostAddr(port), 22000+i*6))
 	}
@@ -287,9 +287,9 @@ func TestSharedPinsFollowTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := e.d.Shared(port)
-	var talk, quiet []*flowConn
+	var talk, quiet []*traffic.Flow
 	for _, f := range flows {
-		if _, ok := st.Spread.Pins[clientFlow(f.src)]; ok {
+		if _, ok := st.Spread.Pins[clientFlow(f.Src)]; ok {
 			if len(talk) <= len(quiet) {
 				talk = append(talk, f)
 			} else {
@@ -302,27 +302,27 @@ func TestSharedPinsFollowTraffic(t *testing.T) {
 	}
 	wait.For(t, 20*time.Second, "the quiet connections' pins go", func() bool {
 		for _, f := range talk {
-			if got, err := f.ask(); err != nil || got != "A" {
-				t.Fatalf("talking connection from %d answered by %q (%v)", f.src, got, err)
+			if got, err := f.Ask("again"); err != nil || got != "A" {
+				t.Fatalf("talking connection from %d answered by %q (%v)", f.Src, got, err)
 			}
 		}
 		e.pass()
 		st, _ = e.d.Shared(port)
 		for _, f := range talk {
-			if _, ok := st.Spread.Pins[clientFlow(f.src)]; !ok {
-				t.Fatalf("talking connection from %d lost its pin", f.src)
+			if _, ok := st.Spread.Pins[clientFlow(f.Src)]; !ok {
+				t.Fatalf("talking connection from %d lost its pin", f.Src)
 			}
 		}
 		for _, f := range quiet {
-			if _, ok := st.Spread.Pins[clientFlow(f.src)]; ok {
+			if _, ok := st.Spread.Pins[clientFlow(f.Src)]; ok {
 				return false
 			}
 		}
 		return true
 	})
 	for _, f := range talk {
-		if got, err := f.ask(); err != nil || got != "A" {
-			t.Errorf("talking connection from %d answered by %q (%v) at the end", f.src, got, err)
+		if got, err := f.Ask("again"); err != nil || got != "A" {
+			t.Errorf("talking connection from %d answered by %q (%v) at the end", f.Src, got, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +8,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/ephemeral"
 	"github.com/isolatord/isolatord/ephemeral/spread"
@@ -30,49 +26,10 @@ func clientFlow(src int) spread.Flow {
 	return netip.AddrPortFrom(a, uint16(src))
 }
 
-// flowConn is a TCP connection from the sandbox client that stays open.
-type flowConn struct {
-	src  int
-	c    net.Conn
-	r    *bufio.Reader
-	name string // the container that answered first
-}
-
-func (f *flowConn) ask() (string, error) {
-	f.c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := f.c.Write([]byte("again\n")); err != nil {
-		return "", err
-	}
-	line, err := f.r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return traffic.ReplyName(strings.TrimSpace(line)), nil
-}
-
 // openFlow connects from the client's port src to addr and learns who answers.
-func openFlow(t testing.TB, ns doer, addr string, src int) *flowConn {
+func openFlow(t testing.TB, ns doer, addr string, src int) *traffic.Flow {
 	t.Helper()
-	var c net.Conn
-	err := ns.Do(func() (err error) {
-		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{Port: src},
-			Control: func(_, _ string, rc syscall.RawConn) error {
-				var serr error
-				rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) })
-				return serr
-			}}
-		c, err = d.Dial("tcp4", addr)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("connect from port %d: %v", src, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	f := &flowConn{src: src, c: c, r: bufio.NewReader(c)}
-	if f.name, err = f.ask(); err != nil {
-		t.Fatalf("first request from port %d: %v", src, err)
-	}
-	return f
+	return traffic.OpenFlow(t, ns.Do, &net.TCPAddr{Port: src}, addr)
 }
 
 // withReconcile replaces the env's data plane by one whose shared-port
@@ -105,12 +62,12 @@ func TestSharedJoinLeaveKeepsFlows(t *testing.T) {
 	c := e.start("C", 3, "43008-44031", "", "9000", port)
 	d := e.start("D", 4, "44032-45055", "31000", "", port) // not a holder yet
 
-	var flows []*flowConn
+	var flows []*traffic.Flow
 	count := map[string]int{}
 	for i := 0; i < 60; i++ {
 		f := openFlow(t, e.sb.Client, hostAddr(port), 20000+i*6)
 		flows = append(flows, f)
-		count[f.name]++
+		count[f.Name]++
 	}
 	if count["A"] == 0 || count["B"] == 0 || count["C"] == 0 || count["D"] != 0 {
 		t.Fatalf("60 connections answered by %v", count)
@@ -126,8 +83,8 @@ func TestSharedJoinLeaveKeepsFlows(t *testing.T) {
 		t.Fatalf("after the join: %d holders, %d pins, settled %v: the join moved no bucket with a live flow", len(st.Holders), len(st.Spread.Pins), st.Settled)
 	}
 	for _, f := range flows {
-		if got, err := f.ask(); err != nil || got != f.name {
-			t.Errorf("connection from port %d answered by %q (%v) after D joined, was %q", f.src, got, err, f.name)
+		if got, err := f.Ask("again"); err != nil || got != f.Name {
+			t.Errorf("connection from port %d answered by %q (%v) after D joined, was %q", f.Src, got, err, f.Name)
 		}
 	}
 	spread := map[string]int{}
@@ -148,14 +105,14 @@ func TestSharedJoinLeaveKeepsFlows(t *testing.T) {
 	}
 	broken := 0
 	for _, f := range flows {
-		got, err := f.ask()
+		got, err := f.Ask("again")
 		switch {
-		case f.name == "B" && err == nil:
-			t.Errorf("B's connection from port %d still answered by %q after B left", f.src, got)
-		case f.name == "B":
+		case f.Name == "B" && err == nil:
+			t.Errorf("B's connection from port %d still answered by %q after B left", f.Src, got)
+		case f.Name == "B":
 			broken++
-		case err != nil || got != f.name:
-			t.Errorf("connection from port %d answered by %q (%v) after B left, was %q", f.src, got, err, f.name)
+		case err != nil || got != f.Name:
+			t.Errorf("connection from port %d answered by %q (%v) after B left, was %q", f.Src, got, err, f.Name)
 		}
 	}
 	if broken != count["B"] {
@@ -165,7 +122,7 @@ func TestSharedJoinLeaveKeepsFlows(t *testing.T) {
 	// The connections end (the servers' sockets go through CLOSE_WAIT and
 	// LAST_ACK, which still count as live); reconciler passes settle the port.
 	for _, f := range flows {
-		f.c.Close()
+		f.Close()
 	}
 	pass := 0
 	wait.For(t, 2*time.Second, "the port settled by reconciler passes", func() bool {
@@ -201,7 +158,7 @@ func TestSharedReconcilerRuns(t *testing.T) {
 	ctx := context.Background()
 	e.start("A", 1, "40960-41983", "", "9100", port)
 	b := e.start("B", 2, "41984-43007", "31000", "", port)
-	var flows []*flowConn
+	var flows []*traffic.Flow
 	for i := 0; i < 40; i++ {
 		flows = append(flows, openFlow(t, e.sb.Client, hostAddr(port), 21000+i*6))
 	}
@@ -217,10 +174,10 @@ func TestSharedReconcilerRuns(t *testing.T) {
 		t.Fatalf("pins gone while their flows live: settled %v, %d pins", st.Settled, len(st.Spread.Pins))
 	}
 	for _, f := range flows {
-		if got, err := f.ask(); err != nil || got != "A" {
-			t.Errorf("connection from %d answered by %q (%v)", f.src, got, err)
+		if got, err := f.Ask("again"); err != nil || got != "A" {
+			t.Errorf("connection from %d answered by %q (%v)", f.Src, got, err)
 		}
-		f.c.Close()
+		f.Close()
 	}
 	wait.For(t, 5*time.Second, "the reconciler settles the port after the flows ended", func() bool {
 		st, _ := e.d.Shared(port)
@@ -310,21 +267,21 @@ func TestSharedJoinPinsLateFlows(t *testing.T) {
 			src = p
 		}
 	}
-	var late *flowConn
+	var late *traffic.Flow
 	e.d.planned = func(uint16) { late = openFlow(t, e.sb.Client, hostAddr(port), src) }
 	err = e.d.SetPorts(ctx, b.c, ephemeral.MustParseSet("31000"), ephemeral.MustParseSet("9200"))
 	e.d.planned = nil
 	if err != nil {
 		t.Fatal(err)
 	}
-	if late == nil || late.name != "A" {
+	if late == nil || late.Name != "A" {
 		t.Fatalf("the connection opened during the change was not answered by A first: %+v", late)
 	}
 	st, _ := e.d.Shared(port)
 	if h, ok := st.Spread.Pins[clientFlow(src)]; !ok || h.Slot != 1 {
 		t.Fatalf("source port %d (bucket moved to B) not pinned to A: %v", src, st.Spread.Pins)
 	}
-	if got, err := late.ask(); err != nil || got != "A" {
+	if got, err := late.Ask("again"); err != nil || got != "A" {
 		t.Errorf("the late connection answered by %q (%v) after the move", got, err)
 	}
 	// A new connection from the next port of that bucket reaches B.

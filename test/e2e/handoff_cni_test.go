@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/isolatord/isolatord/test/sandbox"
+	"github.com/isolatord/isolatord/test/traffic"
 )
 
 // TestCNIHandoff: a rolling update of one Nomad task group on one host
@@ -26,7 +27,7 @@ func TestCNIHandoff(t *testing.T) {
 	if _, err := nw.CNI.AddNetworkList(ctx, nw.List, rta); err != nil {
 		t.Fatalf("ADD A: %v", err)
 	}
-	var flows []*liveFlow
+	var flows []*traffic.Flow
 	for i := range 10 {
 		flows = append(flows, openFlow(t, sb, port, 20000+7*i))
 	}
@@ -41,8 +42,8 @@ func TestCNIHandoff(t *testing.T) {
 		t.Fatalf("new connections after B's ADD: %v, want all 50 at B", got)
 	}
 	for _, f := range flows {
-		if got, err := f.ask("still"); err != nil || got != "A" {
-			t.Fatalf("A's connection from %d answered by %q (%v)", f.src, got, err)
+		if got, err := f.Ask("still"); err != nil || got != "A" {
+			t.Fatalf("A's connection from %d answered by %q (%v)", f.Src, got, err)
 		}
 	}
 	if n, ok := liveFlowsOf(t, d, ida, port); !ok || n < 10 {

@@ -102,11 +102,11 @@ func TestHandoff(t *testing.T) {
 	d.Ctl(t, "prepare", id("A"), "--ports", P)
 	d.Ctl(t, "isolate", id("A"), "--pid", strconv.Itoa(pa.Pid))
 
-	var flows []*liveFlow
+	var flows []*traffic.Flow
 	for i := range 40 {
 		f := openFlow(t, sb, handoffPort, 20000+7*i)
-		if f.name != "A" {
-			t.Fatalf("connection %d answered by %q", i, f.name)
+		if f.Name != "A" {
+			t.Fatalf("connection %d answered by %q", i, f.Name)
 		}
 		flows = append(flows, f)
 	}
@@ -117,8 +117,8 @@ func TestHandoff(t *testing.T) {
 	checkA := func(when string) {
 		t.Helper()
 		for _, f := range flows {
-			if got, err := f.ask("still"); err != nil || got != "A" {
-				t.Fatalf("%s: connection from port %d answered by %q (%v), want A", when, f.src, got, err)
+			if got, err := f.Ask("still"); err != nil || got != "A" {
+				t.Fatalf("%s: connection from port %d answered by %q (%v), want A", when, f.Src, got, err)
 			}
 		}
 		if got, err := udp.Ask(); err != nil || got != "A" {
@@ -225,7 +225,7 @@ func TestHandoff(t *testing.T) {
 	// A's flows end; `drain --wait` returns once the reconciler has
 	// dropped their pins.
 	for _, f := range flows {
-		f.c.Close()
+		f.Close()
 	}
 	udp.Close()
 	d.Ctl(t, "--timeout", "90s", "drain", id("A"), "--port", P, "--wait")
@@ -271,12 +271,12 @@ func TestDrainSharedThreeHolders(t *testing.T) {
 		d.Ctl(t, "prepare", id(n), "--shared-ports", P)
 		d.Ctl(t, "isolate", id(n), "--pid", strconv.Itoa(p.Pid))
 	}
-	var flows []*liveFlow
+	var flows []*traffic.Flow
 	count := map[string]int{}
 	for i := range 60 {
 		f := openFlow(t, sb, drainPort, 20000+7*i)
 		flows = append(flows, f)
-		count[f.name]++
+		count[f.Name]++
 	}
 	if count["s2"] == 0 {
 		t.Fatalf("no connection reached s2: %v", count)
@@ -286,8 +286,8 @@ func TestDrainSharedThreeHolders(t *testing.T) {
 		t.Errorf("drain output does not show the drain:\n%s", out)
 	}
 	for _, f := range flows {
-		if got, err := f.ask("still"); err != nil || got != f.name {
-			t.Errorf("connection from %d answered by %q (%v), was %q", f.src, got, err, f.name)
+		if got, err := f.Ask("still"); err != nil || got != f.Name {
+			t.Errorf("connection from %d answered by %q (%v), was %q", f.Src, got, err, f.Name)
 		}
 	}
 	got := newConns(sb, drainPort, 40000, 120)
@@ -302,8 +302,8 @@ func TestDrainSharedThreeHolders(t *testing.T) {
 		t.Errorf("new connections after undo: %v", got)
 	}
 	for _, f := range flows {
-		if got, err := f.ask("still"); err != nil || got != f.name {
-			t.Errorf("after undo: connection from %d answered by %q (%v), was %q", f.src, got, err, f.name)
+		if got, err := f.Ask("still"); err != nil || got != f.Name {
+			t.Errorf("after undo: connection from %d answered by %q (%v), was %q", f.Src, got, err, f.Name)
 		}
 	}
 }
@@ -336,10 +336,10 @@ func TestDrainAloneRefuses(t *testing.T) {
 		}
 	}
 	refused("draining")
-	if got, err := f.ask("still"); err != nil || got != "solo" {
+	if got, err := f.Ask("still"); err != nil || got != "solo" {
 		t.Fatalf("the drainer's own connection: %q, %v", got, err)
 	}
-	f.c.Close()
+	f.Close()
 	d.Ctl(t, "--timeout", "90s", "drain", id, "--port", P, "--wait")
 	d.Kill()
 	d.Start()
@@ -370,9 +370,9 @@ func TestDrainDeadline(t *testing.T) {
 		d.Ctl(t, "prepare", id(n), "--shared-ports", P)
 		d.Ctl(t, "isolate", id(n), "--pid", strconv.Itoa(p.Pid))
 	}
-	var mine []*liveFlow
+	var mine []*traffic.Flow
 	for i := 0; i < 64 && len(mine) < 3; i++ {
-		if f := openFlow(t, sb, port, 20000+7*i); f.name == "d1" {
+		if f := openFlow(t, sb, port, 20000+7*i); f.Name == "d1" {
 			mine = append(mine, f)
 		}
 	}
@@ -382,9 +382,9 @@ func TestDrainDeadline(t *testing.T) {
 	start := time.Now()
 	d.Ctl(t, "drain", id("d1"), "--port", P, "--deadline", "3s")
 	for _, f := range mine {
-		if got, err := f.ask("still"); err != nil || got != "d1" {
+		if got, err := f.Ask("still"); err != nil || got != "d1" {
 			if time.Since(start) < 3*time.Second {
-				t.Fatalf("before the deadline: d1's connection from %d answered by %q (%v)", f.src, got, err)
+				t.Fatalf("before the deadline: d1's connection from %d answered by %q (%v)", f.Src, got, err)
 			}
 		}
 	}
@@ -396,8 +396,8 @@ func TestDrainDeadline(t *testing.T) {
 		t.Fatalf("flows cut %v after the drain, before the 3 s deadline", since)
 	}
 	for _, f := range mine {
-		if got, err := f.ask("after"); err == nil {
-			t.Errorf("d1's connection from %d still answered (by %q) after the deadline", f.src, got)
+		if got, err := f.Ask("after"); err == nil {
+			t.Errorf("d1's connection from %d still answered (by %q) after the deadline", f.Src, got)
 		}
 	}
 	var got struct {

@@ -1,18 +1,15 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -55,57 +52,11 @@ func startSharedServer(t *testing.T, sb *sandbox.Sandbox, name string, ports ...
 	return c
 }
 
-// liveFlow is a TCP connection from the client namespace that stays open.
-type liveFlow struct {
-	src  int
-	c    net.Conn
-	r    *bufio.Reader
-	name string // the container that answered first
-}
-
-func (f *liveFlow) ask(msg string) (string, error) {
-	f.c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := f.c.Write([]byte(msg + "\n")); err != nil {
-		return "", err
-	}
-	line, err := f.r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	name, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-	if rest != msg {
-		return "", fmt.Errorf("reply %q to %q", line, msg)
-	}
-	return name, nil
-}
-
-func reuseAddr(_, _ string, rc syscall.RawConn) error {
-	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) }); err != nil {
-		return err
-	}
-	return serr
-}
-
 // openFlow connects from the client's source port src to the host's port
 // and learns which container answers.
-func openFlow(t *testing.T, sb *sandbox.Sandbox, port, src int) *liveFlow {
+func openFlow(t *testing.T, sb *sandbox.Sandbox, port, src int) *traffic.Flow {
 	t.Helper()
-	var c net.Conn
-	err := sb.Client.Do(func() (err error) {
-		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(clientHost), Port: src}, Control: reuseAddr}
-		c, err = d.Dial("tcp4", net.JoinHostPort(sb.HostIP.String(), strconv.Itoa(port)))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("connect from port %d: %v", src, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	f := &liveFlow{src: src, c: c, r: bufio.NewReader(c)}
-	if f.name, err = f.ask("hello"); err != nil {
-		t.Fatalf("first request from port %d: %v", src, err)
-	}
-	return f
+	return traffic.OpenFlow(t, sb.Client.Do, &net.TCPAddr{IP: net.ParseIP(clientHost), Port: src}, net.JoinHostPort(sb.HostIP.String(), strconv.Itoa(port)))
 }
 
 // spread makes n one-request flows (TCP connections or UDP exchanges) to
@@ -267,31 +218,31 @@ func TestSharedPorts(t *testing.T) {
 	// A long-lived connection exchanging 1,000 messages talks to one container.
 	long := openFlow(t, sb, sharedPort, 22500)
 	for i := 0; i < 1000; i++ {
-		if got, err := long.ask("m" + strconv.Itoa(i)); err != nil || got != long.name {
-			t.Fatalf("message %d of the long connection answered by %q (%v), first by %q", i, got, err, long.name)
+		if got, err := long.Ask("m" + strconv.Itoa(i)); err != nil || got != long.Name {
+			t.Fatalf("message %d of the long connection answered by %q (%v), first by %q", i, got, err, long.Name)
 		}
 	}
 	// 60 more connections stay open across the membership changes.
-	flows := []*liveFlow{long}
-	byName := map[string]int{long.name: 1}
+	flows := []*traffic.Flow{long}
+	byName := map[string]int{long.Name: 1}
 	for i := 0; i < 60; i++ {
 		f := openFlow(t, sb, sharedPort, 23000+6*i)
 		flows = append(flows, f)
-		byName[f.name]++
+		byName[f.Name]++
 	}
 	t.Logf("open connections by container: %v", byName)
 	checkFlows := func(t *testing.T, when, broken string) {
 		t.Helper()
 		lost := 0
 		for _, f := range flows {
-			got, err := f.ask("after-" + when)
+			got, err := f.Ask("after-" + when)
 			switch {
-			case f.name == broken && err == nil:
-				t.Errorf("%s: %s's connection from port %d still answered by %q", when, broken, f.src, got)
-			case f.name == broken:
+			case f.Name == broken && err == nil:
+				t.Errorf("%s: %s's connection from port %d still answered by %q", when, broken, f.Src, got)
+			case f.Name == broken:
 				lost++
-			case err != nil || got != f.name:
-				t.Errorf("%s: connection from port %d answered by %q (%v), was %q", when, f.src, got, err, f.name)
+			case err != nil || got != f.Name:
+				t.Errorf("%s: connection from port %d answered by %q (%v), was %q", when, f.Src, got, err, f.Name)
 			}
 		}
 		if lost != byName[broken] {
@@ -318,7 +269,7 @@ func TestSharedPorts(t *testing.T) {
 
 	t.Run("pins-drain", func(t *testing.T) {
 		for _, f := range flows {
-			f.c.Close()
+			f.Close()
 		}
 		// the reconciler runs every 5 s
 		if !wait.Until(15*time.Second, func() bool { return pinNodes(t, sb) == 0 }) {
