@@ -263,11 +263,17 @@ func (x *attackBed) sendUDP(t *testing.T, src net.IP, dst string, payload []byte
 func (x *attackBed) canaries(t *testing.T) {
 	t.Helper()
 	m := newMarker(t, "canary")
-	for _, d := range []string{clientAddr(bedClientPort), hostAddr(bedHostPort), hostAddr(bedBPort)} {
-		x.sendUDP(t, nil, d, m)
-	}
-	for _, c := range []*traffic.Capture{x.client, x.hostLo, x.inB} {
-		if !c.WaitFor(m, 5*time.Second) {
+	// Sent again every half second until seen: on a loaded machine the
+	// first datagram may wait for a neighbour entry and be dropped.
+	caps := []*traffic.Capture{x.client, x.hostLo, x.inB}
+	dsts := []string{clientAddr(bedClientPort), hostAddr(bedHostPort), hostAddr(bedBPort)}
+	for i, c := range caps {
+		seen := false
+		for try := 0; try < 20 && !seen; try++ {
+			x.sendUDP(t, nil, dsts[i], m)
+			seen = c.WaitFor(m, 500*time.Millisecond)
+		}
+		if !seen {
 			t.Fatalf("canary never reached %s: the bed is broken", c.Name)
 		}
 	}
