@@ -294,6 +294,7 @@ func (d *DataPlane) remakeEth0Demux() error {
 	}
 	d.eth0 = x
 	d.fragEth0(d.links.Eth0Index)
+	d.wireEth0(d.links.Eth0Index)
 	if err := x.EchoSteering(); err != nil {
 		d.log.Warn("echo replies to the host IP are not steered by learning (cls_bpf on eth0)", "err", err)
 	}

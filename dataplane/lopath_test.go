@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
 	"strconv"
@@ -10,7 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/netns/containerns"
+	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/test/traffic"
+	"github.com/isolatord/isolatord/test/wait"
 	"github.com/vishvananda/netlink"
 )
 
@@ -273,6 +276,13 @@ func TestMTUTenantRaisesItsOwn(t *testing.T) {
 	if err := a.proc.SetSysctl("net/ipv6/conf/eth0/mtu", strconv.Itoa(containerns.EthMTU)); err != nil {
 		t.Fatal(err)
 	}
+	// The client's end takes frames of any size, so the capture sees
+	// whatever host eth0 sends (a veth checks its receiving end's MTU).
+	raiseClientMTU(t, e)
+	before, err := e.d.DropTotals(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	capture := e.clientCapture(t)
 	pc4 := listenUDPIn(t, e.sb.Client, "udp4", "0.0.0.0:9001")
 	pc6 := listenUDPIn(t, e.sb.Client, "udp6", "[::]:9002")
@@ -280,16 +290,18 @@ func TestMTUTenantRaisesItsOwn(t *testing.T) {
 		sendFrom(t, a.proc, "udp4", clientAddr(9001), bigMsg("r4", n))
 		sendFrom(t, a.proc, "udp6", client6Addr(e, 9002), bigMsg("r6", n))
 	}
-	// A whole IPv4/UDP frame of 3,000 bytes from the host's address and
-	// a port of the container's, written on eth0 as is.
-	// The veth refuses it (NET_XMIT_DROP: ENOBUFS); one of 1,400 bytes
-	// goes (to the host's filters).
-	for _, size := range []int{1400, 3000} {
+	// Whole IPv4/UDP frames from the host's address and a port of the
+	// container's, written on eth0 as is. The veth refuses one of 3,000
+	// bytes (NET_XMIT_DROP: ENOBUFS) but takes up to MTU + 18 bytes (its
+	// slack for a VLAN tag, tagged or not): the frames of 1,516 and 1,518
+	// bytes reach the host's filters and are dropped by eth0's wire guard,
+	// counted (ip_header). One of 1,400 bytes goes.
+	for _, size := range []int{1400, mtu + 16, mtu + 18, 3000} {
 		err := a.proc.Do(func() error { return sendRawUDP(e, eth.Attrs().Index, size) })
 		switch {
-		case size <= mtu && err != nil:
+		case size <= mtu+18 && err != nil:
 			t.Errorf("a %d-byte frame on eth0 through a packet socket: %v, want it sent", size, err)
-		case size > mtu && err == nil:
+		case size > mtu+18 && err == nil:
 			t.Errorf("a %d-byte frame on eth0 through a packet socket went out, want ENOBUFS", size)
 		}
 	}
@@ -312,6 +324,31 @@ func TestMTUTenantRaisesItsOwn(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Error("the capture saw nothing: not even the small datagram")
+	}
+	if e.d.wire == nil {
+		t.Fatal("no wire guard on eth0")
+	}
+	wait.For(t, 5*time.Second, "the wire guard's drops counted", func() bool {
+		after, err := e.d.DropTotals(context.Background())
+		return err == nil && after[tcfilter.DropWire]-before[tcfilter.DropWire] >= 2
+	})
+}
+
+// raiseClientMTU gives the client's end of the sandbox's wire the largest
+// MTU a veth takes.
+func raiseClientMTU(t testing.TB, e *env) {
+	t.Helper()
+	h, err := e.sb.Client.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName("eth0")
+	if err == nil {
+		err = h.LinkSetMTU(l, containerns.EthMTU)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
