@@ -165,6 +165,7 @@ type DataPlane struct {
 	lo       *tcfilter.HostDemux
 	frag     *fragbpf.Steering // fragment steering (fragments.go); nil: off
 	wire     *wirebpf.Guard    // host eth0's wire guard (wireguard.go); nil: off
+	lopath   atomic.Bool       // the guard was put on: host veths and containers' lo get the lo MTU
 	sink     tcfilter.Sink     // the drop sink of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).

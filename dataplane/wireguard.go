@@ -5,6 +5,7 @@ package dataplane
 // container whose veth they came from.
 
 import (
+	"github.com/isolatord/isolatord/netns/containerns"
 	"github.com/isolatord/isolatord/tcfilter"
 	"github.com/isolatord/isolatord/tcfilter/wirebpf"
 )
@@ -26,10 +27,30 @@ func (d *DataPlane) startWireGuard(eth0 int, drops *tcfilter.DropSinks) {
 		}
 	}
 	if err != nil {
-		d.log.Warn("wire guard unavailable (BPF program at eth0's tcx egress): frames of up to 4 bytes over the MTU from containers' packet sockets reach the wire", "err", err)
+		d.log.Warn("wire guard unavailable (BPF program at eth0's tcx egress): containers' large datagrams to the host over 127.0.0.1/::1 are lost, and frames of up to 4 bytes over the MTU from their packet sockets reach the wire", "err", err)
 		return
 	}
 	d.wire = g
+	d.lopath.Store(true)
+}
+
+// vethMTU is the MTU of a container's host-side veth and shaper pair
+// (mtu the host's): containerns.EthMTU with the wire guard on, so that a
+// container's datagrams to the host's lo cross unfragmented (its lo has
+// containerns.LoMTU); the host's without it.
+func (d *DataPlane) vethMTU(mtu int) int {
+	if d.lopath.Load() && mtu > 0 {
+		return containerns.EthMTU
+	}
+	return mtu
+}
+
+// loMTU is the container lo's MTU instead of the host's (0: the host's).
+func (d *DataPlane) loMTU() int {
+	if d.lopath.Load() {
+		return containerns.LoMTU
+	}
+	return 0
 }
 
 // wireEth0 puts the guard on a recreated eth0 (d.mu held).
