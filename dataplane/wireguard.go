@@ -59,6 +59,6 @@ func (d *DataPlane) wireEth0(eth0 int) {
 		return
 	}
 	if err := d.wire.Attach(eth0); err != nil {
-		d.log.Warn("wire guard not on the recreated eth0", "err", err)
+		d.log.Error("wire guard not on the recreated eth0: containers can put frames over the MTU on the wire until a restart", "err", err)
 	}
 }
