@@ -58,7 +58,19 @@ func (d *DataPlane) wireEth0(eth0 int) {
 	if d.wire == nil {
 		return
 	}
-	if err := d.wire.Attach(eth0); err != nil {
-		d.log.Error("wire guard not on the recreated eth0: containers can put frames over the MTU on the wire until a restart", "err", err)
+	err := d.wire.Attach(eth0)
+	if err == nil {
+		return
 	}
+	// Without the guard no host veth may take more than the wire: back
+	// to the host's MTU (containers' large datagrams over 127.0.0.1/::1
+	// are lost again).
+	d.lopath.Store(false)
+	n := 0
+	for _, rec := range d.ctrs {
+		if rec.veth > 0 && d.h.LinkSetMTU(linkRefIdx(rec.veth), d.info.MTU) != nil {
+			n++
+		}
+	}
+	d.log.Error("wire guard not on the recreated eth0: host veths back at the host's MTU", "err", err, "failed", n)
 }
