@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/test/wait"
 )
 
 // TestFragmentsContainerLo: with the wire guard on, a container's lo and
@@ -103,4 +104,71 @@ func bigFrames(fd int) int {
 		}
 	}
 	return n
+}
+
+// TestWireGuardHostFrames: the wire guard lets the host's own frames
+// through: a VLAN-tagged frame of MTU + 18 bytes from a packet socket on
+// eth0 (af_packet takes it; the guard allows 4 bytes for the tag in the
+// data), and a 1,400-byte one; nothing of the host's is counted.
+func TestWireGuardHostFrames(t *testing.T) {
+	checkRootUnchanged(t)
+	e := steeredEnv6(t)
+	if e.d.wire == nil {
+		t.Fatal("no wire guard on eth0")
+	}
+	raiseClientMTU(t, e)
+	client := e.clientCapture(t)
+	h, err := e.sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.LinkByName("eth0")
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtu := e.info.MTU
+	frame := func(size int, vlan bool) []byte {
+		f := make([]byte, size)
+		copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+		copy(f[6:12], e.sb.HostMAC)
+		p := f[12:]
+		if vlan {
+			copy(p, []byte{0x81, 0x00, 0x00, 0x64})
+			p = p[4:]
+		}
+		p[0], p[1] = 0x08, 0x00
+		ip := p[2:]
+		ip[0], ip[8], ip[9] = 0x45, 64, unix.IPPROTO_UDP
+		ip[2], ip[3] = byte(len(ip)>>8), byte(len(ip))
+		return f
+	}
+	err = e.sb.Host.Do(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for _, f := range [][]byte{frame(mtu+18, true), frame(1400, false)} {
+			if err := unix.Sendto(fd, f, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the host's packet socket: %v", err)
+	}
+	var sizes []int
+	wait.Until(5*time.Second, func() bool {
+		for _, f := range client.read() {
+			if f.network == "ip4" && (f.len >= mtu+14 || f.len == 1400) {
+				sizes = append(sizes, f.len)
+			}
+		}
+		return len(sizes) >= 2
+	})
+	if len(sizes) != 2 {
+		t.Errorf("the client received the host's frames of %v bytes, want the tagged one of %d (its tag stripped: %d) and 1400", sizes, mtu+18, mtu+14)
+	}
 }
