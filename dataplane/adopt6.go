@@ -16,8 +16,8 @@ func (d *DataPlane) refreshHostVeth(c plane.Container, veth, via int) error {
 	if err != nil {
 		return err
 	}
-	if l.Attrs().MTU != d.info.MTU {
-		if err := d.h.LinkSetMTU(l, d.info.MTU); err != nil {
+	if l.Attrs().MTU != d.vethMTU(d.info.MTU) {
+		if err := d.h.LinkSetMTU(l, d.vethMTU(d.info.MTU)); err != nil {
 			return fmt.Errorf("%s MTU: %w", plane.VethName(c.ID), err)
 		}
 	}
@@ -50,7 +50,7 @@ func (d *DataPlane) refreshContainerSide(c plane.Container, pinPath string) erro
 		return err
 	}
 	defer ch.Close()
-	h4 := containerns.Host4{Gateway: d.info.Gateway, MTU: d.info.MTU, MAC: d.info.MAC}
+	h4 := containerns.Host4{Gateway: d.info.Gateway, MTU: d.info.MTU, LoMTU: d.loMTU(), MAC: d.info.MAC}
 	if !d.lost4 {
 		h4.Addr = d.info.IP
 	}

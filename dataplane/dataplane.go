@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/isolatord/isolatord/tcfilter/fragbpf"
+	"github.com/isolatord/isolatord/tcfilter/wirebpf"
 	"github.com/vishvananda/netlink"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -163,6 +164,8 @@ type DataPlane struct {
 	eth0     *tcfilter.HostDemux
 	lo       *tcfilter.HostDemux
 	frag     *fragbpf.Steering // fragment steering (fragments.go); nil: off
+	wire     *wirebpf.Guard    // host eth0's wire guard (wireguard.go); nil: off
+	lopath   atomic.Bool       // the guard was put on: host veths and containers' lo get the lo MTU
 	sink     tcfilter.Sink     // the drop sink of the IPv6 demux's counting mirrors
 	// drops are the per-reason drop sinks every veth's dropping nodes
 	// redirect to, and their count map (read without d.mu, under hmu).
@@ -370,6 +373,10 @@ func (d *DataPlane) closeLocked() error {
 	if d.frag != nil { // (its programs stay attached)
 		d.frag.Close()
 		d.frag = nil
+	}
+	if d.wire != nil { // (it stays attached)
+		d.wire.Close()
+		d.wire = nil
 	}
 	if d.prepared {
 		if err := d.flush(); err != nil {

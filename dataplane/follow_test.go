@@ -230,7 +230,7 @@ func (fe *followEnv) waitInLine(t *testing.T, p *sandbox.Container, name string,
 		if addr != "" {
 			want = []string{addr}
 		}
-		if fmt.Sprint(v.addrs4) != fmt.Sprint(want) || (v.mtu != mtu && !(addr == "" && v.noRoutes)) || v.loMTU != mtu {
+		if fmt.Sprint(v.addrs4) != fmt.Sprint(want) || (v.mtu != mtu && !(addr == "" && v.noRoutes)) || v.loMTU != wantLoMTU(fe.d, mtu) {
 			return false
 		}
 		if gw != "" && v.gw4 != gw {
@@ -314,7 +314,7 @@ func TestFollowIPv4RenumberGatewayMTU(t *testing.T) {
 		}
 		l, err := h.LinkByName(plane.VethName(web.c.ID))
 		h.Close()
-		if err != nil || l.Attrs().MTU != mtu {
+		if err != nil || l.Attrs().MTU != fe.d.vethMTU(mtu) {
 			t.Errorf("host veth MTU after the change to %d: %v %v", mtu, l, err)
 		}
 	}
@@ -526,7 +526,7 @@ func TestFollowHundredContainers(t *testing.T) {
 		ok := wait.Until(3*followWithin, func() bool {
 			for i, ns := range nss {
 				v, err := viewOf(ns)
-				if err != nil || fmt.Sprint(v.addrs4) != fmt.Sprint([]string{addr}) || v.gw4 != gw || v.mtu != mtu || v.loMTU != mtu {
+				if err != nil || fmt.Sprint(v.addrs4) != fmt.Sprint([]string{addr}) || v.gw4 != gw || v.mtu != mtu || v.loMTU != wantLoMTU(fe.d, mtu) {
 					bad = fmt.Sprintf("container %d: %v %v", i, v, err)
 					return false
 				}
@@ -594,7 +594,7 @@ func TestFollowRestartAfterChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(v.addrs4) != "[198.18.5.1/24]" || v.gw4 != "198.18.5.2" || v.mtu != 1400 || v.loMTU != 1400 {
+	if fmt.Sprint(v.addrs4) != "[198.18.5.1/24]" || v.gw4 != "198.18.5.2" || v.mtu != 1400 || v.loMTU != wantLoMTU(d2, 1400) {
 		t.Errorf("container after the restart: %v", v)
 	}
 	mustEcho(t, sb.Client, "tcp", "198.18.5.1:8080", "web")
@@ -870,4 +870,12 @@ func TestFollowIPv6AppearsOff(t *testing.T) {
 		t.Errorf("--ipv6=false: container's IPv6 addresses %v (err %v)", got, err)
 	}
 	mustEcho(t, sb.Client, "tcp", hostAddr(8080), "v4")
+}
+
+// wantLoMTU is the MTU a container's lo has on d with the host at mtu.
+func wantLoMTU(d *DataPlane, mtu int) int {
+	if m := d.loMTU(); m > 0 {
+		return m
+	}
+	return mtu
 }

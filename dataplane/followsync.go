@@ -294,6 +294,7 @@ func (d *DataPlane) remakeEth0Demux() error {
 	}
 	d.eth0 = x
 	d.fragEth0(d.links.Eth0Index)
+	d.wireEth0(d.links.Eth0Index)
 	if err := x.EchoSteering(); err != nil {
 		d.log.Warn("echo replies to the host IP are not steered by learning (cls_bpf on eth0)", "err", err)
 	}
@@ -432,8 +433,8 @@ func (d *DataPlane) syncHostSide(rec *record, in, want hostFacts, all []ephemera
 	c := rec.c
 	link := linkRefIdx(rec.veth)
 	if in.mtu != want.mtu {
-		if err := d.h.LinkSetMTU(link, d.info.MTU); err != nil {
-			return fmt.Errorf("%s MTU %d: %w", plane.VethName(c.ID), d.info.MTU, err)
+		if err := d.h.LinkSetMTU(link, d.vethMTU(d.info.MTU)); err != nil {
+			return fmt.Errorf("%s MTU %d: %w", plane.VethName(c.ID), d.vethMTU(d.info.MTU), err)
 		}
 	}
 	if in.mac != want.mac {
@@ -492,7 +493,7 @@ func (d *DataPlane) syncInside(j inside) error {
 	}
 	defer ch.Close()
 	if in.ip != want.ip || in.gw != want.gw || in.mtu != want.mtu || in.mac != want.mac {
-		h4 := containerns.Host4{Gateway: d.info.Gateway, MTU: d.info.MTU, MAC: d.info.MAC}
+		h4 := containerns.Host4{Gateway: d.info.Gateway, MTU: d.info.MTU, LoMTU: d.loMTU(), MAC: d.info.MAC}
 		if !d.lost4 {
 			h4.Addr = d.info.IP
 		}

@@ -209,6 +209,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (plane.HostInfo, error) {
 		}
 	}
 	d.startFragments(hl.Eth0Index, hl.LoIndex)
+	d.startWireGuard(hl.Eth0Index, drops)
 	if err := eth0.EchoSteering(); err != nil {
 		d.log.Warn("echo replies to the host IP are not steered by learning (cls_bpf on eth0); replies no container's ports attribute are mirrored to every container", "err", err)
 	}

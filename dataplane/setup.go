@@ -92,7 +92,7 @@ func (d *DataPlane) Setup(ctx context.Context, c plane.Container) (p plane.Plumb
 	// The veth: host end named after the ID, peer born inside as eth0, both
 	// with the host MAC and MTU.
 	p.Veth = plane.VethName(c.ID)
-	spec := veth.Spec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.info.MTU}
+	spec := veth.Spec{Name: p.Veth, PeerName: ContainerEth0, MAC: d.info.MAC, MTU: d.vethMTU(d.info.MTU)}
 	// A pair Stage made for a runtime that moved its peer in is adopted
 	// (staged.go).
 	var staged bool

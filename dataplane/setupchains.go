@@ -195,7 +195,7 @@ func (d *DataPlane) containerChain(ch *chain, c plane.Container, ns *nshandle.NS
 		return err
 	}
 	cl, err := containerns.Configure(ns, nh, containerns.Config{
-		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU,
+		Eth0: ContainerEth0, Addr: d.info.IP, MAC: d.info.MAC, MTU: d.info.MTU, LoMTU: d.loMTU(),
 		Gateway: d.info.Gateway, Ports: c.Ephemeral, Copy: d.copy, IPv6: d.v6,
 	})
 	if err != nil {

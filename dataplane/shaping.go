@@ -121,11 +121,11 @@ func (d *DataPlane) createShaper(id string, slot uint16, l rate.Limit) (int, err
 	entry, exit := ShaperNames(id)
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = entry
-	attrs.MTU = d.info.MTU
+	attrs.MTU = d.vethMTU(d.info.MTU)
 	attrs.HardwareAddr = d.info.MAC
 	v := &netlink.Veth{LinkAttrs: attrs, PeerName: exit, PeerHardwareAddr: d.info.MAC}
 	if d.info.MTU > 0 {
-		v.PeerMTU = uint32(d.info.MTU)
+		v.PeerMTU = uint32(d.vethMTU(d.info.MTU))
 	}
 	if _, err := veth.DeleteByName(d.h, entry); err != nil {
 		return 0, err

@@ -72,7 +72,7 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if s, ok := d.staged[id]; ok {
 		return s.peer, nil
 	}
-	spec := veth.Spec{Name: plane.VethName(id), PeerName: StagedPeerName(id), MAC: info.MAC, MTU: info.MTU}
+	spec := veth.Spec{Name: plane.VethName(id), PeerName: StagedPeerName(id), MAC: info.MAC, MTU: d.vethMTU(info.MTU)}
 	idx, err := veth.Create(d.h, d.hostNS, spec)
 	if err != nil {
 		return "", fmt.Errorf("container %s: stage: %w", id, err)

@@ -4,8 +4,10 @@ import (
 	"github.com/vishvananda/netlink/nl"
 )
 
-// Fragmented datagrams inside the container (ContainerFilters). The
-// container's lo has the host's MTU, so a datagram it sends to the host
+// Fragmented datagrams inside the container (ContainerFilters). Without
+// host eth0's wire guard (package wirebpf; with it lo has the loopback MTU
+// and nothing to the host is fragmented) the container's lo has the
+// host's MTU, so a datagram it sends to the host
 // IP or a host IPv6 address that is larger is fragmented there, and later
 // fragments carry no ports to tell whether the datagram is for the
 // container itself or goes out. So every fragment of such a datagram

@@ -62,7 +62,9 @@
 // Packages of their own: tcfilter/nlbatch (the netlink transport: many
 // requests in one sendmsg, acks read with recvmmsg, u32 encoding) and
 // tcfilter/bpfprog (the BPF programs in C, compiled by clang through bpf2go),
-// tcfilter/fragbpf (later fragments steered after their first, at tcx hooks).
+// tcfilter/fragbpf (later fragments steered after their first, at tcx hooks),
+// tcfilter/wirebpf (host eth0's wire guard: frames over the MTU dropped at
+// its tcx egress, counted under DropWire: wireguard.go).
 //
 // # Tests
 //

@@ -9,7 +9,7 @@ import "github.com/vishvananda/netlink"
 // Drop reasons: why a container's frame was dropped on its host veth.
 const (
 	DropMAC       = "mac"        // Ethernet source is not the host MAC
-	DropIPHeader  = "ip_header"  // IPv4 header with options (IHL > 5), or not version 4
+	DropIPHeader  = "ip_header"  // IPv4 header with options (IHL > 5), or not version 4; a frame larger than host eth0 takes (DropWire)
 	DropSource    = "source_ip"  // IPv4 source is not the host IP (127.0.0.0/8 only to 127.0.0.0/8)
 	DropPort      = "port"       // TCP/UDP source port the container does not own
 	DropICMP      = "icmp"       // ICMP other than echo, or an error not about an own flow

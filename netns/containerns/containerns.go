@@ -31,6 +31,7 @@ type Config struct {
 	Addr    net.IPNet        // the host's primary IPv4 address and prefix
 	MAC     net.HardwareAddr // the host's MAC (given to lo; eth0 got it at creation)
 	MTU     int              // the host's MTU (lo's, and the routes' through eth0; eth0 gets EthMTU: mtu.go)
+	LoMTU   int              // lo's MTU instead of MTU (LoMTU with the host's wire guard on; 0: MTU)
 	Gateway net.IP           // default gateway, nil for none
 	Ports   ephemeral.Range  // becomes ip_local_port_range
 	Copy    []sysctl.Setting // host sysctls to replicate (skipped if missing in the namespace)
@@ -121,6 +122,9 @@ func Configure(ns *nshandle.NS, h *netlink.Handle, cfg Config) (Links, error) {
 	// rp_filter off), so that the kernel sets them just after the flags
 	// within the request opens no window for anything unwanted.
 	loChange := linkChange{index: cl.Lo, ipv4: loConf, up: true, mtu: cfg.MTU}
+	if cfg.LoMTU > 0 && cfg.MTU > 0 {
+		loChange.mtu = cfg.LoMTU
+	}
 	if len(cfg.MAC) == 6 {
 		loChange.mac = cfg.MAC
 	}

@@ -14,6 +14,7 @@ type Host4 struct {
 	Addr    net.IPNet        // the host's primary IPv4 address; IP nil: it has none now
 	Gateway net.IP           // IPv4 default gateway, nil for none
 	MTU     int              // lo's MTU and the routes' through eth0 (0: left alone; eth0 gets EthMTU)
+	LoMTU   int              // lo's MTU instead of MTU (0: MTU)
 	MAC     net.HardwareAddr // eth0's and lo's MAC (nil: left alone)
 }
 
@@ -54,7 +55,7 @@ func SyncIPv4(h *netlink.Handle, eth0, lo string, want Host4) error {
 	}
 	if l, err := h.LinkByName(lo); err != nil {
 		return fmt.Errorf("container %s: %w", lo, err)
-	} else if err := syncLink(h, l, want); err != nil {
+	} else if err := syncLink(h, l, want.lo()); err != nil {
 		return err
 	}
 	if err := syncRoutes4(h, eth, want); err != nil {
@@ -159,4 +160,12 @@ func sameNet(a, b net.IPNet) bool {
 func prefixLen(n *net.IPNet) int {
 	ones, _ := n.Mask.Size()
 	return ones
+}
+
+// lo is what lo is synced to: LoMTU instead of MTU when both are set.
+func (w Host4) lo() Host4 {
+	if w.LoMTU > 0 && w.MTU > 0 {
+		w.MTU = w.LoMTU
+	}
+	return w
 }

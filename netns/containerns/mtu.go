@@ -31,8 +31,17 @@ import (
 //     itself (IPv4 broadcast, IPv6 ff00::/8) keep eth0's MTU: a
 //     broadcast or multicast datagram over the host's MTU is dropped at
 //     the host veth instead of being fragmented.
-//   - lo has the host's MTU, as before.
+//   - lo has the host's MTU, or LoMTU (Config.LoMTU) when the host's
+//     wire guard is on (package tcfilter/wirebpf): then the host end has
+//     EthMTU too, so the container's datagrams to 127.0.0.1, ::1 and the
+//     host's addresses cross the veth unfragmented to the host's lo, and
+//     the guard drops whatever frame larger than the wire's MTU its
+//     filters would send out through host eth0.
 const EthMTU = 65535
+
+// LoMTU is the container lo's MTU with the host's wire guard on: the
+// host lo's.
+const LoMTU = 65536
 
 // syncRoutes4 gives eth's connected route (the kernel's one for want's
 // address) and its default route want's MTU as a metric, or removes the

@@ -1,0 +1,69 @@
+//go:build ignore
+
+// SPDX-License-Identifier: GPL-2.0
+//
+// Wire guard (package wirebpf): at the tcx egress of host eth0, drop a
+// frame larger than the device takes (MTU + Ethernet header, + 4 when the
+// frame carries a VLAN tag in its data, the rule of af_packet's sends);
+// GSO packets pass. Counted by the interface the frame
+// entered the host on (a container's host-side veth, for what its filters
+// redirected here).
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define TCX_NEXT (-1)
+#define TCX_DROP 2
+
+#define ETH_HLEN 14
+#define VLAN_HLEN 4
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88A8
+
+/* The drop count map (tcfilter/bpfprog common.h's iso_drops: the data
+ * plane hands the drop sinks' map over at load), {veth, reason} -> frames. */
+struct drop_key {
+	__u32 veth, reason;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 16);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct drop_key);
+	__type(value, __u64);
+} iso_drops SEC(".maps");
+
+/* The reason counted (an index in tcfilter.DropReasons), set at load. */
+volatile const __u32 drop_reason;
+
+SEC("tcx/egress")
+int wire_guard(struct __sk_buff *skb)
+{
+	__u32 mtu = 0;
+	// GSO packets pass (SUCCESS): the kernel segments them to the MSS
+	// the sender's route gave, as without this program.
+	long r = bpf_check_mtu(skb, 0, &mtu, 0, 0);
+	if (r != BPF_MTU_CHK_RET_FRAG_NEEDED || mtu == 0)
+		return TCX_NEXT;
+	if (skb->len <= mtu + ETH_HLEN + VLAN_HLEN) {
+		__be16 proto = 0;
+		if (bpf_skb_load_bytes(skb, 12, &proto, sizeof(proto)) == 0 &&
+		    (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)))
+			return TCX_NEXT;
+	}
+	struct drop_key k = {.veth = skb->ingress_ifindex, .reason = drop_reason};
+	__u64 one = 1, *n = bpf_map_lookup_elem(&iso_drops, &k);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+	} else if (bpf_map_update_elem(&iso_drops, &k, &one, BPF_NOEXIST) != 0) {
+		n = bpf_map_lookup_elem(&iso_drops, &k);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+	return TCX_DROP;
+}
+
+char _license[] SEC("license") = "GPL";
