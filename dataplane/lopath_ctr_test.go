@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/isolatord/isolatord/isolator/plane"
+	"github.com/isolatord/isolatord/test/traffic"
 	"github.com/isolatord/isolatord/test/wait"
 )
 
@@ -29,7 +30,8 @@ func TestFragmentsContainerLo(t *testing.T) {
 	c := e.start("C", 3, "43008-44031", "31020-31029", "", 31020)
 	raiseClientMTU(t, e)
 	client := e.clientCapture(t)
-	vc := e.fragCapture(t, map[string]int{"C": e.vethIndex(t, c)})
+	e.checkHostVethMTU(t, c)
+	vc := traffic.StartCapture(t, e.sb.Host.Do, plane.VethName(c.c.ID), "C's veth")
 	serveIn(t, e.sb.Host, "[::]:8000", "host")
 	h4 := listenUDPIn(t, e.sb.Host, "udp4", "127.0.0.1:7001")
 	h6 := listenUDPIn(t, e.sb.Host, "udp6", "[::1]:7001")
@@ -61,7 +63,7 @@ func TestFragmentsContainerLo(t *testing.T) {
 		mustEchoBig(t, a.proc, "udp4", loAddr(31010), "B", bigMsg("b4", n))
 		mustEchoBig(t, a.proc, "udp6", lo6Addr(31010), "B", bigMsg("b6", n))
 	}
-	if n := bigFrames(vc.fds["C"]); n > 0 {
+	if n := bigFrames(vc); n > 0 {
 		t.Errorf("container C's veth sent it %d frames of over 1,000 bytes", n)
 	}
 	for _, f := range client.read() {
@@ -71,8 +73,9 @@ func TestFragmentsContainerLo(t *testing.T) {
 	}
 }
 
-// vethIndex is the ifindex of container x's host-side veth.
-func (e *env) vethIndex(t testing.TB, x ctr) int {
+// checkHostVethMTU: container x's host-side veth has the loopback MTU
+// (the wire guard is on).
+func (e *env) checkHostVethMTU(t testing.TB, x ctr) {
 	t.Helper()
 	h, err := e.sb.Host.Netlink()
 	if err != nil {
@@ -86,20 +89,14 @@ func (e *env) vethIndex(t testing.TB, x ctr) int {
 	if l.Attrs().MTU != 65535 {
 		t.Errorf("host veth of %s: MTU %d, want 65535 (the wire guard is on)", x.c.ID, l.Attrs().MTU)
 	}
-	return l.Attrs().Index
 }
 
-// bigFrames counts the frames of over 1,000 bytes the packet socket fd
-// (bound to a host veth) saw going to the container.
-func bigFrames(fd int) int {
-	buf := make([]byte, 70000)
+// bigFrames counts the frames of over 1,000 bytes capture c (on a host
+// veth) saw going to the container.
+func bigFrames(c *traffic.Capture) int {
 	n := 0
-	for range 100000 {
-		m, from, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			break
-		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING && m > 1000 {
+	for _, f := range c.Outgoing() {
+		if len(f) > 1000 {
 			n++
 		}
 	}
