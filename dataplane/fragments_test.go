@@ -106,6 +106,11 @@ func TestFragmentsAcrossRestart(t *testing.T) {
 	if !after.Adopted {
 		t.Error("the restarted data plane did not keep the fragment tables")
 	}
+	// the same build: the adopted veth's learn program is kept, not put
+	// there again, and the "adopted" datagrams above were steered with it
+	if d2.frag == nil || !d2.frag.Kept() {
+		t.Error("a restart of the same build did not keep the attached programs")
+	}
 	// running: 2 datagrams of 3 fragments, gone and adopted: 2 more each
 	if got, want := after.Steered()-before.Steered(), uint64(8); got != want {
 		t.Errorf("fragments steered across the restart: %d, want %d (%+v, then %+v)", got, want, before, after)

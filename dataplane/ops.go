@@ -461,7 +461,11 @@ func (d *DataPlane) Adopt(ctx context.Context, c plane.Container) error {
 			}
 		}
 	}
-	d.fragLearn(c.ID, veth)
+	// A restart of this build kept the learn program on the veth
+	// (fragbpf.Steering.Kept); otherwise it is put there again.
+	if d.frag == nil || !d.frag.Kept() {
+		d.fragLearn(c.ID, veth)
+	}
 	rec := &record{c: c, veth: veth, via: via, ino: ino, pin: pin, in: d.hostNow}
 	rec.c.Egress, rec.c.Ingress = rate.Limit{}, rate.Limit{}
 	d.ctrs[c.ID] = rec

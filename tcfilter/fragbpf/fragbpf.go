@@ -36,6 +36,7 @@ type Steering struct {
 	do      Runner
 	size    uint32
 	adopted bool
+	kept    bool
 }
 
 // Load loads the programs with tables of size datagrams per family. When
@@ -62,9 +63,10 @@ func Load(size int, do Runner, adoptFrom int) (*Steering, error) {
 	spec.Maps["frag6"].MaxEntries = uint32(size)
 	s := &Steering{do: do, size: uint32(size)}
 	var opts ebpf.CollectionOptions
+	var oldTag string
 	if adoptFrom > 0 {
 		var old map[string]*ebpf.Map
-		_ = do(func() error { old = oldMaps(adoptFrom, spec); return nil })
+		_ = do(func() error { old, oldTag = oldMaps(adoptFrom, spec); return nil })
 		if len(old) == 3 {
 			opts.MapReplacements = old
 			s.adopted = true
@@ -78,20 +80,24 @@ func Load(size int, do Runner, adoptFrom int) (*Steering, error) {
 	if err := spec.LoadAndAssign(&s.objs, &opts); err != nil {
 		return nil, fmt.Errorf("load fragment programs: %w", err)
 	}
+	if info, err := s.objs.FragSteer.Info(); err == nil && s.adopted && info.Tag == oldTag {
+		s.kept = true
+	}
 	return s, nil
 }
 
 // oldMaps returns the maps of the steer program attached at ifindex's
-// tcx ingress, if they all have the shape spec asks for.
-func oldMaps(ifindex int, spec *ebpf.CollectionSpec) map[string]*ebpf.Map {
+// tcx ingress, if they all have the shape spec asks for, and that
+// program's tag (its code).
+func oldMaps(ifindex int, spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, string) {
 	p := attached(ifindex, ebpf.AttachTCXIngress, steerName)
 	if p == nil {
-		return nil
+		return nil, ""
 	}
 	defer p.Close()
 	info, err := p.Info()
 	if err != nil {
-		return nil
+		return nil, ""
 	}
 	ids, _ := info.MapIDs()
 	out := map[string]*ebpf.Map{}
@@ -109,11 +115,18 @@ func oldMaps(ifindex int, spec *ebpf.CollectionSpec) map[string]*ebpf.Map {
 		}
 		out[mi.Name] = m
 	}
-	return out
+	return out, info.Tag
 }
 
 // Adopted reports whether Load reused the tables of an earlier run.
 func (s *Steering) Adopted() bool { return s.adopted }
+
+// Kept reports whether the earlier run's programs are this build's (the
+// same code) on the tables Load reused: the learn programs it attached
+// to containers' veths are then in force as they are, and an adopted
+// container needs none attached again (a restart with many containers
+// spends no bpf(2) calls and namespace switch per container on it).
+func (s *Steering) Kept() bool { return s.kept }
 
 // Size is the number of datagrams each table holds.
 func (s *Steering) Size() int { return int(s.size) }
