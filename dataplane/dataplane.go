@@ -210,6 +210,8 @@ type DataPlane struct {
 	// hostSysctl holds the host namespace's sysctls open for the host
 	// veths' settings (withHostSysctls).
 	hostSysctl *sysctl.Dir
+	// saddr6 is the host's IPv6 source selection on eth0 (saddr6.go).
+	saddr6 saddr6State
 	// v6 is what containers get of the host's IPv6 (nil: IPv6 off); set by
 	// PrepareHost.
 	v6 *hostlink.IPv6

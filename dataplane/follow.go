@@ -207,7 +207,8 @@ func (d *DataPlane) followLoop(f *follower) {
 			relevant = ok && d.concernsHost(u.Attrs().Index, u.Attrs().Name)
 		case u, ok := <-addrs:
 			ended = !ok
-			relevant = ok && d.concernsHost(u.LinkIndex, "")
+			// (another link's IPv6 address: source selection, saddr6.go)
+			relevant = ok && (d.concernsHost(u.LinkIndex, "") || saddr6Event(u.LinkAddress.IP))
 		case u, ok := <-routes:
 			ended = !ok
 			relevant = ok && d.concernsHost(u.LinkIndex, "")

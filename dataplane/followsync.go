@@ -144,6 +144,7 @@ func (d *DataPlane) followHost() (changed bool, info plane.HostInfo, notify func
 		return d.hostNow != before, d.publicInfo(), d.onHost, err
 	}
 	d.hostNow = d.factsNow()
+	d.syncSaddr6()
 	if d.hostNow == before {
 		return false, info, nil, nil
 	}

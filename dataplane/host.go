@@ -253,6 +253,7 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (plane.HostInfo, error) {
 	d.drops = drops
 	d.hostNow = d.factsNow()
 	d.prepared = true
+	d.syncSaddr6()
 	// (without the dumps, recovery makes them itself)
 	if dm := <-dumps; dm.err == nil {
 		d.setRecoveryCache(dm.ls, dm.qs)

@@ -106,6 +106,7 @@ func (b *bench) run(ctx context.Context) {
 		{"cycles", b.phaseCycles},
 		{"one_container", b.phaseOne},
 		{"data_plane", b.phaseData},
+		{"saddr6", b.phaseSaddr6},
 		{"shared_ports", b.phaseShared},
 		{"handoff", b.phaseHandoff},
 		{"amplification", b.phaseAmplification},

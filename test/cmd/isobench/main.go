@@ -100,6 +100,7 @@ type options struct {
 // phaseNeeds are the phases a phase selected with --only needs first.
 var phaseNeeds = map[string][]string{
 	"data_plane":    {"prepare", "daemons", "n_containers", "one_container", "teardown"},
+	"saddr6":        {"prepare", "daemons", "n_containers", "one_container", "teardown"},
 	"shared_ports":  {"prepare", "daemons", "one_container", "teardown"},
 	"handoff":       {"prepare", "daemons", "one_container", "teardown"},
 	"amplification": {"prepare", "daemons", "n_containers", "one_container", "teardown"},
@@ -137,7 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (empty: do not write)")
 	fs.StringVar(&o.micro, "micro", "", "file with `go test -bench` output to include")
 	fs.StringVar(&o.from, "from", "", "print the tables of an earlier run's JSON `file` (e.g. bench/results/latest.json) and exit")
-	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, shared_ports, handoff, amplification, cycles, restart, rebuild (after restart), control or cni (the CNI figures alone)")
+	fs.StringVar(&o.only, "only", "", "run only this phase and the phases it needs: data_plane, saddr6, shared_ports, handoff, amplification, cycles, restart, rebuild (after restart), control or cni (the CNI figures alone)")
 	fs.StringVar(&o.cniBefore, "cni-before", "", "directory with an earlier build's isolator-cni and isolatorctl to measure beside the current ones (scripts/bench.sh builds it when CNI_BEFORE=<rev>)")
 	fs.StringVar(&o.cniBeforeRev, "cni-before-rev", "", "the commit --cni-before was built from, for the report")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (default 20m, 3m with --quick); the cleanup still runs")
@@ -181,7 +182,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--dur %v: must be 10ms..1m", o.dur)
 	}
 	if _, ok := phaseNeeds[o.only]; o.only != "" && !ok {
-		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, shared_ports, handoff, amplification, cycles, restart, rebuild, control, cni)", o.only)
+		return nil, fmt.Errorf("--only %q: not a selectable phase (data_plane, saddr6, shared_ports, handoff, amplification, cycles, restart, rebuild, control, cni)", o.only)
 	}
 	if o.isotraffic == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -23,9 +23,10 @@ type Results struct {
 	// The same cases over IPv6 (family.go); nil in results of runs made
 	// before IPv6 was measured.
 	DataPlane6 *DataPlane    `json:"data_plane_ipv6"`
-	Shared     *SharedPorts  `json:"shared_ports"`  // see shared.go
-	Handoff    *Handoff      `json:"handoff"`       // see handoff.go
-	Control    *ControlScale `json:"control_scale"` // see control.go
+	Shared     *SharedPorts  `json:"shared_ports"`          // see shared.go
+	Handoff    *Handoff      `json:"handoff"`               // see handoff.go
+	Saddr6     *Saddr6       `json:"ipv6_source_selection"` // see saddr6.go
+	Control    *ControlScale `json:"control_scale"`         // see control.go
 	// ARP/ICMP copies and softirq CPU at 1 and N (amplify.go)
 	Amplification *Amplification     `json:"amplification"`
 	Targets       []Target           `json:"targets"`
@@ -646,6 +647,7 @@ func (r *Results) writeBaseMarkdown(w io.Writer) {
 	}
 	r.Shared.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
 	r.Handoff.writeMarkdown(w, r.Config.Rounds, r.Config.DurationSeconds)
+	r.Saddr6.writeMarkdown(w, nn, r.Config.Rounds, r.Config.DurationSeconds)
 	r.Amplification.writeMarkdown(w, r.Config.Containers)
 }
 
