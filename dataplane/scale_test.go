@@ -138,7 +138,7 @@ func TestFortyContainersGetARP(t *testing.T) {
 // started, byte for byte (action indexes aside).
 func TestThousandContainersFiltersRestore(t *testing.T) {
 	checkRootUnchanged(t)
-	e := newEnv(t)
+	e := steeredEnv6(t) // both families' fragments below
 	before := e.hostFilters()
 
 	// A real device to point the redirects at.
@@ -192,11 +192,13 @@ func TestThousandContainersFiltersRestore(t *testing.T) {
 	if len(es) < 3*n { // ranges (2 per container) + ARP + ICMP
 		t.Fatalf("only %d eth0 entries after adding %d containers", len(es), n)
 	}
-	// A real container among them gets its fragmented datagrams whole
-	// (fragment steering's cost does not grow with the containers).
+	// A real container among them gets its fragmented datagrams whole,
+	// over IPv4 and IPv6 (fragment steering's cost does not grow with the
+	// containers).
 	f := e.start("F", 2000, "49152-50175", "31000-31009", "", 31000)
 	for _, size := range fragSizes {
-		mustEchoBig(t, e.sb.Client, "udp", hostAddr(31000), "F", bigMsg("fleet", size))
+		mustEchoBig(t, e.sb.Client, "udp4", hostAddr(31000), "F", bigMsg("fleet", size))
+		mustEchoBig(t, e.sb.Client, "udp6", host6Addr(e, 31000), "F", bigMsg("fleet6", size))
 	}
 	if _, err := e.d.Teardown(context.Background(), f.c); err != nil {
 		t.Fatal(err)
