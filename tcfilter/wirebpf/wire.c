@@ -4,8 +4,10 @@
 //
 // Wire guard (package wirebpf): at the tcx egress of host eth0, drop a
 // frame larger than the device takes (MTU + Ethernet header, + 4 when the
-// frame carries a VLAN tag in its data, the rule of af_packet's sends);
-// GSO packets pass. Counted by the interface the frame
+// frame carries a VLAN tag in its data, the rule of af_packet's sends),
+// and a GSO packet whose segments would be (a tenant's packet socket with
+// PACKET_VNET_HDR chooses gso_size; a veth passes GSO packets whatever
+// their size). Counted by the interface the frame
 // entered the host on (a container's host-side veth, for what its filters
 // redirected here).
 
@@ -43,9 +45,13 @@ SEC("tcx/egress")
 int wire_guard(struct __sk_buff *skb)
 {
 	__u32 mtu = 0;
-	// GSO packets pass (SUCCESS): the kernel segments them to the MSS
-	// the sender's route gave, as without this program.
-	long r = bpf_check_mtu(skb, 0, &mtu, 0, 0);
+	// A GSO packet passes when each of its segments fits the MTU (its
+	// network header, transport header and gso_size: the kernel's own
+	// check for forwarded GSO packets); the host's own are cut to the MSS
+	// their route gave, and pass.
+	long r = bpf_check_mtu(skb, 0, &mtu, 0, BPF_MTU_CHK_SEGS);
+	if (r == BPF_MTU_CHK_RET_SEGS_TOOBIG)
+		goto drop;
 	if (r != BPF_MTU_CHK_RET_FRAG_NEEDED || mtu == 0)
 		return TCX_NEXT;
 	if (skb->len <= mtu + ETH_HLEN + VLAN_HLEN) {
@@ -54,6 +60,7 @@ int wire_guard(struct __sk_buff *skb)
 		    (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)))
 			return TCX_NEXT;
 	}
+drop:;
 	struct drop_key k = {.veth = skb->ingress_ifindex, .reason = drop_reason};
 	__u64 one = 1, *n = bpf_map_lookup_elem(&iso_drops, &k);
 	if (n) {

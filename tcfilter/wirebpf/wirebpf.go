@@ -1,8 +1,10 @@
 // Package wirebpf guards the host's wire: a BPF program at the tcx egress
 // of host eth0 drops every frame larger than eth0 takes (its MTU plus the
 // Ethernet header, plus 4 bytes for a frame whose data carries a VLAN tag:
-// the rule af_packet applies to a host's own packet sockets), GSO packets
-// aside (the kernel segments them to the MSS the sender's route gave).
+// the rule af_packet applies to a host's own packet sockets), and every
+// GSO packet whose segments would be (bpf_check_mtu with
+// BPF_MTU_CHK_SEGS: network and transport headers plus gso_size; the
+// host's own are cut to the MSS their route gave and pass).
 //
 // Why: a veth checks a frame against the MTU of its receiving end
 // (is_skb_forwardable on the peer), with 4 bytes of slack for a VLAN tag
@@ -11,6 +13,9 @@
 // socket put 1,504-byte IPv4 packets on the wire of a 1,500-byte link
 // (untagged 1,518-byte frames: its VLAN check drops tagged ones), and a
 // host-side veth with a larger MTU would let through frames of any size.
+// A veth passes GSO packets of any size too, so a tenant's packet socket
+// with PACKET_VNET_HDR choosing a gso_size over the MTU put oversized
+// segments on the wire.
 // Drops are counted in the drop sinks' count map by the interface the
 // frame entered the host on (skb->ingress_ifindex: mirred sets it to a
 // container's host-side veth for what its filters redirected to eth0; 0
