@@ -63,6 +63,13 @@ func TestFragmentsContainerLo(t *testing.T) {
 		mustEchoBig(t, a.proc, "udp4", loAddr(31010), "B", bigMsg("b4", n))
 		mustEchoBig(t, a.proc, "udp6", lo6Addr(31010), "B", bigMsg("b6", n))
 	}
+	// A marker to C's own port after everything else: once C's veth has
+	// sent it, the capture has read every frame sent to C before it.
+	marker := "marker-after-the-large-datagrams"
+	sendFrom(t, a.proc, "udp4", loAddr(31020), marker)
+	if !vc.WaitFor([]byte(marker), 5*time.Second) {
+		t.Fatal("C's veth capture did not see the marker datagram to C's port")
+	}
 	if n := bigFrames(vc); n > 0 {
 		t.Errorf("container C's veth sent it %d frames of over 1,000 bytes", n)
 	}
