@@ -193,50 +193,83 @@ func (s *Isolator) DrainState(id string) []plane.DrainPort {
 // holds every handed-over port, each among the ports asked for) and makes
 // the predecessor's handed-over exclusive ports shared. It returns the
 // successor's request with the handed-over ports shared.
-func (s *Isolator) prepareHandoff(ctx context.Context, id string, o *PrepareOptions, excl, shared ephemeral.Set) (ephemeral.Set, ephemeral.Set, error) {
+func (s *Isolator) prepareHandoff(ctx context.Context, id string, o *PrepareOptions, excl, shared ephemeral.Set) (_, _ ephemeral.Set, undo func(), _ error) {
 	if o.HandoffFrom == "" {
 		if len(o.HandoffPorts) > 0 {
-			return excl, shared, errorf(ErrInvalidArgument, "handoff_ports: given without handoff_from")
+			return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_ports: given without handoff_from")
 		}
-		return excl, shared, nil
+		return excl, shared, nil, nil
 	}
 	if o.HandoffFrom == id {
-		return excl, shared, errorf(ErrInvalidArgument, "handoff_from: %s cannot succeed itself", id)
+		return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_from: %s cannot succeed itself", id)
 	}
 	if len(o.HandoffPorts) == 0 {
-		return excl, shared, errorf(ErrInvalidArgument, "handoff_ports: name the ports %s hands over", o.HandoffFrom)
+		return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_ports: name the ports %s hands over", o.HandoffFrom)
 	}
 	asked := excl.Union(shared)
 	hand := ephemeral.Set{}
 	for _, p := range o.HandoffPorts {
 		if p == 0 || !asked.Contains(p) {
-			return excl, shared, errorf(ErrInvalidArgument, "handoff_ports: port %d is not among the ports %s asks for (%s)", p, id, portsString(excl, shared))
+			return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_ports: port %d is not among the ports %s asks for (%s)", p, id, portsString(excl, shared))
 		}
 		hand = hand.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
 	}
 	if _, exists := s.get(id); exists {
-		return excl.Subtract(hand), shared.Union(hand), nil // a repeated Prepare: compared as such
+		return excl.Subtract(hand), shared.Union(hand), nil, nil // a repeated Prepare: compared as such
 	}
 	unlock := s.locks.lock(o.HandoffFrom)
 	defer unlock()
 	pred, ok := s.get(o.HandoffFrom)
 	if !ok {
-		return excl, shared, errorf(ErrInvalidArgument, "handoff_from: container %s is not known", o.HandoffFrom)
+		return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_from: container %s is not known", o.HandoffFrom)
 	}
 	for _, p := range hand.Ports() {
 		if !pred.Ports.Union(pred.Shared).Contains(p) {
-			return excl, shared, errorf(ErrFailedPrecondition, "handoff_ports: port %d is not held by %s (held by %s)", p, o.HandoffFrom, s.holderNames(p))
+			return excl, shared, nil, errorf(ErrFailedPrecondition, "handoff_ports: port %d is not held by %s (held by %s)", p, o.HandoffFrom, s.holderNames(p))
 		}
 	}
 	if pred.State != StateIsolated && pred.State != StatePrepared {
-		return excl, shared, errorf(ErrFailedPrecondition, "handoff_from: %s is %s", o.HandoffFrom, pred.State)
+		return excl, shared, nil, errorf(ErrFailedPrecondition, "handoff_from: %s is %s", o.HandoffFrom, pred.State)
 	}
 	if toShare := hand.Intersect(pred.Ports); !toShare.Empty() {
 		if _, err := s.updatePorts(ctx, pred, pred.Ports.Subtract(toShare), pred.Shared.Union(toShare)); err != nil {
-			return excl, shared, err
+			return excl, shared, nil, err
+		}
+		undo = func() { s.unshareHandoff(context.WithoutCancel(ctx), o.HandoffFrom, id, toShare) }
+	}
+	return excl.Subtract(hand), shared.Union(hand), undo, nil
+}
+
+// unshareHandoff makes ports, which predecessor from held exclusively
+// until successor id's Prepare made them shared, exclusive again after
+// that Prepare failed: those it still holds as shared ports alone. A
+// failure is logged (the ports stay shared ports of their one holder,
+// which serve the same traffic).
+func (s *Isolator) unshareHandoff(ctx context.Context, from, id string, ports ephemeral.Set) {
+	unlock := s.locks.lock(from)
+	defer unlock()
+	pred, ok := s.get(from)
+	if !ok {
+		return
+	}
+	back := ephemeral.Set{}
+	s.mu.Lock()
+	for _, p := range ports.Intersect(pred.Shared).Subtract(pred.Draining).Ports() {
+		if hs := s.ledger.Holders(p); len(hs) == 1 && hs[0].Container == from {
+			back = back.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
 		}
 	}
-	return excl.Subtract(hand), shared.Union(hand), nil
+	s.mu.Unlock()
+	if back.Empty() {
+		return
+	}
+	if _, err := s.updatePorts(ctx, pred, pred.Ports.Union(back), pred.Shared.Subtract(back)); err != nil {
+		s.log.Warn("handoff: the successor's prepare failed, and the predecessor's ports stay shared ports of their one holder",
+			"container_id", from, "successor", id, "ports", back.String(), "err", err)
+		return
+	}
+	s.log.Info("handoff: the successor's prepare failed; the predecessor holds its ports exclusively again",
+		"container_id", from, "successor", id, "ports", back.String())
 }
 
 // finishHandoff drains the predecessor of isolated successor r on the

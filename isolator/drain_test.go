@@ -126,3 +126,50 @@ func TestHandoffBookkeeping(t *testing.T) {
 	_, err = s.Prepare(bg, "y", []PortSpec{{31000, 31000, true}})
 	wantKind(t, err, ErrFailedPrecondition, "b")
 }
+
+// TestHandoffPrepareFailsGivesBack: a successor's Prepare that fails after
+// the predecessor's exclusive port became shared (no ephemeral block left)
+// leaves the predecessor holding it exclusively again, as before the call;
+// the same Prepare succeeds once a block is free.
+func TestHandoffPrepareFailsGivesBack(t *testing.T) {
+	dp := &drainDP{fakeDP: newFakeDP()}
+	s, err := New(testConfig(t, t.TempDir()), dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	if _, err := s.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	one := func(p uint32) []PortSpec { return []PortSpec{{p, p, false}} }
+	if _, err := s.Prepare(bg, "a", one(31000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Isolate(bg, "a", nsTarget(t, "a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"f1", "f2", "f3"} { // the pool's other 3 blocks
+		if _, err := s.Prepare(bg, id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := PrepareOptions{Ports: one(31000), HandoffFrom: "a", HandoffPorts: []uint16{31000}}
+	_, err = s.PrepareWith(bg, "b", opts)
+	wantKind(t, err, ErrResourceExhausted, "ephemeral")
+	a, _ := s.Get(bg, "a")
+	if !a.Ports.Contains(31000) || a.Shared.Contains(31000) {
+		t.Fatalf("after b's failed prepare a holds %s exclusively, %s shared; want 31000 exclusively again", a.Ports, a.Shared)
+	}
+	_, err = s.Prepare(bg, "y", []PortSpec{{31000, 31000, true}})
+	wantKind(t, err, ErrFailedPrecondition, "a")
+	if err := s.Cleanup(bg, "f3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PrepareWith(bg, "b", opts); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ = s.Get(bg, "a"); !a.Shared.Contains(31000) {
+		t.Fatalf("after b's prepare a holds %s exclusively, %s shared; want 31000 shared", a.Ports, a.Shared)
+	}
+}

@@ -58,9 +58,18 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		return Record{}, err
 	}
 	askedExcl := excl
-	if excl, shared, err = s.prepareHandoff(ctx, id, &o, excl, shared); err != nil {
+	var undoHandoff func()
+	if excl, shared, undoHandoff, err = s.prepareHandoff(ctx, id, &o, excl, shared); err != nil {
 		return Record{}, err
 	}
+	// A Prepare failing after the predecessor's ports became shared gives
+	// them back (after id's lock, released below, as prepareHandoff took
+	// the predecessor's without it).
+	defer func() {
+		if err != nil && undoHandoff != nil {
+			undoHandoff()
+		}
+	}()
 	unlock := s.locks.lock(id)
 	defer unlock()
 
