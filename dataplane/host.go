@@ -254,6 +254,9 @@ func (d *DataPlane) PrepareHost(ctx context.Context) (plane.HostInfo, error) {
 	d.hostNow = d.factsNow()
 	d.prepared = true
 	d.syncSaddr6()
+	if d.saddr6.set { // (info shares the map)
+		info.Originals["sysctl/"+saddr6Knob(hl.Eth0)] = d.saddr6.original
+	}
 	// (without the dumps, recovery makes them itself)
 	if dm := <-dumps; dm.err == nil {
 		d.setRecoveryCache(dm.ls, dm.qs)

@@ -51,6 +51,9 @@ func TestSaddr6Narrowing(t *testing.T) {
 		return func() bool { got, err := e.sb.Host.Sysctl(knob); return err == nil && got == v }
 	}
 	wait.For(t, 5*time.Second, knob+" = 1 after preparation", is("1"))
+	if got, ok := e.info.Originals["sysctl/"+saddr6Knob(e.sb.HostEth0)]; !ok || got != "0" {
+		t.Errorf("HostInfo.Originals: %q (recorded: %v), want the original 0 recorded", got, ok)
+	}
 	source := func() net.IP {
 		t.Helper()
 		var ip net.IP
