@@ -49,8 +49,7 @@ func saddr6Knob(name string) string { return "net/ipv6/conf/" + name + "/use_oif
 // wider than link-local (lo's ::1 aside), and whether eth0 holds one.
 func saddr6Blocker(addrs []netlink.Addr, eth0 int, name func(int) string) (blocker string, eth0Global bool) {
 	for _, a := range addrs {
-		ip := a.IP
-		if ip == nil || ip.To4() != nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+		if !saddr6Event(a.IP) {
 			continue
 		}
 		if a.LinkIndex == eth0 {
@@ -58,7 +57,7 @@ func saddr6Blocker(addrs []netlink.Addr, eth0 int, name func(int) string) (block
 			continue
 		}
 		if blocker == "" {
-			blocker = fmt.Sprintf("%s holds %s", name(a.LinkIndex), ip)
+			blocker = fmt.Sprintf("%s holds %s", name(a.LinkIndex), a.IP)
 		}
 	}
 	return blocker, eth0Global
@@ -143,8 +142,8 @@ func (d *DataPlane) linkName(index int) string {
 	return fmt.Sprintf("link %d", index)
 }
 
-// saddr6Event says whether an address notification may change
-// syncSaddr6's decision: an IPv6 address wider than link-local.
+// saddr6Event says whether ip counts for syncSaddr6's decision (and its
+// notification may change it): an IPv6 address wider than link-local.
 func saddr6Event(ip net.IP) bool {
 	return ip != nil && ip.To4() == nil && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsMulticast()
 }
