@@ -30,6 +30,15 @@ func NewSet(rs ...Range) Set {
 	return Set{rs: normalize(tmp)}
 }
 
+// PortSet returns the set of the given ports (any order, repeats allowed).
+func PortSet(ports ...uint16) Set {
+	rs := make([]Range, len(ports))
+	for i, p := range ports {
+		rs[i] = Range{Begin: p, End: p}
+	}
+	return NewSet(rs...)
+}
+
 // normalize sorts and merges rs in place (all ranges valid) and returns the
 // merged prefix, or nil when empty.
 func normalize(rs []Range) []Range {

@@ -305,3 +305,18 @@ func TestRange(t *testing.T) {
 		t.Error("reversed range size")
 	}
 }
+
+func TestPortSet(t *testing.T) {
+	for _, c := range []struct {
+		ports []uint16
+		want  string
+	}{
+		{nil, ""},
+		{[]uint16{80}, "80"},
+		{[]uint16{82, 80, 81, 80, 9000}, "80-82,9000"},
+	} {
+		if got := PortSet(c.ports...); got.String() != c.want || !got.Equal(MustParseSet(c.want)) {
+			t.Errorf("PortSet(%v) = %q, want %q", c.ports, got, c.want)
+		}
+	}
+}

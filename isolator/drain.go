@@ -22,7 +22,6 @@ package isolator
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -140,10 +139,7 @@ func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, u
 	if cur.State != StateIsolated {
 		return Record{}, errorf(ErrFailedPrecondition, "container_id: %s is %s; only an isolated container drains", id, cur.State)
 	}
-	set := ephemeral.Set{}
-	for _, p := range ports {
-		set = set.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
-	}
+	set := ephemeral.PortSet(ports...)
 	// Exclusive ports become shared ports of this one holder first.
 	if toShare := set.Intersect(cur.Ports); !undo && !toShare.Empty() {
 		next, err := s.updatePorts(ctx, cur, cur.Ports.Subtract(toShare), cur.Shared.Union(toShare))
@@ -207,13 +203,12 @@ func (s *Isolator) prepareHandoff(ctx context.Context, id string, o *PrepareOpti
 		return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_ports: name the ports %s hands over", o.HandoffFrom)
 	}
 	asked := excl.Union(shared)
-	hand := ephemeral.Set{}
 	for _, p := range o.HandoffPorts {
 		if p == 0 || !asked.Contains(p) {
 			return excl, shared, nil, errorf(ErrInvalidArgument, "handoff_ports: port %d is not among the ports %s asks for (%s)", p, id, portsString(excl, shared))
 		}
-		hand = hand.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
 	}
+	hand := ephemeral.PortSet(o.HandoffPorts...)
 	if _, exists := s.get(id); exists {
 		return excl.Subtract(hand), shared.Union(hand), nil, nil // a repeated Prepare: compared as such
 	}
@@ -252,24 +247,35 @@ func (s *Isolator) unshareHandoff(ctx context.Context, from, id string, ports ep
 	if !ok {
 		return
 	}
-	back := ephemeral.Set{}
+	_, back, err := s.exclusiveAgain(ctx, pred, ports)
+	switch {
+	case err != nil:
+		s.log.Warn("handoff: the successor's prepare failed, and the predecessor's ports stay shared ports of their one holder",
+			"container_id", from, "successor", id, "ports", back.String(), "err", err)
+	case !back.Empty():
+		s.log.Info("handoff: the successor's prepare failed; the predecessor holds its ports exclusively again",
+			"container_id", from, "successor", id, "ports", back.String())
+	}
+}
+
+// exclusiveAgain makes those of ports that r holds as shared ports, alone
+// and not draining, exclusive ports of r again (r's lock held). It returns
+// the updated record and those ports (none: r as it was).
+func (s *Isolator) exclusiveAgain(ctx context.Context, r Record, ports ephemeral.Set) (Record, ephemeral.Set, error) {
+	var alone []uint16
 	s.mu.Lock()
-	for _, p := range ports.Intersect(pred.Shared).Subtract(pred.Draining).Ports() {
-		if hs := s.ledger.Holders(p); len(hs) == 1 && hs[0].Container == from {
-			back = back.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
+	for _, p := range ports.Intersect(r.Shared).Subtract(r.Draining).Ports() {
+		if hs := s.ledger.Holders(p); len(hs) == 1 && hs[0].Container == r.ID {
+			alone = append(alone, p)
 		}
 	}
 	s.mu.Unlock()
-	if back.Empty() {
-		return
+	set := ephemeral.PortSet(alone...)
+	if set.Empty() {
+		return r, set, nil
 	}
-	if _, err := s.updatePorts(ctx, pred, pred.Ports.Union(back), pred.Shared.Subtract(back)); err != nil {
-		s.log.Warn("handoff: the successor's prepare failed, and the predecessor's ports stay shared ports of their one holder",
-			"container_id", from, "successor", id, "ports", back.String(), "err", err)
-		return
-	}
-	s.log.Info("handoff: the successor's prepare failed; the predecessor holds its ports exclusively again",
-		"container_id", from, "successor", id, "ports", back.String())
+	next, err := s.updatePorts(ctx, r, r.Ports.Union(set), r.Shared.Subtract(set))
+	return next, set, err
 }
 
 // finishHandoff drains the predecessor of isolated successor r on the
@@ -354,20 +360,12 @@ func (s *Isolator) settleSuccessor(ctx context.Context, id string, held ephemera
 	if !ok || r.State != StateIsolated && r.State != StatePrepared {
 		return
 	}
-	alone := ephemeral.Set{}
-	s.mu.Lock()
-	for _, p := range r.HandoffExclusive.Intersect(held).Intersect(r.Shared).Subtract(r.Draining).Ports() {
-		if hs := s.ledger.Holders(p); len(hs) == 1 && hs[0].Container == id {
-			alone = alone.Union(ephemeral.MustParseSet(fmt.Sprint(p)))
-		}
-	}
-	s.mu.Unlock()
-	if alone.Empty() {
-		return
-	}
-	next, err := s.updatePorts(ctx, r, r.Ports.Union(alone), r.Shared.Subtract(alone))
+	next, alone, err := s.exclusiveAgain(ctx, r, r.HandoffExclusive.Intersect(held))
 	if err != nil {
 		s.log.Warn("handoff: the successor keeps its handed-over ports shared", "container_id", id, "ports", alone.String(), "err", err)
+		return
+	}
+	if alone.Empty() {
 		return
 	}
 	next.HandoffExclusive = next.HandoffExclusive.Subtract(alone)
@@ -397,10 +395,11 @@ func (s *Isolator) syncDrains() {
 	for _, id := range ids {
 		unlock := s.locks.lock(id)
 		if r, ok := s.get(id); ok {
-			kernel := ephemeral.Set{}
+			var ports []uint16
 			for _, d := range dr.DrainState(id) {
-				kernel = kernel.Union(ephemeral.MustParseSet(fmt.Sprint(d.Port)))
+				ports = append(ports, d.Port)
 			}
+			kernel := ephemeral.PortSet(ports...)
 			if !kernel.Equal(r.Draining) {
 				next := r
 				next.Draining = kernel

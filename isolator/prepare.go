@@ -3,7 +3,6 @@ package isolator
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/isolatord/isolatord/ephemeral"
@@ -123,9 +122,7 @@ func (s *Isolator) PrepareWith(ctx context.Context, id string, o PrepareOptions)
 		Egress: eg, Ingress: in}
 	if o.HandoffFrom != "" {
 		r.HandoffFrom = o.HandoffFrom
-		for _, p := range o.HandoffPorts {
-			r.HandoffPorts = r.HandoffPorts.Union(ephemeral.MustParseSet(strconv.Itoa(int(p))))
-		}
+		r.HandoffPorts = ephemeral.PortSet(o.HandoffPorts...)
 		r.HandoffExclusive = r.HandoffPorts.Intersect(askedExcl)
 	}
 	s.records[id] = r
