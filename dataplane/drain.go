@@ -55,9 +55,8 @@ func (d *DataPlane) Drain(ctx context.Context, c plane.Container, port uint16, o
 		delete(next, slot)
 	}
 	d.setDrainSet(port, next)
-	if !on {
-		delete(d.cut[port], slot)
-	}
+	// (an undone drain's cut goes with setShared's pruneDrain: on failure
+	// it stays, with the drain set put back)
 	if err := d.setShared(port, hs); err != nil {
 		d.setDrainSet(port, prev)
 		return fmt.Errorf("container %s: drain port %d: %w", c.ID, port, err)

@@ -73,13 +73,9 @@ func (s *Isolator) Drain(ctx context.Context, id string, ports []uint16, undo bo
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
-	r, err := s.drainLocked(ctx, id, ports, undo)
+	r, err := s.drainLocked(ctx, id, ports, undo, deadline)
 	if err != nil || deadline == 0 {
 		return r, err
-	}
-	r.DrainDeadline = time.Now().Add(deadline).UTC()
-	if err := s.commit(&r); err != nil {
-		return Record{}, err
 	}
 	s.armDrainDeadline(id, r.DrainDeadline)
 	return r, nil
@@ -121,8 +117,9 @@ func (s *Isolator) armDrainDeadlines() {
 	}
 }
 
-// drainLocked is Drain with id's lock held.
-func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, undo bool) (Record, error) {
+// drainLocked is Drain with id's lock held; a deadline (> 0, not with
+// undo) is written in the same commit as the drain.
+func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, undo bool, deadline time.Duration) (Record, error) {
 	dr, ok := s.dp.(Drainer)
 	if !ok {
 		return Record{}, errorf(ErrFailedPrecondition, "ports: this data plane cannot drain ports")
@@ -140,8 +137,10 @@ func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, u
 		return Record{}, errorf(ErrFailedPrecondition, "container_id: %s is %s; only an isolated container drains", id, cur.State)
 	}
 	set := ephemeral.PortSet(ports...)
-	// Exclusive ports become shared ports of this one holder first.
-	if toShare := set.Intersect(cur.Ports); !undo && !toShare.Empty() {
+	// Exclusive ports become shared ports of this one holder first (and
+	// exclusive again if the drain fails).
+	toShare := set.Intersect(cur.Ports)
+	if !undo && !toShare.Empty() {
 		next, err := s.updatePorts(ctx, cur, cur.Ports.Subtract(toShare), cur.Shared.Union(toShare))
 		if err != nil {
 			return Record{}, err
@@ -156,6 +155,11 @@ func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, u
 					s.log.Error("put a drain back after a failed drain", "container_id", id, "port", q, "err", rerr)
 				}
 			}
+			if !undo && !toShare.Empty() {
+				if _, _, uerr := s.exclusiveAgain(context.WithoutCancel(ctx), cur, toShare); uerr != nil {
+					s.log.Error("make ports exclusive again after a failed drain", "container_id", id, "ports", toShare.String(), "err", uerr)
+				}
+			}
 			return Record{}, wrapf(ErrInternal, err, "drain port %d of %s", p, id)
 		}
 		done = append(done, p)
@@ -168,6 +172,9 @@ func (s *Isolator) drainLocked(ctx context.Context, id string, ports []uint16, u
 		}
 	} else {
 		next.Draining = cur.Draining.Union(set)
+		if deadline > 0 {
+			next.DrainDeadline = time.Now().Add(deadline).UTC()
+		}
 	}
 	if err := s.commit(&next); err != nil {
 		return Record{}, err
@@ -291,7 +298,7 @@ func (s *Isolator) finishHandoff(ctx context.Context, r Record) (Record, error) 
 	if ok && pred.State == StateIsolated {
 		held := r.HandoffPorts.Intersect(pred.Ports.Union(pred.Shared))
 		if !held.Empty() {
-			_, err = s.drainLocked(ctx, r.HandoffFrom, held.Ports(), false)
+			_, err = s.drainLocked(ctx, r.HandoffFrom, held.Ports(), false, 0)
 		}
 	}
 	unlock()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/isolatord/isolatord/isolator/plane"
 )
@@ -16,11 +17,15 @@ type drainDP struct {
 	*fakeDP
 	mu    sync.Mutex
 	calls []string
+	fail  uint16 // a drain of this port fails
 }
 
 func (d *drainDP) Drain(_ context.Context, c plane.Container, port uint16, on bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if on && port == d.fail {
+		return errors.New("drain fails")
+	}
 	d.calls = append(d.calls, c.ID+":"+strconv.Itoa(int(port))+":"+map[bool]string{true: "on", false: "off"}[on])
 	return nil
 }
@@ -171,5 +176,46 @@ func TestHandoffPrepareFailsGivesBack(t *testing.T) {
 	}
 	if a, _ = s.Get(bg, "a"); !a.Shared.Contains(31000) {
 		t.Fatalf("after b's prepare a holds %s exclusively, %s shared; want 31000 shared", a.Ports, a.Shared)
+	}
+}
+
+// TestDrainFailsGivesBack: a drain the data plane refuses leaves the
+// container's exclusive ports exclusive (they became shared for the
+// drain), its other drains undone and nothing draining.
+func TestDrainFailsGivesBack(t *testing.T) {
+	dp := &drainDP{fakeDP: newFakeDP(), fail: 31001}
+	s, err := New(testConfig(t, t.TempDir()), dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	if _, err := s.Start(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Prepare(bg, "a", []PortSpec{{31000, 31001, false}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Isolate(bg, "a", nsTarget(t, "a")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Drain(bg, "a", []uint16{31000, 31001}, false, 0)
+	wantKind(t, err, ErrInternal, "31001")
+	a, _ := s.Get(bg, "a")
+	if !a.Ports.Contains(31000) || !a.Ports.Contains(31001) || !a.Shared.Empty() || !a.Draining.Empty() {
+		t.Fatalf("after a failed drain a holds %s exclusively, %s shared, drains %s; want 31000-31001 exclusively", a.Ports, a.Shared, a.Draining)
+	}
+	if c := dp.got(); len(c) != 2 || c[0] != "a:31000:on" || c[1] != "a:31000:off" {
+		t.Errorf("drains: %v, want 31000 on then off", c)
+	}
+	_, err = s.Prepare(bg, "y", []PortSpec{{31000, 31000, true}})
+	wantKind(t, err, ErrFailedPrecondition, "a")
+	// A drain with a deadline records both at once.
+	r, err := s.Drain(bg, "a", []uint16{31000}, false, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Draining.Contains(31000) || time.Until(r.DrainDeadline) < 59*time.Minute {
+		t.Errorf("drain with a deadline: draining %s, deadline %v", r.Draining, r.DrainDeadline)
 	}
 }

@@ -388,7 +388,9 @@ func TestDrainDeadline(t *testing.T) {
 			}
 		}
 	}
-	wait.For(t, 30*time.Second, "d1's flows to be cut after the deadline", func() bool {
+	// Well within the 30 s an idle flow keeps its pin (SharedIdle): only
+	// the deadline's cut can empty them this soon.
+	wait.For(t, 15*time.Second, "d1's flows to be cut after the deadline", func() bool {
 		n, ok := liveFlowsOf(t, d, id("d1"), port)
 		return ok && n == 0
 	})
