@@ -55,9 +55,14 @@
 //   - A tenant cannot write the tables: learn runs at the host side of the
 //     veth, in the host's direction towards the container; what the
 //     container sends enters at the veth's ingress, where nothing learns.
-//     A container sending a datagram to another container's port through
-//     the host (via host lo) teaches the table exactly where that datagram
-//     goes.
+//     What the demux redirects from the host's lo is not learned either:
+//     every container's and the host's packets there carry the host's
+//     address as source, so a tenant sending crafted first fragments to
+//     its own port through the host IP could otherwise fill the shared
+//     table at local speed, or claim the key of another container's
+//     datagram over lo. Nothing reaches a container over lo fragmented
+//     unless crafted: with the wire guard, lo paths carry whole datagrams
+//     (TestFragmentTenantCannotStealHostDatagrams).
 //   - A first fragment from a spoofed source can move a key to another
 //     container, as an IPv4 host's reassembly can be fed a forged first
 //     fragment: an outsider who can spoof a sender's address and predict

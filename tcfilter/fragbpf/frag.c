@@ -204,12 +204,23 @@ int frag_steer(struct __sk_buff *skb)
 // every packet the host sends to the container (the demux's redirects and
 // steered fragments). A first fragment of a TCP or UDP datagram records
 // the veth as its datagram's destination. The tenant cannot reach this
-// hook: its own packets enter the veth's ingress.
+// hook: its own packets enter the veth's ingress. Nor does it teach it
+// through the host's lo: what the demux redirected from lo (mirred sets
+// ingress_ifindex to the device it came in on; lo is 1 in every
+// namespace) is not learned. Every container's and the host's packets
+// there carry the host's address as source, so a tenant sending first
+// fragments to its own port through the host IP could otherwise fill the
+// shared table at local speed or claim another's key; nothing reaches a
+// container over lo fragmented unless crafted (docs/fragments.md).
+#define LOOPBACK_IFINDEX 1
+
 SEC("tc")
 int frag_learn(struct __sk_buff *skb)
 {
 	int more = 0;
 	__u32 ifindex = skb->ifindex;
+	if (skb->ingress_ifindex == LOOPBACK_IFINDEX)
+		return TCX_NEXT;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct frag4_key k;
 		if (parse4(skb, &k, &more) == FIRST && more) {
