@@ -12,31 +12,17 @@
 // redirected here).
 
 #include <linux/types.h>
-#include <linux/bpf.h>
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
+#include "../bpfprog/common.h"
 
 #define TCX_NEXT (-1)
 #define TCX_DROP 2
 
-#define ETH_HLEN 14
 #define VLAN_HLEN 4
 #define ETH_P_8021Q 0x8100
 #define ETH_P_8021AD 0x88A8
 
-/* The drop count map (tcfilter/bpfprog common.h's iso_drops: the data
- * plane hands the drop sinks' map over at load), {veth, reason} -> frames. */
-struct drop_key {
-	__u32 veth, reason;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1 << 16);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct drop_key);
-	__type(value, __u64);
-} iso_drops SEC(".maps");
+/* iso_drops, the drop count map (common.h): the data plane hands the drop
+ * sinks' map over at load. */
 
 /* The reason counted (an index in tcfilter.DropReasons), set at load. */
 volatile const __u32 drop_reason;
@@ -60,16 +46,8 @@ int wire_guard(struct __sk_buff *skb)
 		    (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)))
 			return TCX_NEXT;
 	}
-drop:;
-	struct drop_key k = {.veth = skb->ingress_ifindex, .reason = drop_reason};
-	__u64 one = 1, *n = bpf_map_lookup_elem(&iso_drops, &k);
-	if (n) {
-		__sync_fetch_and_add(n, 1);
-	} else if (bpf_map_update_elem(&iso_drops, &k, &one, BPF_NOEXIST) != 0) {
-		n = bpf_map_lookup_elem(&iso_drops, &k);
-		if (n)
-			__sync_fetch_and_add(n, 1);
-	}
+drop:
+	count_drop(skb->ingress_ifindex, drop_reason);
 	return TCX_DROP;
 }
 
