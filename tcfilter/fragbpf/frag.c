@@ -107,10 +107,11 @@ struct ip4 {
 	__be32 daddr;
 };
 
-// kind of an IP packet, and its key
+// kind of an IP packet, and its key (FIRST: offset 0 and more to come;
+// a datagram in one piece, an atomic fragment too, is NOT_FRAG)
 enum { NOT_FRAG = 0, FIRST, LATER };
 
-static __always_inline int parse4(struct __sk_buff *skb, struct frag4_key *k, int *more)
+static __always_inline int parse4(struct __sk_buff *skb, struct frag4_key *k)
 {
 	struct ip4 ip;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
@@ -125,14 +126,13 @@ static __always_inline int parse4(struct __sk_buff *skb, struct frag4_key *k, in
 	k->id = ip.id;
 	k->proto = ip.protocol;
 	k->pad = 0;
-	*more = (fo & IP_MF) != 0;
 	return (fo & IP_OFFSET) ? LATER : FIRST;
 }
 
 // Only a fragment header right after the fixed header is looked at (as the
 // u32 demux does); an atomic fragment (offset 0, M clear) is a whole
 // datagram.
-static __always_inline int parse6(struct __sk_buff *skb, struct frag6_key *k, int *more)
+static __always_inline int parse6(struct __sk_buff *skb, struct frag6_key *k)
 {
 	struct ip6frag ip;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
@@ -147,7 +147,6 @@ static __always_inline int parse6(struct __sk_buff *skb, struct frag6_key *k, in
 	__builtin_memcpy(k->saddr, ip.saddr, 16);
 	__builtin_memcpy(k->daddr, ip.daddr, 16);
 	k->id = ip.id;
-	*more = (fo & IP6_MF) != 0;
 	return (fo & IP6_OFFSET) ? LATER : FIRST;
 }
 
@@ -160,10 +159,9 @@ static __always_inline int parse6(struct __sk_buff *skb, struct frag6_key *k, in
 SEC("tc")
 int frag_steer(struct __sk_buff *skb)
 {
-	int more = 0;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct frag4_key k;
-		int kind = parse4(skb, &k, &more);
+		int kind = parse4(skb, &k);
 		if (kind == NOT_FRAG)
 			return TCX_NEXT;
 		if (kind == FIRST) {
@@ -181,7 +179,7 @@ int frag_steer(struct __sk_buff *skb)
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct frag6_key k;
-		int kind = parse6(skb, &k, &more);
+		int kind = parse6(skb, &k);
 		if (kind == NOT_FRAG)
 			return TCX_NEXT;
 		if (kind == FIRST) {
@@ -217,13 +215,12 @@ int frag_steer(struct __sk_buff *skb)
 SEC("tc")
 int frag_learn(struct __sk_buff *skb)
 {
-	int more = 0;
 	__u32 ifindex = skb->ifindex;
 	if (skb->ingress_ifindex == LOOPBACK_IFINDEX)
 		return TCX_NEXT;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct frag4_key k;
-		if (parse4(skb, &k, &more) == FIRST && more) {
+		if (parse4(skb, &k) == FIRST) {
 			if (bpf_map_update_elem(&frag4, &k, &ifindex, BPF_NOEXIST) == 0)
 				count(COUNT_LEARNED);
 			else
@@ -231,7 +228,7 @@ int frag_learn(struct __sk_buff *skb)
 		}
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct frag6_key k;
-		if (parse6(skb, &k, &more) == FIRST && more) {
+		if (parse6(skb, &k) == FIRST) {
 			if (bpf_map_update_elem(&frag6, &k, &ifindex, BPF_NOEXIST) == 0)
 				count(COUNT_LEARNED);
 			else
