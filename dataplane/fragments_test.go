@@ -122,10 +122,10 @@ func TestFragmentsAcrossRestart(t *testing.T) {
 
 // TestFragmentsBetweenContainers: a container's datagrams larger than
 // the MTU to another container's port and to its own ports through the
-// host IP and a host IPv6 address: fragmented in the container (its lo
-// has the host's MTU), every fragment goes out through the host, the
-// first to the port's owner, the later ones after it. (Through 127.0.0.1
-// and ::1 they stay lost: docs/fragments.md.)
+// host IP and a host IPv6 address arrive whole: with the wire guard the
+// container's lo and host veth have the loopback MTU, so they cross the
+// host's lo unfragmented (docs/fragments.md, "The lo path"); fragment
+// steering has nothing to do there.
 func TestFragmentsBetweenContainers(t *testing.T) {
 	checkRootUnchanged(t)
 	e := steeredEnv6(t)

@@ -247,8 +247,8 @@ func TestMTUContainerEgress(t *testing.T) {
 // TestMTUTenantRaisesItsOwn: a tenant (root inside) raises the MTU of its
 // routes (both families) and of IPv6 on eth0 to EthMTU and sends large datagrams, and
 // writes a frame larger than the host MTU on eth0 through a packet
-// socket: nothing larger than the host's MTU reaches the client (the host
-// veth, at the host's MTU, refuses it).
+// socket: nothing larger than the host's MTU reaches the client (the
+// wire guard at eth0's egress drops it, counted).
 func TestMTUTenantRaisesItsOwn(t *testing.T) {
 	checkRootUnchanged(t)
 	e := steeredEnv6(t)

@@ -17,10 +17,10 @@ import (
 //   - eth0, the container end of the veth, has EthMTU, the largest a
 //     veth takes: the host's own datagrams, sent over lo (MTU 65,536)
 //     unfragmented, reach the container whole.
-//   - The host end keeps the host's MTU: the container cannot put a
-//     frame larger than the wire's MTU on it (GSO packets aside, which
-//     the kernel segments to the MSS the route gave), whatever it sets
-//     inside.
+//   - The host end has the host's MTU, or with the wire guard EthMTU (so
+//     the container's lo paths carry whole datagrams); then the guard at
+//     host eth0's egress keeps frames larger than the wire's MTU, GSO
+//     packets included, off the wire, whatever the container sets inside.
 //   - What the container sends keeps the host's MTU: an MTU metric on
 //     its routes through eth0, IPv4 (the connected one, replaced, and the
 //     default one) and IPv6 (the prefix routes of its addresses, replaced,
