@@ -325,3 +325,33 @@ func TestLeaveBeforeTheInterfaceArrives(t *testing.T) {
 	default:
 	}
 }
+
+// A Leave or DeleteEndpoint naming another network than the endpoint's is
+// refused before anything of the endpoint is touched: its pending
+// isolation goes on and its staged pair stays.
+func TestWrongNetworkLeavesTheEndpointAlone(t *testing.T) {
+	f := newFixture(t)
+	f.mustCall("NetworkDriver.CreateNetwork", nullIPAM("n1", nil), nil)
+	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef"}, nil)
+	f.mustCall("NetworkDriver.Join", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "SandboxKey": "/nonexistent"}, nil)
+	for _, call := range []string{"NetworkDriver.Leave", "NetworkDriver.DeleteEndpoint"} {
+		if _, e := f.call(call, map[string]any{"NetworkID": "n2", "EndpointID": "e1abcdef"}, nil); !strings.Contains(e, "another network") {
+			t.Fatalf("%s of another network: %q", call, e)
+		}
+	}
+	f.stage.mu.Lock()
+	staged, unstaged := f.stage.staged["e1abcdef"], f.stage.unstaged
+	f.stage.mu.Unlock()
+	if !staged || len(unstaged) != 0 {
+		t.Fatalf("staged %v, unstaged %v after calls of another network", staged, unstaged)
+	}
+	close(f.stage.arrive)
+	select {
+	case <-f.life.isolated:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pending isolation was stopped by calls of another network")
+	}
+	if err := f.drv.Wait("e1abcdef"); err != nil {
+		t.Fatal(err)
+	}
+}
