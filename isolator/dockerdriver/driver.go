@@ -65,6 +65,7 @@ type Driver struct {
 	log   *slog.Logger
 	nets  *networks
 
+	joinMu  sync.Mutex // serialises Joins: settle, stage, isolate
 	mu      sync.Mutex
 	pending map[string]*pending // endpoint ID -> its isolation after Join
 }
@@ -349,6 +350,11 @@ func (d *Driver) join(ctx context.Context, body []byte) (any, error) {
 	if rec.State != isolator.StatePrepared {
 		return nil, fmt.Errorf("endpoint %s is %s, not prepared: joined twice?", req.EndpointID, rec.State)
 	}
+	// A Join again supersedes the one before: its pending isolation stops
+	// (and unstages its pair) before the pair is staged anew, not after.
+	d.joinMu.Lock()
+	defer d.joinMu.Unlock()
+	d.settle(req.EndpointID)
 	peer, err := d.stage.Stage(ctx, req.EndpointID)
 	if err != nil {
 		return nil, err
@@ -358,17 +364,12 @@ func (d *Driver) join(ctx context.Context, body []byte) (any, error) {
 }
 
 // isolateLater waits for the endpoint's interface in the namespace at
-// nsPath and isolates the container there.
+// nsPath and isolates the container there. None is pending for id (join
+// settled it, under joinMu).
 func (d *Driver) isolateLater(id, nsPath string) {
 	ctx, cancel := context.WithTimeout(context.Background(), IsolateTimeout)
 	p := &pending{cancel: cancel, done: make(chan struct{})}
 	d.mu.Lock()
-	if old, ok := d.pending[id]; ok {
-		d.mu.Unlock()
-		old.cancel()
-		<-old.done
-		d.mu.Lock()
-	}
 	d.pending[id] = p
 	d.mu.Unlock()
 	go func() {

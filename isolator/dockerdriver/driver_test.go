@@ -102,6 +102,11 @@ func (s *fakeStager) Stage(_ context.Context, id string) (string, error) {
 func (s *fakeStager) AwaitStaged(ctx context.Context, id, nsPath string) error {
 	select {
 	case <-s.arrive:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.staged[id] {
+			return errors.New("nothing staged for " + id)
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -350,6 +355,27 @@ func TestWrongNetworkLeavesTheEndpointAlone(t *testing.T) {
 	case <-f.life.isolated:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the pending isolation was stopped by calls of another network")
+	}
+	if err := f.drv.Wait("e1abcdef"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A second Join while the first's isolation is pending supersedes it: the
+// first's failure path (which unstages) runs before the pair is staged
+// again, so the second isolates.
+func TestJoinAgainWhilePending(t *testing.T) {
+	f := newFixture(t)
+	f.mustCall("NetworkDriver.CreateNetwork", nullIPAM("n1", nil), nil)
+	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef"}, nil)
+	join := map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "SandboxKey": "/nonexistent"}
+	f.mustCall("NetworkDriver.Join", join, nil)
+	f.mustCall("NetworkDriver.Join", join, nil)
+	close(f.stage.arrive)
+	select {
+	case <-f.life.isolated:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("not isolated after a second Join: %v", f.drv.Wait("e1abcdef"))
 	}
 	if err := f.drv.Wait("e1abcdef"); err != nil {
 		t.Fatal(err)
