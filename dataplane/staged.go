@@ -232,12 +232,22 @@ var errNoNS = errors.New("no namespace mounted yet")
 
 // movedAt is peerMoved in the namespace at nsPath, errNoNS while there is
 // none there (a missing or empty file: the runtime has yet to mount it) or
-// it is still the host's.
+// it is still the host's. While the host end's peer is still in the host
+// namespace (no link netns id: the runtime has not moved it), it answers
+// errNotYet from one request on the host's handle, without opening the
+// namespace (a handle in it costs two setns and a socket).
 func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
 		return ErrClosed
+	}
+	host, err := d.h.LinkByIndex(idx)
+	if err != nil {
+		return fmt.Errorf("staged veth (ifindex %d): %w", idx, err)
+	}
+	if host.Attrs().NetNsID < 0 {
+		return fmt.Errorf("%w: the staged veth's peer is still in the host namespace", errNotYet)
 	}
 	ns, err := nshandle.Open(nsPath)
 	if err != nil {
