@@ -63,7 +63,7 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if d.hclosed {
 		return "", ErrClosed
 	}
-	info := d.hostFacts() // before smu: strays takes smu under d.mu
+	info := d.infoNow() // before smu: strays takes smu under d.mu
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	if d.staged == nil {
@@ -205,7 +205,7 @@ func (d *DataPlane) AwaitStaged(ctx context.Context, id, nsPath string) error {
 	if idx == 0 {
 		return fmt.Errorf("container %s: nothing staged", id)
 	}
-	addr := d.hostFacts().IP
+	addr := d.infoNow().IP
 	start := time.Now()
 	var last error
 	for {
@@ -260,8 +260,8 @@ func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 	return d.peerMoved(ns, idx, addr)
 }
 
-// hostFacts is the host interface as the data plane knows it now.
-func (d *DataPlane) hostFacts() plane.HostInfo {
+// infoNow is the host interface as the data plane knows it now.
+func (d *DataPlane) infoNow() plane.HostInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.info
