@@ -230,8 +230,8 @@ func TestNetworkRefusalsAndPersistence(t *testing.T) {
 	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "Interface": map[string]any{},
 		"Options": portmap(portBinding{Proto: 6, Port: 31005, HostPort: 31005}, portBinding{Proto: 17, Port: 31001, HostPort: 31001})}, nil)
 	o := f.life.prepared[0]
-	if len(o.Ports) != 2 || o.Ports[0] != (isolator.PortSpec{Begin: 31001, End: 31001}) || o.Ports[1] != (isolator.PortSpec{Begin: 31005, End: 31005, Shared: true}) {
-		t.Fatalf("ports prepared: %+v", o.Ports)
+	if r := f.life.recs["e1abcdef"]; r.Ports.String() != "31001" || r.Shared.String() != "31005" {
+		t.Fatalf("ports prepared: %+v: exclusive %s, shared %s", o.Ports, r.Ports, r.Shared)
 	}
 	if o.Egress == nil || o.Egress.Rate != 10_000_000 || o.Ingress != nil {
 		t.Fatalf("limits prepared: %+v %+v", o.Egress, o.Ingress)
@@ -268,8 +268,8 @@ func TestEndpointPortRefusals(t *testing.T) {
 	}
 	// HostPort 0 (-p 80, -P) takes the container's own port.
 	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "Options": portmap(portBinding{Proto: 6, Port: 80}, portBinding{Proto: 6, Port: 81, HostPort: 80, HostPortEnd: 90})}, nil)
-	if p := f.life.prepared[0].Ports; len(p) != 1 || p[0] != (isolator.PortSpec{Begin: 80, End: 81}) {
-		t.Fatalf("ports: %+v", p)
+	if r := f.life.recs["e1abcdef"]; r.Ports.String() != "80-81" || !r.Shared.Empty() {
+		t.Fatalf("ports: %+v: exclusive %s, shared %s", f.life.prepared[0].Ports, r.Ports, r.Shared)
 	}
 }
 
