@@ -63,7 +63,7 @@ func (d *DataPlane) Stage(ctx context.Context, id string) (string, error) {
 	if d.hclosed {
 		return "", ErrClosed
 	}
-	info := d.hostFacts() // before smu: strays takes smu under d.mu
+	info := d.infoNow() // before smu: strays takes smu under d.mu
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	if d.staged == nil {
@@ -205,7 +205,7 @@ func (d *DataPlane) AwaitStaged(ctx context.Context, id, nsPath string) error {
 	if idx == 0 {
 		return fmt.Errorf("container %s: nothing staged", id)
 	}
-	addr := d.hostFacts().IP
+	addr := d.infoNow().IP
 	start := time.Now()
 	var last error
 	for {
@@ -232,12 +232,22 @@ var errNoNS = errors.New("no namespace mounted yet")
 
 // movedAt is peerMoved in the namespace at nsPath, errNoNS while there is
 // none there (a missing or empty file: the runtime has yet to mount it) or
-// it is still the host's.
+// it is still the host's. While the host end's peer is still in the host
+// namespace (no link netns id: the runtime has not moved it), it answers
+// errNotYet from one request on the host's handle, without opening the
+// namespace (a handle in it costs two setns and a socket).
 func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 	d.hmu.RLock()
 	defer d.hmu.RUnlock()
 	if d.hclosed {
 		return ErrClosed
+	}
+	host, err := d.h.LinkByIndex(idx)
+	if err != nil {
+		return fmt.Errorf("staged veth (ifindex %d): %w", idx, err)
+	}
+	if host.Attrs().NetNsID < 0 {
+		return fmt.Errorf("%w: the staged veth's peer is still in the host namespace", errNotYet)
 	}
 	ns, err := nshandle.Open(nsPath)
 	if err != nil {
@@ -250,8 +260,8 @@ func (d *DataPlane) movedAt(nsPath string, idx int, addr *net.IPNet) error {
 	return d.peerMoved(ns, idx, addr)
 }
 
-// hostFacts is the host interface as the data plane knows it now.
-func (d *DataPlane) hostFacts() plane.HostInfo {
+// infoNow is the host interface as the data plane knows it now.
+func (d *DataPlane) infoNow() plane.HostInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.info

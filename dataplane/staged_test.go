@@ -178,35 +178,75 @@ func TestUnstageAfterRestart(t *testing.T) {
 	}
 }
 
-// TestStagedPeerCannotBeForged: a container that makes its own eth0, a veth
-// whose peer it gives the staged host end's ifindex, is not taken for the
-// staged peer: AwaitStaged keeps waiting and Setup refuses.
+// TestStagedPeerCannotBeForged: the runtime has moved the staged peer into
+// the container, where the tenant renames it (eth1) and makes its own eth0,
+// up with the host's address: a veth whose peer it gives the staged host
+// end's ifindex. The staged host end's peer is in the container's
+// namespace, so only the ifindex check tells the two apart: AwaitStaged
+// and Setup refuse.
 func TestStagedPeerCannotBeForged(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p := e.spawn("forge", []uint16{31001}, false)
 	c := e.spec("forge", p, 1, "40960-41983", "31001", "")
-	if _, err := e.d.Stage(ctx, c.ID); err != nil {
+	peer, err := e.d.Stage(ctx, c.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.d.Unstage(c.ID) })
 	idx := e.d.stagedIndex(c.ID)
+
+	// The runtime moves the staged peer in; the tenant renames it.
+	hh, err := e.sb.Host.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	moved, err := hh.LinkByName(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsf, err := os.Open(p.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsf.Close()
+	if err := hh.LinkSetNsFd(moved, int(nsf.Fd())); err != nil {
+		t.Fatal(err)
+	}
 	ch, err := sandbox.NS{Path: p.NetNS}.Netlink()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ch.Close()
+	if moved, err = ch.LinkByName(peer); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.LinkSetName(moved, "eth1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The tenant forges eth0: its peer has the staged host end's ifindex.
 	fake := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fakepeer", Index: idx}, PeerName: ContainerEth0}
 	if err := ch.LinkAdd(fake); err != nil {
 		t.Fatalf("forging eth0: %v", err)
 	}
-	if l, err := ch.LinkByName(ContainerEth0); err != nil || l.Attrs().ParentIndex != idx {
-		t.Fatalf("forged eth0: %v, %v", l, err)
+	forged, err := ch.LinkByName(ContainerEth0)
+	if err != nil || forged.Attrs().ParentIndex != idx {
+		t.Fatalf("forged eth0: %v, %v", forged, err)
 	}
-	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	addr := e.info.IP
+	if err := ch.AddrAdd(forged, &netlink.Addr{IPNet: &addr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.LinkSetUp(forged); err != nil {
+		t.Fatal(err)
+	}
+
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := e.d.AwaitStaged(actx, c.ID, p.NetNS); err == nil {
-		t.Fatal("AwaitStaged took the forged eth0 for the staged peer")
+	if err := e.d.AwaitStaged(actx, c.ID, p.NetNS); err == nil || !strings.Contains(err.Error(), "not the staged veth's peer") {
+		t.Fatalf("AwaitStaged with a forged eth0: %v", err)
 	}
 	if pl, err := e.d.Setup(ctx, c); err == nil {
 		e.cleanupMount(c.ID)

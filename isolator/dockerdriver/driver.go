@@ -65,6 +65,7 @@ type Driver struct {
 	log   *slog.Logger
 	nets  *networks
 
+	joinMu  sync.Mutex // serialises Joins: settle, stage, isolate
 	mu      sync.Mutex
 	pending map[string]*pending // endpoint ID -> its isolation after Join
 }
@@ -343,12 +344,17 @@ func (d *Driver) join(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.Labels[LabelNetwork] != req.NetworkID {
+	if !rec.HasLabels(networkLabel(req.NetworkID)) {
 		return nil, fmt.Errorf("endpoint %s is not of network %s in isolatord", req.EndpointID, req.NetworkID)
 	}
 	if rec.State != isolator.StatePrepared {
 		return nil, fmt.Errorf("endpoint %s is %s, not prepared: joined twice?", req.EndpointID, rec.State)
 	}
+	// A Join again supersedes the one before: its pending isolation stops
+	// (and unstages its pair) before the pair is staged anew, not after.
+	d.joinMu.Lock()
+	defer d.joinMu.Unlock()
+	d.settle(req.EndpointID)
 	peer, err := d.stage.Stage(ctx, req.EndpointID)
 	if err != nil {
 		return nil, err
@@ -358,17 +364,12 @@ func (d *Driver) join(ctx context.Context, body []byte) (any, error) {
 }
 
 // isolateLater waits for the endpoint's interface in the namespace at
-// nsPath and isolates the container there.
+// nsPath and isolates the container there. None is pending for id (join
+// settled it, under joinMu).
 func (d *Driver) isolateLater(id, nsPath string) {
 	ctx, cancel := context.WithTimeout(context.Background(), IsolateTimeout)
 	p := &pending{cancel: cancel, done: make(chan struct{})}
 	d.mu.Lock()
-	if old, ok := d.pending[id]; ok {
-		d.mu.Unlock()
-		old.cancel()
-		<-old.done
-		d.mu.Lock()
-	}
 	d.pending[id] = p
 	d.mu.Unlock()
 	go func() {
@@ -417,9 +418,12 @@ func (d *Driver) Wait(id string) error {
 	return p.err
 }
 
-func (d *Driver) leave(_ context.Context, body []byte) (any, error) {
+func (d *Driver) leave(ctx context.Context, body []byte) (any, error) {
 	var req endpointRequest
 	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := d.ofNetwork(ctx, req.EndpointID, req.NetworkID); err != nil {
 		return nil, err
 	}
 	// The container is going: an isolation still waiting for it stops.
@@ -432,17 +436,46 @@ func (d *Driver) deleteEndpoint(ctx context.Context, body []byte) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
+	if err := d.ofNetwork(ctx, req.EndpointID, req.NetworkID); err != nil {
+		return nil, err
+	}
 	d.settle(req.EndpointID)
 	if _, err := d.stage.Unstage(req.EndpointID); err != nil {
 		return nil, err
 	}
-	kept, err := d.life.CleanupIfLabeled(ctx, req.EndpointID, map[string]string{LabelNetwork: req.NetworkID})
+	kept, err := d.life.CleanupIfLabeled(ctx, req.EndpointID, networkLabel(req.NetworkID))
 	if err != nil {
 		return nil, err
 	}
 	if kept {
-		return nil, fmt.Errorf("endpoint %s is held by isolatord for another network than %s: left alone", req.EndpointID, req.NetworkID)
+		return nil, heldElsewhere(req.EndpointID, req.NetworkID)
 	}
 	d.log.Info("docker endpoint deleted", "endpoint_id", req.EndpointID, "network_id", req.NetworkID)
 	return struct{}{}, nil
+}
+
+// ofNetwork refuses a call on endpoint id naming another network than the
+// one its record carries, before anything of the endpoint (its pending
+// isolation, its staged pair) is touched. An endpoint without a record
+// passes: Docker retries Leave and DeleteEndpoint.
+func (d *Driver) ofNetwork(ctx context.Context, id, network string) error {
+	rec, err := d.life.Get(ctx, id)
+	if errors.Is(err, isolator.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !rec.HasLabels(networkLabel(network)) {
+		return heldElsewhere(id, network)
+	}
+	return nil
+}
+
+func networkLabel(network string) map[string]string {
+	return map[string]string{LabelNetwork: network}
+}
+
+func heldElsewhere(id, network string) error {
+	return fmt.Errorf("endpoint %s is held by isolatord for another network than %s: left alone", id, network)
 }

@@ -102,6 +102,11 @@ func (s *fakeStager) Stage(_ context.Context, id string) (string, error) {
 func (s *fakeStager) AwaitStaged(ctx context.Context, id, nsPath string) error {
 	select {
 	case <-s.arrive:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.staged[id] {
+			return errors.New("nothing staged for " + id)
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -225,8 +230,8 @@ func TestNetworkRefusalsAndPersistence(t *testing.T) {
 	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "Interface": map[string]any{},
 		"Options": portmap(portBinding{Proto: 6, Port: 31005, HostPort: 31005}, portBinding{Proto: 17, Port: 31001, HostPort: 31001})}, nil)
 	o := f.life.prepared[0]
-	if len(o.Ports) != 2 || o.Ports[0] != (isolator.PortSpec{Begin: 31001, End: 31001}) || o.Ports[1] != (isolator.PortSpec{Begin: 31005, End: 31005, Shared: true}) {
-		t.Fatalf("ports prepared: %+v", o.Ports)
+	if r := f.life.recs["e1abcdef"]; r.Ports.String() != "31001" || r.Shared.String() != "31005" {
+		t.Fatalf("ports prepared: %+v: exclusive %s, shared %s", o.Ports, r.Ports, r.Shared)
 	}
 	if o.Egress == nil || o.Egress.Rate != 10_000_000 || o.Ingress != nil {
 		t.Fatalf("limits prepared: %+v %+v", o.Egress, o.Ingress)
@@ -263,8 +268,8 @@ func TestEndpointPortRefusals(t *testing.T) {
 	}
 	// HostPort 0 (-p 80, -P) takes the container's own port.
 	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "Options": portmap(portBinding{Proto: 6, Port: 80}, portBinding{Proto: 6, Port: 81, HostPort: 80, HostPortEnd: 90})}, nil)
-	if p := f.life.prepared[0].Ports; len(p) != 1 || p[0] != (isolator.PortSpec{Begin: 80, End: 81}) {
-		t.Fatalf("ports: %+v", p)
+	if r := f.life.recs["e1abcdef"]; r.Ports.String() != "80-81" || !r.Shared.Empty() {
+		t.Fatalf("ports: %+v: exclusive %s, shared %s", f.life.prepared[0].Ports, r.Ports, r.Shared)
 	}
 }
 
@@ -323,5 +328,56 @@ func TestLeaveBeforeTheInterfaceArrives(t *testing.T) {
 	case id := <-f.life.isolated:
 		t.Fatalf("%s isolated after Leave", id)
 	default:
+	}
+}
+
+// A Leave or DeleteEndpoint naming another network than the endpoint's is
+// refused before anything of the endpoint is touched: its pending
+// isolation goes on and its staged pair stays.
+func TestWrongNetworkLeavesTheEndpointAlone(t *testing.T) {
+	f := newFixture(t)
+	f.mustCall("NetworkDriver.CreateNetwork", nullIPAM("n1", nil), nil)
+	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef"}, nil)
+	f.mustCall("NetworkDriver.Join", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "SandboxKey": "/nonexistent"}, nil)
+	for _, call := range []string{"NetworkDriver.Leave", "NetworkDriver.DeleteEndpoint"} {
+		if _, e := f.call(call, map[string]any{"NetworkID": "n2", "EndpointID": "e1abcdef"}, nil); !strings.Contains(e, "another network") {
+			t.Fatalf("%s of another network: %q", call, e)
+		}
+	}
+	f.stage.mu.Lock()
+	staged, unstaged := f.stage.staged["e1abcdef"], f.stage.unstaged
+	f.stage.mu.Unlock()
+	if !staged || len(unstaged) != 0 {
+		t.Fatalf("staged %v, unstaged %v after calls of another network", staged, unstaged)
+	}
+	close(f.stage.arrive)
+	select {
+	case <-f.life.isolated:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pending isolation was stopped by calls of another network")
+	}
+	if err := f.drv.Wait("e1abcdef"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A second Join while the first's isolation is pending supersedes it: the
+// first's failure path (which unstages) runs before the pair is staged
+// again, so the second isolates.
+func TestJoinAgainWhilePending(t *testing.T) {
+	f := newFixture(t)
+	f.mustCall("NetworkDriver.CreateNetwork", nullIPAM("n1", nil), nil)
+	f.mustCall("NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef"}, nil)
+	join := map[string]any{"NetworkID": "n1", "EndpointID": "e1abcdef", "SandboxKey": "/nonexistent"}
+	f.mustCall("NetworkDriver.Join", join, nil)
+	f.mustCall("NetworkDriver.Join", join, nil)
+	close(f.stage.arrive)
+	select {
+	case <-f.life.isolated:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("not isolated after a second Join: %v", f.drv.Wait("e1abcdef"))
+	}
+	if err := f.drv.Wait("e1abcdef"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -138,9 +138,10 @@ func bindingString(pb portBinding) string {
 // port is the container's for both). There is no NAT: a host port other
 // than the container's is refused, saying so; HostPort 0 (docker run -p P
 // or -P) takes P itself, the one host port that reaches container port P.
-// Ports in shared are requested shared.
+// Ports in shared are requested shared. Each binding is one PortSpec: the
+// lifecycle (isolator.ParsePorts) merges them.
 func requestedPorts(pbs []portBinding, shared ephemeral.Set) ([]isolator.PortSpec, error) {
-	var excl, sh ephemeral.Set
+	specs := make([]isolator.PortSpec, 0, len(pbs))
 	for _, pb := range pbs {
 		if pb.Proto != 6 && pb.Proto != 17 {
 			return nil, fmt.Errorf("port mapping %s: the isolator driver publishes TCP and UDP ports only", bindingString(pb))
@@ -161,19 +162,8 @@ func requestedPorts(pbs []portBinding, shared ephemeral.Set) ([]isolator.PortSpe
 			return nil, fmt.Errorf("port mapping %s refused: the isolator driver gives containers the host's own address and does no NAT, so a container's port %d is host port %d; publish it as -p %d:%d",
 				bindingString(pb), pb.Port, pb.Port, pb.Port, pb.Port)
 		}
-		p := ephemeral.NewSet(ephemeral.Range{Begin: uint16(pb.Port), End: uint16(pb.Port)})
-		if !shared.Intersect(p).Empty() {
-			sh = sh.Union(p)
-		} else {
-			excl = excl.Union(p)
-		}
-	}
-	var specs []isolator.PortSpec
-	for _, r := range excl.Ranges() {
-		specs = append(specs, isolator.PortSpec{Begin: uint32(r.Begin), End: uint32(r.End)})
-	}
-	for _, r := range sh.Ranges() {
-		specs = append(specs, isolator.PortSpec{Begin: uint32(r.Begin), End: uint32(r.End), Shared: true})
+		port := uint16(pb.Port)
+		specs = append(specs, isolator.PortSpec{Begin: uint32(port), End: uint32(port), Shared: shared.Contains(port)})
 	}
 	return specs, nil
 }
