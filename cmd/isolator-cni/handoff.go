@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/isolatord/isolatord/api/isolatord/v1"
 	"github.com/isolatord/isolatord/api/isolatord/v1/isolatordv1grpc"
@@ -18,7 +20,9 @@ import (
 //
 //	ISOLATOR_HANDOFF_PORTS=8080,8443   the ports handed over (among the
 //	                                   container's own)
-//	ISOLATOR_HANDOFF_FROM=<id>         the predecessor's container id, or
+//	ISOLATOR_HANDOFF_FROM=<id>         the predecessor's container id (of
+//	                                   this network, and of this Nomad
+//	                                   namespace when the call names one), or
 //	                                   "auto": the one container of this
 //	                                   network holding those ports whose
 //	                                   Nomad namespace, job and group labels
@@ -54,6 +58,9 @@ func handoff(ctx context.Context, c isolatordv1grpc.IsolatorClient, args cniArgs
 		ports = append(ports, uint32(p))
 	}
 	if from != handoffAuto {
+		if err := checkPredecessor(ctx, c, args, network, from); err != nil {
+			return "", nil, err
+		}
 		return from, ports, nil
 	}
 	for _, k := range sameGroup {
@@ -87,6 +94,32 @@ func handoff(ctx context.Context, c isolatordv1grpc.IsolatorClient, args cniArgs
 	}
 	return "", nil, types.NewError(types.ErrInvalidEnvironmentVariables,
 		fmt.Sprintf("isolator-cni: CNI_ARGS %s=auto: %d containers of this group hold ports %s (%s); name one", ArgHandoffFrom, len(found), set, strings.Join(found, ", ")), "")
+}
+
+// checkPredecessor refuses a predecessor named by id that "auto" could
+// never find: one of another network, or, when the call carries a Nomad
+// namespace, of another namespace (a job may take ports over only from
+// its own kind: CNI_ARGS can come from a job's own network block). An
+// unknown id is left to isolatord, which names it.
+func checkPredecessor(ctx context.Context, c isolatordv1grpc.IsolatorClient, args cniArgs, network, from string) error {
+	got, err := c.Get(ctx, &pb.GetRequest{ContainerId: from})
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	labels := got.GetContainer().GetLabels()
+	if n := labels[LabelNetwork]; n != network {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("isolator-cni: CNI_ARGS %s=%s: that container is of network %q, not %q", ArgHandoffFrom, from, n, network), "")
+	}
+	const ns = "NOMAD_NAMESPACE"
+	if want := args[ns]; want != "" && labels[LabelArgPrefix+ns] != want {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("isolator-cni: CNI_ARGS %s=%s: that container is of Nomad namespace %q, not %q", ArgHandoffFrom, from, labels[LabelArgPrefix+ns], want), "")
+	}
+	return nil
 }
 
 // holdsAll reports whether container c holds every port of set.
