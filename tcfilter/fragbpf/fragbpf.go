@@ -242,8 +242,8 @@ const (
 	countMax
 )
 
-// Counts reads the counters and counts the tables' entries (a walk of at
-// most twice the table size keys, no lookups).
+// Counts reads the counters and counts the tables' entries (batch
+// lookups).
 func (s *Steering) Counts() (Counts, error) {
 	var v [countMax]uint64
 	for i := range v {
@@ -257,27 +257,40 @@ func (s *Steering) Counts() (Counts, error) {
 	}
 	c := Counts{Steered4: v[countSteered4], Host4: v[countHost4], Steered6: v[countSteered6],
 		Host6: v[countHost6], Learned: v[countLearned], Forgotten: v[countForgotten]}
-	for _, m := range []*ebpf.Map{s.objs.Frag4, s.objs.Frag6} {
-		n, err := entries(m)
-		if err != nil {
-			return Counts{}, err
-		}
-		c.Entries += n
+	n4, err := entries[fragFrag4Key](s.objs.Frag4)
+	if err != nil {
+		return Counts{}, err
 	}
+	n6, err := entries[fragFrag6Key](s.objs.Frag6)
+	if err != nil {
+		return Counts{}, err
+	}
+	c.Entries = n4 + n6
 	if c.Learned > c.Forgotten+c.Entries {
 		c.Evicted = c.Learned - c.Forgotten - c.Entries
 	}
 	return c, nil
 }
 
-func entries(m *ebpf.Map) (uint64, error) {
+// entries counts m's entries with batch lookups of batchSize (a few
+// syscalls per table, where a key-by-key walk took one per entry and
+// restarted from the first key whenever the key it stood on was deleted,
+// counting some twice while the table changed). K is the map's key type.
+func entries[K any](m *ebpf.Map) (uint64, error) {
+	const batchSize = 1024
+	keys := make([]K, batchSize)
+	vals := make([]uint32, batchSize)
+	var cursor ebpf.MapBatchCursor
 	var n uint64
-	key, err := m.NextKeyBytes(nil)
-	for ; err == nil && key != nil && n <= uint64(m.MaxEntries())*2; n++ {
-		key, err = m.NextKeyBytes(key)
-	}
-	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return n, fmt.Errorf("fragment table: %w", err)
+	for range m.MaxEntries()/batchSize + 2 {
+		got, err := m.BatchLookup(&cursor, keys, vals, nil)
+		n += uint64(got)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("fragment table: %w", err)
+		}
 	}
 	return n, nil
 }
